@@ -1,0 +1,117 @@
+package ginqueue
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// maxLimit bounds MaxConcurrent and MaxQueue so that their sum and the
+// counters derived from them can never overflow an int on any platform.
+const maxLimit = 1 << 30
+
+// Config describes one throttle. The zero value is not usable (MaxConcurrent
+// must be at least 1); start from DefaultConfig and change what you need.
+// A Config is read once by New or NewQueue and copied: changing it afterwards
+// has no effect on the Queue built from it.
+type Config struct {
+	// MaxConcurrent is how many requests may run the rest of the handler
+	// chain at once. It must be at least 1; zero is refused.
+	MaxConcurrent int
+
+	// MaxQueue is how many requests may wait for a slot. Zero means no
+	// waiting room: a request that finds every slot taken is answered at once
+	// as queue full (503). Negative is refused.
+	MaxQueue int
+
+	// QueueTimeout is the longest a request waits in the queue before it is
+	// answered as queue timeout (408). Zero means no time limit: a waiter
+	// leaves the queue only when it is granted a slot, when its client hangs
+	// up or when the Queue is closed. Negative is refused. Keep it shorter
+	// than your clients' own timeouts, or they give up before it fires.
+	QueueTimeout time.Duration
+
+	// OnQueueFull writes the response for a request that found the queue
+	// full. The request is already aborted (c.Abort) when it is called and
+	// holds no slot. Nil means c.AbortWithStatus(503) with a Retry-After
+	// header.
+	OnQueueFull gin.HandlerFunc
+
+	// OnQueueTimeout writes the response for a request that waited
+	// QueueTimeout without getting a slot. The request is already aborted and
+	// holds no slot. Nil means c.AbortWithStatus(408). Some HTTP clients
+	// retry a 408 at once on a new connection; set this hook to answer with
+	// another status (503 with Retry-After, say) if yours do.
+	OnQueueTimeout gin.HandlerFunc
+
+	// OnClosed writes the response for a request that arrived after Close or
+	// Shutdown, or that was waiting when they were called. The request is
+	// already aborted and holds no slot. Nil means c.AbortWithStatus(503)
+	// with a Retry-After header.
+	OnClosed gin.HandlerFunc
+
+	// Skip exempts a request from the throttle: when it returns true the
+	// request runs at once, takes no slot and is not counted. Nil means no
+	// request is exempt. Use it for health checks and long-lived requests
+	// such as websockets. It runs on the request's goroutine.
+	Skip func(*gin.Context) bool
+
+	// RetryAfter is the value of the Retry-After header on the default 503
+	// responses, rounded up to whole seconds. Zero means one second.
+	// Negative is refused.
+	RetryAfter time.Duration
+
+	// Backend decides which requests run and in what order. Nil means the
+	// in-memory dispatcher of this package, which limits one process. A
+	// shared backend (see the redisqueue module) makes the limits global
+	// across every process that uses the same backend name.
+	Backend Backend
+}
+
+// DefaultConfig returns a Config with 100 concurrent requests, 1000 waiting
+// places, a 10 second queue timeout and the default responses.
+func DefaultConfig() Config {
+	return Config{
+		MaxConcurrent: 100,
+		MaxQueue:      1000,
+		QueueTimeout:  10 * time.Second,
+	}
+}
+
+// Validate reports the first field of c that cannot work, naming the field
+// and its value. It returns nil for a usable Config.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxConcurrent < 1:
+		return fmt.Errorf("ginqueue: Config.MaxConcurrent must be at least 1, got %d", c.MaxConcurrent)
+	case c.MaxConcurrent > maxLimit:
+		return fmt.Errorf("ginqueue: Config.MaxConcurrent must be at most %d, got %d", maxLimit, c.MaxConcurrent)
+	case c.MaxQueue < 0:
+		return fmt.Errorf("ginqueue: Config.MaxQueue must not be negative, got %d", c.MaxQueue)
+	case c.MaxQueue > maxLimit:
+		return fmt.Errorf("ginqueue: Config.MaxQueue must be at most %d, got %d", maxLimit, c.MaxQueue)
+	case c.QueueTimeout < 0:
+		return fmt.Errorf("ginqueue: Config.QueueTimeout must not be negative, got %v", c.QueueTimeout)
+	case c.RetryAfter < 0:
+		return fmt.Errorf("ginqueue: Config.RetryAfter must not be negative, got %v", c.RetryAfter)
+	case c.OnQueueTimeout != nil && (c.QueueTimeout == 0 || c.MaxQueue == 0):
+		return fmt.Errorf("ginqueue: Config.OnQueueTimeout is set but can never run with QueueTimeout %v and MaxQueue %d; "+
+			"set both above zero or drop the hook", c.QueueTimeout, c.MaxQueue)
+	}
+	return nil
+}
+
+// limits returns the part of c that a Backend needs.
+func (c Config) limits() Limits {
+	return Limits{MaxConcurrent: c.MaxConcurrent, MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout}
+}
+
+// retryAfterHeader renders d as whole seconds, rounded up, at least one.
+func retryAfterHeader(d time.Duration) string {
+	secs := int64((d + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	return fmt.Sprint(secs)
+}

@@ -1,0 +1,366 @@
+package ginqueue
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// dispatcher is the in-memory Backend: a counting semaphore with a bounded
+// FIFO queue of waiters. It knows nothing of HTTP or gin.
+//
+// The order of grants is the order of the queue, never the runtime's
+// scheduling order:
+//   - Acquire takes a slot at once only when one is free and nobody waits, so
+//     no arrival overtakes a waiter. That check is one CAS on state, without
+//     the mutex, which keeps an unsaturated throttle nearly free.
+//   - Otherwise the request parks on a waiter; every decision about waiters is
+//     made under mu. Release hands its slot straight to the head waiter
+//     (closing its ready channel) in the releasing goroutine: one wake-up per
+//     hand-off, where a separate dispatcher goroutine would cost two.
+//   - One timer, armed for the oldest waiter's deadline, expires waiters. All
+//     waiters share QueueTimeout, so arrival order is deadline order and the
+//     timer only ever needs the head. The timer runs a function (AfterFunc),
+//     so an idle dispatcher owns no goroutine at all.
+//
+// A waiter's fate (granted, timed out, closed) is decided once, under mu; its
+// goroutine learns it from w.state after <-w.ready, which the close of ready
+// makes safe to read without the lock.
+type dispatcher struct {
+	// grants counts every slot ever granted (low 63 bits) and carries
+	// slowBit; releases counts every slot ever given back. Running is
+	// grants - releases. While slowBit is clear nobody waits, the dispatcher
+	// is open and nobody drains, so Acquire is one CAS on grants and Release
+	// one Add on releases, without mu. While it is set, grants changes only
+	// under mu, and a CAS based on a word read before the bit was set fails.
+	//
+	// A release and a parking waiter race like this: Release adds to
+	// releases, then reads slowBit; the waiter sets slowBit, then reads
+	// releases. Atomics are sequentially consistent, so at least one of them
+	// sees the other: either the releaser takes mu and grants, or the waiter
+	// sees the freed slot and takes it instead of parking. No wake-up is lost.
+	grants   atomic.Uint64
+	releases atomic.Uint64
+	limit    atomic.Int64 // current number of slots, >= 1
+
+	mu sync.Mutex
+
+	// All fields below are guarded by mu. slowBit is set exactly when
+	// queued > 0 || closed || idle != nil (changed together, under mu).
+	limits Limits
+	queued int // waiters in the list; 0 <= queued <= limits.MaxQueue
+	head   *waiter
+	tail   *waiter
+	closed bool
+
+	epoch   time.Time     // deadlines are nanoseconds since epoch (monotonic)
+	timer   *time.Timer   // AfterFunc(expire); nil when QueueTimeout is 0
+	timerAt int64         // deadline the timer is armed for; 0 when disarmed
+	idle    chan struct{} // closed when running reaches 0; nil unless draining
+}
+
+const (
+	slowBit   uint64 = 1 << 63
+	grantMask uint64 = slowBit - 1
+)
+
+// running is the number of slots held now. Without mu it may be stale, but
+// only ever too high (releases only grow), which is the safe direction.
+func (d *dispatcher) running(g uint64) int64 {
+	return int64(g&grantMask - d.releases.Load())
+}
+
+// waiterState is the fate of a waiter. It leaves waiting exactly once.
+type waiterState uint8
+
+const (
+	waiting waiterState = iota
+	granted
+	timedOut
+	closedOut
+)
+
+// waiter is one request parked in the queue. It holds no gin state: the
+// request's own goroutine keeps the gin.Context and waits on ready.
+type waiter struct {
+	prev, next *waiter
+	deadline   int64 // nanoseconds since dispatcher.epoch; 0 with no timeout
+	ready      chan struct{}
+	state      waiterState // guarded by dispatcher.mu until ready is closed
+}
+
+// NewMemoryBackend returns the in-memory Backend that NewQueue uses when
+// Config.Backend is nil: one process, strict FIFO, no polling. Other backends
+// may use it as a local fallback. Like every Backend it serves one Queue.
+func NewMemoryBackend() Backend { return &dispatcher{} }
+
+var _ Backend = (*dispatcher)(nil)
+
+// Start implements Backend.
+func (d *dispatcher) Start(l Limits) error {
+	if err := (Config{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout}).Validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.limits = l
+	d.limit.Store(int64(l.MaxConcurrent))
+	d.epoch = time.Now()
+	if l.QueueTimeout > 0 && l.MaxQueue > 0 {
+		d.timer = time.AfterFunc(time.Hour, d.expire)
+		d.timer.Stop()
+	}
+	return nil
+}
+
+// Acquire implements Backend.
+func (d *dispatcher) Acquire(ctx context.Context, _ Arrival) (Ticket, error) {
+	if d.tryFast() {
+		return Ticket{}, nil
+	}
+	return d.acquireSlow(ctx)
+}
+
+// tryFast takes a slot without mu when one is free and slowBit is clear.
+func (d *dispatcher) tryFast() bool {
+	for {
+		g := d.grants.Load()
+		if g&slowBit != 0 || d.running(g) >= d.limit.Load() {
+			return false
+		}
+		if d.grants.CompareAndSwap(g, g+1) {
+			return true
+		}
+	}
+}
+
+func (d *dispatcher) acquireSlow(ctx context.Context) (Ticket, error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return Ticket{}, ErrClosed
+	}
+	for d.queued == 0 {
+		g := d.grants.Load()
+		if g&slowBit == 0 {
+			// Announce that we may park, then look at the slots once more
+			// (see the race note on grants).
+			if !d.grants.CompareAndSwap(g, g|slowBit) {
+				continue // a fast path moved: look again
+			}
+			g |= slowBit
+		}
+		if d.running(g) < d.limit.Load() {
+			// A slot is free and nobody waits: take it.
+			d.grants.Add(1)
+			d.syncSlowBit()
+			d.mu.Unlock()
+			return Ticket{}, nil
+		}
+		break
+	}
+	if d.queued >= d.limits.MaxQueue {
+		d.syncSlowBit()
+		d.mu.Unlock()
+		return Ticket{}, ErrQueueFull
+	}
+	if err := ctx.Err(); err != nil {
+		// The client left before it could queue: take no place.
+		d.syncSlowBit()
+		d.mu.Unlock()
+		return Ticket{}, err
+	}
+	w := &waiter{ready: make(chan struct{})}
+	if d.timer != nil {
+		w.deadline = d.now() + int64(d.limits.QueueTimeout)
+	}
+	d.push(w)
+	d.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return Ticket{}, w.err()
+	case <-ctx.Done():
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch w.state {
+	case waiting:
+		d.remove(w)
+		d.syncSlowBit()
+		return Ticket{}, ctx.Err()
+	case granted:
+		// The grant and the hang-up came in the same instant. Nobody will run
+		// on this slot: take the grant back, so it counts neither as served
+		// nor as running, and hand the slot to the next waiter.
+		d.grants.Add(^uint64(0))
+		d.grantLocked()
+		d.syncSlowBit()
+		return Ticket{}, ctx.Err()
+	}
+	// Timed out or closed first: that outcome stands.
+	return Ticket{}, w.err()
+}
+
+// err is the result of a waiter whose ready channel is closed.
+func (w *waiter) err() error {
+	switch w.state {
+	case granted:
+		return nil
+	case timedOut:
+		return ErrQueueTimeout
+	default:
+		return ErrClosed
+	}
+}
+
+// Release implements Backend.
+func (d *dispatcher) Release(Ticket) {
+	d.releases.Add(1)
+	if d.grants.Load()&slowBit == 0 {
+		return
+	}
+	d.mu.Lock()
+	d.grantLocked()
+	d.syncSlowBit()
+	d.mu.Unlock()
+}
+
+// grantLocked wakes head waiters, in order, while slots are free, and tells a
+// drainer when none is held. Requires d.mu.
+func (d *dispatcher) grantLocked() {
+	for d.head != nil && d.running(d.grants.Load()) < d.limit.Load() {
+		w := d.head
+		d.remove(w)
+		d.grants.Add(1)
+		w.state = granted
+		close(w.ready)
+	}
+	if d.idle != nil && d.running(d.grants.Load()) == 0 {
+		close(d.idle)
+		d.idle = nil
+	}
+}
+
+// syncSlowBit sets slowBit exactly when something needs the slow path.
+// Requires d.mu.
+func (d *dispatcher) syncSlowBit() {
+	if d.queued > 0 || d.closed || d.idle != nil {
+		d.grants.Or(slowBit)
+	} else {
+		d.grants.And(^slowBit)
+	}
+}
+
+// push appends w to the queue and arms the timer if it was idle. Requires d.mu.
+func (d *dispatcher) push(w *waiter) {
+	if d.tail == nil {
+		d.head = w
+	} else {
+		d.tail.next = w
+		w.prev = d.tail
+	}
+	d.tail = w
+	d.queued++
+	if d.timer != nil && d.timerAt == 0 {
+		d.arm(w.deadline)
+	}
+}
+
+// remove unlinks w from the queue. Requires d.mu.
+func (d *dispatcher) remove(w *waiter) {
+	if w.prev == nil {
+		d.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		d.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	d.queued--
+}
+
+// arm sets the timer to fire at deadline. Requires d.mu.
+func (d *dispatcher) arm(deadline int64) {
+	d.timerAt = deadline
+	d.timer.Reset(time.Duration(deadline - d.now()))
+}
+
+func (d *dispatcher) now() int64 { return int64(time.Since(d.epoch)) }
+
+// expire answers every waiter whose deadline has passed and re-arms the timer
+// for the next one. It runs in the timer's goroutine. A waiter that left the
+// queue early makes the timer fire for nothing once; it then re-arms.
+func (d *dispatcher) expire() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.timerAt = 0
+	if d.closed {
+		return
+	}
+	now := d.now()
+	for d.head != nil && d.head.deadline <= now {
+		w := d.head
+		d.remove(w)
+		w.state = timedOut
+		close(w.ready)
+	}
+	if d.head != nil {
+		d.arm(d.head.deadline)
+	}
+	d.syncSlowBit()
+}
+
+// Stats implements Backend.
+func (d *dispatcher) Stats() BackendStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g := d.grants.Load()
+	return BackendStats{Running: int(d.running(g)), Queued: d.queued, Limit: int(d.limit.Load()), Served: g & grantMask}
+}
+
+// Close implements Backend.
+func (d *dispatcher) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	d.syncSlowBit()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timerAt = 0
+	}
+	for d.head != nil {
+		w := d.head
+		d.remove(w)
+		w.state = closedOut
+		close(w.ready)
+	}
+	return nil
+}
+
+// Drain implements Backend.
+func (d *dispatcher) Drain(ctx context.Context) error {
+	d.mu.Lock()
+	if d.idle == nil {
+		d.idle = make(chan struct{})
+		d.syncSlowBit() // from here on every Release takes mu and sees idle
+	}
+	idle := d.idle
+	d.grantLocked() // closes idle at once if nothing runs
+	d.syncSlowBit()
+	d.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
