@@ -11,6 +11,8 @@ test:
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) test -race -shuffle=on -count=1 ./...); \
 	done
+	@echo "== . (allocation counts, without -race)"
+	$(GO) test -count=1 -run 'Allocat' .
 
 # The seed lesson's burst against a real server on 127.0.0.1, as a timeline.
 demo:

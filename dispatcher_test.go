@@ -1,0 +1,164 @@
+package ginqueue
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func startDispatcher(t *testing.T, l Limits) *dispatcher {
+	t.Helper()
+	d := NewMemoryBackend().(*dispatcher)
+	require.NoError(t, d.Start(l))
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// acquireAsync parks an Acquire in its own goroutine; its error comes back
+// on the returned channel.
+func acquireAsync(d *dispatcher, ctx context.Context) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(ctx, Arrival{})
+		errc <- err
+	}()
+	return errc
+}
+
+// In the instant between a release and its hand-off, the freed slot belongs
+// to the head waiter: an arrival on the fast path must not take it.
+func TestFastPathNeverOvertakesWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
+		_, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+		waiter := acquireAsync(d, context.Background())
+		synctest.Wait()
+
+		d.releases.Add(1) // the first half of Release: the slot is free
+		assert.False(t, d.tryFast(), "an arrival overtook the waiter")
+		d.mu.Lock()
+		d.grantLocked() // the second half
+		d.mu.Unlock()
+		assert.NoError(t, <-waiter)
+		assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+	})
+}
+
+// A grant that lands in the same instant as its waiter's hang-up is handed on
+// to the next waiter: no slot lost, none counted twice. A parked select takes
+// the case whose channel fires first, so the order of cancel and grant under
+// the lock picks the branch deterministically.
+func TestGrantRacingHangUpHandsSlotOn(t *testing.T) {
+	for _, cancelFirst := range []bool{true, false} {
+		name := map[bool]string{true: "hang-up seen first", false: "grant seen first"}[cancelFirst]
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2})
+				_, err := d.Acquire(context.Background(), Arrival{})
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				first := acquireAsync(d, ctx)
+				synctest.Wait()
+				second := acquireAsync(d, context.Background())
+				synctest.Wait()
+
+				d.mu.Lock()
+				if cancelFirst {
+					cancel()
+				}
+				d.releases.Add(1) // Release, done by hand under the lock
+				d.grantLocked()
+				cancel()
+				d.mu.Unlock()
+
+				err = <-first
+				if !cancelFirst {
+					// It saw its grant: it runs, the second still waits.
+					require.NoError(t, err)
+					assert.Equal(t, BackendStats{Running: 1, Queued: 1, Limit: 1, Served: 2}, d.Stats())
+					d.Release(Ticket{})
+					require.NoError(t, <-second)
+					assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 3}, d.Stats())
+				} else {
+					// Granted and gone: the grant is taken back (not served)
+					// and the slot goes to the next waiter.
+					assert.ErrorIs(t, err, context.Canceled)
+					require.NoError(t, <-second, "the slot must reach the next waiter")
+					assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+				}
+				d.Release(Ticket{})
+				assert.Equal(t, 0, d.Stats().Running)
+			})
+		})
+	}
+}
+
+// A waiter that leaves early makes the timer fire for nothing; it re-arms for
+// the next waiter, which still times out exactly at its own deadline.
+func TestTimerRearmsAfterEarlyDeparture(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 3, QueueTimeout: 100 * time.Millisecond})
+		_, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+		t0 := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		early := acquireAsync(d, ctx)
+		time.Sleep(30 * time.Millisecond)
+		late := acquireAsync(d, context.Background())
+		synctest.Wait()
+		cancel()
+		assert.ErrorIs(t, <-early, context.Canceled)
+		assert.ErrorIs(t, <-late, ErrQueueTimeout)
+		assert.Equal(t, 130*time.Millisecond, time.Since(t0))
+		d.Release(Ticket{})
+		assert.Equal(t, BackendStats{Limit: 1, Served: 1}, d.Stats())
+	})
+}
+
+// Many goroutines in real time, with hang-ups and timeouts, racing releases
+// against parking waiters: the count never exceeds the limit and ends at 0.
+func TestStressKeepsInvariants(t *testing.T) {
+	const limit = 3
+	d := startDispatcher(t, Limits{MaxConcurrent: limit, MaxQueue: 8, QueueTimeout: 2 * time.Millisecond})
+	var mu sync.Mutex
+	running, peak := 0, 0
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 300 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if (i+j)%7 == 0 {
+					cancel()
+				}
+				_, err := d.Acquire(ctx, Arrival{})
+				cancel()
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				running++
+				peak = max(peak, running)
+				mu.Unlock()
+				time.Sleep(time.Duration(j%3) * 10 * time.Microsecond)
+				mu.Lock()
+				running--
+				mu.Unlock()
+				d.Release(Ticket{})
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, peak, limit)
+	st := d.Stats()
+	assert.Equal(t, 0, st.Running)
+	assert.Equal(t, 0, st.Queued)
+	assert.Zero(t, d.grants.Load()&slowBit, "slowBit left set with nobody waiting")
+}

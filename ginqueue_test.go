@@ -1,0 +1,656 @@
+package ginqueue_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode)
+	goleak.VerifyTestMain(m)
+}
+
+// result is what one request saw, sent back from its goroutine.
+type result struct {
+	id     int
+	code   int
+	body   string
+	header http.Header
+	at     time.Duration // when the response was complete, since the test began
+}
+
+// gate is a handler that blocks until released, so tests decide when a slot
+// frees. It counts how many run at once.
+type gate struct {
+	release chan struct{}
+	running atomic.Int64
+	maxRun  atomic.Int64
+	started chan int
+}
+
+func newGate() *gate {
+	return &gate{release: make(chan struct{}), started: make(chan int, 1024)}
+}
+
+func (g *gate) handler(c *gin.Context) {
+	n := g.running.Add(1)
+	for {
+		m := g.maxRun.Load()
+		if n <= m || g.maxRun.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	id := 0
+	fmt.Sscan(c.Query("id"), &id)
+	g.started <- id
+	<-g.release
+	g.running.Add(-1)
+	c.String(http.StatusOK, "ok %d", id)
+}
+
+// open lets n held handlers finish.
+func (g *gate) open(n int) {
+	for range n {
+		g.release <- struct{}{}
+	}
+}
+
+func newEngine(mw gin.HandlerFunc, h gin.HandlerFunc) *gin.Engine {
+	r := gin.New()
+	r.Use(gin.Recovery(), mw)
+	r.GET("/", h)
+	return r
+}
+
+// send runs one request in a new goroutine and sends its result to out.
+func send(r http.Handler, ctx context.Context, id int, t0 time.Time, out chan<- result) {
+	go func() {
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("/?id=%d", id), nil)
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		out <- result{id: id, code: w.Code, body: w.Body.String(), header: w.Header(), at: time.Since(t0)}
+	}()
+}
+
+func mustQueue(t *testing.T, cfg ginqueue.Config) *ginqueue.Queue {
+	t.Helper()
+	q, err := ginqueue.NewQueue(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+// Behaviour 1: a free slot and nobody waiting runs at once, with no
+// allocation beyond the bare route's.
+func TestFastPathAllocatesNothingExtra(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; `make test` runs this test in one")
+	}
+	h := func(c *gin.Context) { c.Status(http.StatusNoContent) }
+	bare := gin.New()
+	bare.GET("/", h)
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
+	guarded := gin.New()
+	guarded.Use(q.Handler())
+	guarded.GET("/", h)
+
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	w := &discardWriter{h: http.Header{}}
+	allocs := func(r *gin.Engine) float64 {
+		return testing.AllocsPerRun(1000, func() { r.ServeHTTP(w, req) })
+	}
+	assert.Equal(t, allocs(bare), allocs(guarded))
+	st := q.Stats()
+	assert.Equal(t, 0, st.Running)
+	assert.EqualValues(t, 1001, st.Served)
+}
+
+// Behaviour 2: waiters are woken strictly in arrival order.
+func TestWaitersRunInArrivalOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 2, MaxQueue: 10, QueueTimeout: time.Minute})
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 12)
+		for id := range 12 {
+			send(r, context.Background(), id, time.Now(), out)
+			synctest.Wait() // arrivals in a known order
+		}
+		assert.Equal(t, 2, q.Stats().Running)
+		assert.Equal(t, 10, q.Stats().Queued)
+		var order []int
+		for range 2 {
+			order = append(order, <-g.started)
+		}
+		for range 5 {
+			g.open(2) // two slots free at once: the next two start
+			synctest.Wait()
+			order = append(order, <-g.started, <-g.started)
+		}
+		g.open(2)
+		for range 12 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+		// Two started per wave; within a wave the handlers may record in any
+		// order, so compare waves.
+		for i := 0; i < 12; i += 2 {
+			assert.ElementsMatch(t, []int{i, i + 1}, order[i:i+2], "wave %d", i/2)
+		}
+		assert.LessOrEqual(t, g.maxRun.Load(), int64(2))
+	})
+}
+
+// Behaviour 3: a full buffer answers 503 at once, with Retry-After.
+func TestQueueFullAnswers503WithRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute, RetryAfter: 2500 * time.Millisecond})
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 3)
+		t0 := time.Now()
+		for id := range 3 {
+			send(r, context.Background(), id, t0, out)
+			synctest.Wait()
+		}
+		full := <-out
+		assert.Equal(t, 2, full.id)
+		assert.Equal(t, http.StatusServiceUnavailable, full.code)
+		assert.Equal(t, "3", full.header.Get("Retry-After"))
+		assert.Zero(t, full.at, "503 must be immediate")
+		g.open(2)
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.QueueFull)
+		assert.EqualValues(t, 2, st.Served)
+	})
+}
+
+// Behaviour 4: a waiter that outlives QueueTimeout answers 408 at its
+// deadline: each waiter its own, to the nanosecond of fake time.
+func TestQueueTimeoutAt408Deadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 250 * time.Millisecond
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 5, QueueTimeout: timeout})
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 5)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out) // holds the slot
+		synctest.Wait()
+		arrivals := []time.Duration{0, 10 * time.Millisecond, 35 * time.Millisecond, 36 * time.Millisecond}
+		for i, at := range arrivals {
+			time.Sleep(at - time.Since(t0))
+			send(r, context.Background(), i+1, t0, out)
+			synctest.Wait()
+		}
+		for i, at := range arrivals {
+			res := <-out
+			assert.Equal(t, i+1, res.id)
+			assert.Equal(t, http.StatusRequestTimeout, res.code)
+			assert.Equal(t, at+timeout, res.at, "waiter %d answered late or early", i+1)
+			assert.Empty(t, res.body)
+		}
+		g.open(1)
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		st := q.Stats()
+		assert.EqualValues(t, 4, st.QueueTimeout)
+		assert.EqualValues(t, 1, st.Served)
+		assert.Equal(t, 0, st.Queued)
+	})
+}
+
+// Behaviour 5: a client that hangs up leaves the queue at once; its place is
+// free for the next arrival, its handler never runs, nothing is written.
+func TestHangUpLeavesQueueAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 3)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out)
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		send(r, ctx, 1, t0, out)
+		synctest.Wait()
+		assert.Equal(t, 1, q.Stats().Queued)
+
+		time.Sleep(time.Second)
+		cancel()
+		gone := <-out
+		assert.Equal(t, 1, gone.id)
+		assert.Equal(t, ginqueue.StatusClientClosedRequest, gone.code)
+		assert.Empty(t, gone.body)
+		assert.Equal(t, time.Second, gone.at, "must leave the moment the client hangs up")
+		assert.Equal(t, 0, q.Stats().Queued)
+
+		send(r, context.Background(), 2, t0, out) // takes the freed place
+		synctest.Wait()
+		assert.Equal(t, 1, q.Stats().Queued)
+		g.open(2)
+		assert.Equal(t, 0, <-g.started)
+		assert.Equal(t, 2, <-g.started, "the hung-up request's handler must never run")
+		for range 2 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.Canceled)
+		assert.EqualValues(t, 2, st.Served)
+		assert.Equal(t, 0, st.Running)
+	})
+}
+
+// Behaviour 6: a handler that panics gives its slot back; gin.Recovery
+// answers 500 and the next request runs.
+func TestPanicReleasesSlot(t *testing.T) {
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 0})
+	r := gin.New()
+	r.Use(gin.CustomRecoveryWithWriter(nil, func(c *gin.Context, _ any) { c.AbortWithStatus(500) }), q.Handler())
+	r.GET("/panic", func(*gin.Context) { panic("boom") })
+	r.GET("/ok", func(c *gin.Context) { c.Status(http.StatusOK) })
+	for range 3 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/panic", nil))
+		assert.Equal(t, http.StatusInternalServerError, w.Code)
+		assert.Equal(t, 0, q.Stats().Running)
+	}
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/ok", nil))
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.EqualValues(t, 4, q.Stats().Served)
+}
+
+// Behaviour 8: Close answers every waiter and every new arrival 503 at once,
+// lets running requests finish, and leaves nothing running (goleak in
+// TestMain). Shutdown waits for running requests.
+func TestCloseAndShutdown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 2, MaxQueue: 3, QueueTimeout: time.Minute})
+		require.NoError(t, err)
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 6)
+		t0 := time.Now()
+		for id := range 5 {
+			send(r, context.Background(), id, t0, out)
+			synctest.Wait()
+		}
+		done := make(chan error, 1)
+		go func() { done <- q.Shutdown(context.Background()) }()
+		synctest.Wait()
+		for range 3 {
+			res := <-out
+			assert.Equal(t, http.StatusServiceUnavailable, res.code)
+			assert.Equal(t, "1", res.header.Get("Retry-After"))
+			assert.Zero(t, res.at)
+		}
+		send(r, context.Background(), 9, t0, out)
+		assert.Equal(t, http.StatusServiceUnavailable, (<-out).code)
+		g.open(1) // a slot is free now, and still nobody gets in
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		send(r, context.Background(), 10, t0, out)
+		assert.Equal(t, http.StatusServiceUnavailable, (<-out).code)
+		select {
+		case <-done:
+			t.Fatal("Shutdown returned while requests were running")
+		default:
+		}
+		g.open(1)
+		assert.NoError(t, <-done)
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		st := q.Stats()
+		assert.EqualValues(t, 5, st.Closed)
+		assert.EqualValues(t, 2, st.Served)
+		assert.Equal(t, 0, st.Running+st.Queued)
+		assert.NoError(t, q.Close(), "Close twice is fine")
+	})
+}
+
+func TestShutdownHonoursContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1})
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 1)
+		send(r, context.Background(), 0, time.Now(), out)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		assert.ErrorIs(t, q.Shutdown(ctx), context.DeadlineExceeded)
+		g.open(1)
+		<-out
+		assert.NoError(t, q.Shutdown(context.Background()))
+	})
+}
+
+// Behaviour 9: New on each group gives independent limits; one Queue shared
+// by several groups gives one limit; nested throttles hold both limits.
+func TestGroupsSharedAndNested(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := ginqueue.Config{MaxConcurrent: 1, MaxQueue: 0}
+		g := newGate()
+		out := make(chan result, 8)
+		t0 := time.Now()
+
+		independent := gin.New()
+		independent.Group("/a", ginqueue.New(cfg)).GET("/", g.handler)
+		independent.Group("/b", ginqueue.New(cfg)).GET("/", g.handler)
+		shared := gin.New()
+		q := mustQueue(t, cfg)
+		shared.Group("/a", q.Handler()).GET("/", g.handler)
+		shared.Group("/b", q.Handler()).GET("/", g.handler)
+
+		get := func(r http.Handler, path string, id int) {
+			go func() {
+				w := httptest.NewRecorder()
+				r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path+"?id="+fmt.Sprint(id), nil))
+				out <- result{id: id, code: w.Code, at: time.Since(t0)}
+			}()
+			synctest.Wait()
+		}
+		get(independent, "/a/", 1)
+		get(independent, "/b/", 2) // its own limit: runs
+		assert.EqualValues(t, 2, g.running.Load())
+		get(shared, "/a/", 3)
+		get(shared, "/b/", 4) // same limit as /a: refused
+		res := <-out
+		assert.Equal(t, 4, res.id)
+		assert.Equal(t, http.StatusServiceUnavailable, res.code)
+		g.open(3)
+		for range 3 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+
+		// Nested: a global limit of 3 and a group limit of 1 with one place.
+		global := mustQueue(t, ginqueue.Config{MaxConcurrent: 3, MaxQueue: 0})
+		group := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+		nested := gin.New()
+		nested.Use(global.Handler())
+		nested.Group("/g", group.Handler()).GET("/", g.handler)
+		nested.GET("/other", g.handler)
+		get(nested, "/g/", 10)    // runs: global 1, group 1
+		get(nested, "/g/", 11)    // waits in the group queue, holding a global slot
+		get(nested, "/other", 12) // global 3 of 3
+		get(nested, "/other", 13) // global full: 503
+		assert.Equal(t, 13, (<-out).id)
+		assert.Equal(t, 3, global.Stats().Running)
+		assert.Equal(t, 1, group.Stats().Running)
+		assert.Equal(t, 1, group.Stats().Queued)
+		g.open(3)
+		for range 3 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+		assert.LessOrEqual(t, g.maxRun.Load(), int64(3))
+	})
+}
+
+// Behaviour 11: bad configuration is refused, naming the field and value.
+func TestBadConfigIsRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  ginqueue.Config
+		want string
+	}{
+		{"zero value", ginqueue.Config{}, "Config.MaxConcurrent must be at least 1, got 0"},
+		{"negative concurrency", ginqueue.Config{MaxConcurrent: -3}, "got -3"},
+		{"huge concurrency", ginqueue.Config{MaxConcurrent: 1 << 31}, "Config.MaxConcurrent must be at most"},
+		{"negative queue", ginqueue.Config{MaxConcurrent: 1, MaxQueue: -1}, "Config.MaxQueue must not be negative, got -1"},
+		{"huge queue", ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1 << 31}, "Config.MaxQueue must be at most"},
+		{"negative timeout", ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: -time.Second}, "Config.QueueTimeout must not be negative, got -1s"},
+		{"negative retry", ginqueue.Config{MaxConcurrent: 1, RetryAfter: -1}, "Config.RetryAfter must not be negative"},
+		{"timeout hook that never runs", ginqueue.Config{MaxConcurrent: 1, MaxQueue: 0, QueueTimeout: time.Second,
+			OnQueueTimeout: func(*gin.Context) {}}, "Config.OnQueueTimeout is set but can never run"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), "ginqueue: "), err.Error())
+			assert.Contains(t, err.Error(), tt.want)
+			_, err = ginqueue.NewQueue(tt.cfg)
+			assert.Error(t, err)
+			assert.PanicsWithError(t, err.Error(), func() { ginqueue.New(tt.cfg) })
+		})
+	}
+	assert.NoError(t, ginqueue.DefaultConfig().Validate())
+}
+
+// Skip exempts requests; the hooks replace the default responses.
+func TestSkipAndHooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var full, timedOut, closed atomic.Int64
+		q := mustQueue(t, ginqueue.Config{
+			MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Second,
+			Skip:           func(c *gin.Context) bool { return c.Query("skip") == "1" },
+			OnQueueFull:    func(c *gin.Context) { full.Add(1); c.JSON(http.StatusTooManyRequests, gin.H{"error": "busy"}) },
+			OnQueueTimeout: func(c *gin.Context) { timedOut.Add(1); c.JSON(http.StatusServiceUnavailable, gin.H{"error": "slow"}) },
+			OnClosed:       func(c *gin.Context) { closed.Add(1); c.String(http.StatusGone, "bye") },
+		})
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		r.GET("/health", func(c *gin.Context) { c.String(http.StatusOK, "up") })
+		out := make(chan result, 4)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out)
+		synctest.Wait()
+		send(r, context.Background(), 1, t0, out)
+		synctest.Wait()
+		send(r, context.Background(), 2, t0, out)
+		res := <-out
+		assert.Equal(t, http.StatusTooManyRequests, res.code)
+		assert.JSONEq(t, `{"error":"busy"}`, res.body)
+
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/health?skip=1", nil))
+		assert.Equal(t, "up", w.Body.String(), "skipped requests pass a full queue")
+
+		res = <-out // id 1 times out after a second
+		assert.Equal(t, 1, res.id)
+		assert.Equal(t, http.StatusServiceUnavailable, res.code)
+		assert.JSONEq(t, `{"error":"slow"}`, res.body)
+		require.NoError(t, q.Close())
+		send(r, context.Background(), 3, t0, out)
+		res = <-out
+		assert.Equal(t, http.StatusGone, res.code)
+		g.open(1)
+		<-out
+		assert.EqualValues(t, 1, full.Load())
+		assert.EqualValues(t, 1, timedOut.Load())
+		assert.EqualValues(t, 1, closed.Load())
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.Served, "skipped requests are not counted")
+	})
+}
+
+// The seed lesson's scenario: 3 slots, 10 places, 5 s timeout, 15 requests
+// of 300 ms arriving together in a known order.
+func TestSeedScenario(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 3, MaxQueue: 10, QueueTimeout: 5 * time.Second})
+		r := newEngine(q.Handler(), func(c *gin.Context) {
+			time.Sleep(300 * time.Millisecond)
+			c.String(http.StatusOK, "done")
+		})
+		out := make(chan result, 15)
+		t0 := time.Now()
+		for id := 1; id <= 15; id++ {
+			send(r, context.Background(), id, t0, out)
+			synctest.Wait()
+		}
+		got := map[int]result{}
+		for range 15 {
+			res := <-out
+			got[res.id] = res
+		}
+		for id := 1; id <= 13; id++ {
+			wave := (id + 2) / 3 // 1,2,3 -> 1; 4,5,6 -> 2; ...
+			assert.Equal(t, http.StatusOK, got[id].code, "request %d", id)
+			assert.Equal(t, time.Duration(wave)*300*time.Millisecond, got[id].at, "request %d", id)
+		}
+		for _, id := range []int{14, 15} {
+			assert.Equal(t, http.StatusServiceUnavailable, got[id].code)
+			assert.Zero(t, got[id].at)
+		}
+		st := q.Stats()
+		assert.Equal(t, ginqueue.Stats{Limit: 3, Served: 13, QueueFull: 2}, st)
+	})
+}
+
+// A randomized property test: arrivals, hang-ups, timeouts, panics, closes and
+// durations drawn from a seeded source. After every run: running <= limit at
+// all times, queued <= MaxQueue, grants in arrival order, exactly one outcome
+// per request, handlers ran only for served requests, counters add up.
+func TestRandomSchedules(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	for run := range 60 {
+		p := randomPlan(rng)
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { p.check(t) })
+		})
+	}
+}
+
+type plannedRequest struct {
+	arrive  time.Duration // since the start, strictly increasing
+	run     time.Duration
+	hangUp  time.Duration // 0: never
+	panics  bool
+	started time.Duration // when its handler started; -1 if never
+}
+
+type plan struct {
+	cfg     ginqueue.Config
+	closeAt time.Duration // 0: never
+	reqs    []plannedRequest
+}
+
+func randomPlan(rng *rand.Rand) plan {
+	p := plan{cfg: ginqueue.Config{MaxConcurrent: 1 + rng.IntN(4), MaxQueue: rng.IntN(7)}}
+	if rng.IntN(3) > 0 {
+		p.cfg.QueueTimeout = time.Duration(1+rng.IntN(40)) * time.Millisecond
+	}
+	if p.cfg.MaxQueue == 0 {
+		p.cfg.QueueTimeout = 0
+	}
+	var at time.Duration
+	for range 10 + rng.IntN(40) {
+		at += time.Duration(1+rng.IntN(4000)) * time.Microsecond
+		r := plannedRequest{arrive: at, run: time.Duration(rng.IntN(15000)) * time.Microsecond, started: -1}
+		if rng.IntN(5) == 0 {
+			r.hangUp = time.Duration(rng.IntN(20000)) * time.Microsecond
+		}
+		r.panics = rng.IntN(8) == 0
+		p.reqs = append(p.reqs, r)
+	}
+	if rng.IntN(4) == 0 {
+		p.closeAt = time.Duration(rng.IntN(int(at)))
+	}
+	return p
+}
+
+func (p plan) check(t *testing.T) {
+	q := mustQueue(t, p.cfg)
+	var mu sync.Mutex
+	var running, maxRunning, maxQueued int
+	t0 := time.Now()
+	r := gin.New()
+	r.Use(gin.CustomRecoveryWithWriter(nil, func(c *gin.Context, _ any) { c.AbortWithStatus(500) }), q.Handler())
+	r.GET("/", func(c *gin.Context) {
+		var id int
+		fmt.Sscan(c.Query("id"), &id)
+		st := q.Stats()
+		mu.Lock()
+		p.reqs[id].started = time.Since(t0)
+		running++
+		maxRunning = max(maxRunning, running, st.Running)
+		maxQueued = max(maxQueued, st.Queued)
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}()
+		time.Sleep(p.reqs[id].run)
+		if p.reqs[id].panics {
+			panic("planned")
+		}
+		c.Status(http.StatusOK)
+	})
+	if p.closeAt > 0 {
+		go func() {
+			time.Sleep(p.closeAt)
+			_ = q.Close()
+		}()
+	}
+	out := make(chan result, len(p.reqs))
+	for id, pr := range p.reqs {
+		time.Sleep(pr.arrive - time.Since(t0))
+		ctx, cancel := context.WithCancel(context.Background())
+		if pr.hangUp > 0 {
+			time.AfterFunc(pr.hangUp, cancel)
+		}
+		go func() {
+			defer cancel()
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("/?id=%d", id), nil))
+			out <- result{id: id, code: w.Code, body: w.Body.String()}
+		}()
+	}
+	codes := map[int]int{}
+	for range p.reqs {
+		res := <-out
+		codes[res.code]++
+		ran := p.reqs[res.id].started >= 0
+		if p.closeAt > 0 && p.reqs[res.id].arrive > p.closeAt {
+			assert.Equal(t, http.StatusServiceUnavailable, res.code, "request %d arrived after Close", res.id)
+		}
+		switch res.code {
+		case http.StatusOK, http.StatusInternalServerError:
+			assert.True(t, ran, "request %d answered %d without running", res.id, res.code)
+		default:
+			assert.False(t, ran, "request %d ran but was answered %d", res.id, res.code)
+			if res.code == ginqueue.StatusClientClosedRequest {
+				assert.Empty(t, res.body)
+			}
+		}
+	}
+	assert.LessOrEqual(t, maxRunning, p.cfg.MaxConcurrent)
+	assert.LessOrEqual(t, maxQueued, p.cfg.MaxQueue)
+	// FIFO: no request started before an earlier arrival that also started.
+	latest := time.Duration(-1)
+	for id, pr := range p.reqs {
+		if pr.started < 0 {
+			continue
+		}
+		assert.GreaterOrEqual(t, pr.started, latest, "request %d overtook an earlier arrival", id)
+		latest = pr.started
+	}
+	st := q.Stats()
+	assert.EqualValues(t, codes[200]+codes[500], st.Served)
+	assert.EqualValues(t, codes[503], st.QueueFull+st.Closed)
+	assert.EqualValues(t, codes[408], st.QueueTimeout)
+	assert.EqualValues(t, codes[ginqueue.StatusClientClosedRequest], st.Canceled)
+	assert.Equal(t, len(p.reqs), codes[200]+codes[500]+codes[503]+codes[408]+codes[ginqueue.StatusClientClosedRequest],
+		"every request gets exactly one of the known outcomes: %v", codes)
+	assert.Equal(t, 0, st.Running)
+	assert.Equal(t, 0, st.Queued)
+}

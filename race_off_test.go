@@ -1,0 +1,5 @@
+//go:build !race
+
+package ginqueue_test
+
+const raceEnabled = false
