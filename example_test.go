@@ -1,0 +1,83 @@
+package ginqueue_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// The middleware on a whole router: at most 2 requests run at once and 8
+// wait their turn for up to 5 seconds.
+func ExampleNew() {
+	cfg := ginqueue.DefaultConfig()
+	cfg.MaxConcurrent = 2
+	cfg.MaxQueue = 8
+	cfg.QueueTimeout = 5 * time.Second
+
+	r := gin.New()
+	r.Use(ginqueue.New(cfg))
+	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "hello") })
+
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	fmt.Println(w.Code, w.Body.String())
+	// Output: 200 hello
+}
+
+// One Queue guarding two route groups gives them one shared limit; Stats
+// reads its slots, queue and counters.
+func ExampleQueue_Handler() {
+	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 4, MaxQueue: 16, QueueTimeout: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer q.Close()
+
+	r := gin.New()
+	r.Group("/api", q.Handler()).GET("/users", func(c *gin.Context) { c.Status(http.StatusOK) })
+	r.Group("/admin", q.Handler()).GET("/jobs", func(c *gin.Context) { c.Status(http.StatusOK) })
+
+	for _, path := range []string{"/api/users", "/admin/jobs"} {
+		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+	}
+	st := q.Stats()
+	fmt.Printf("limit %d, served %d, running %d\n", st.Limit, st.Served, st.Running)
+	// Output: limit 4, served 2, running 0
+}
+
+// Shutdown on the way out: new arrivals and waiters get 503 at once, running
+// requests finish.
+func ExampleQueue_Shutdown() {
+	q, err := ginqueue.NewQueue(ginqueue.DefaultConfig())
+	if err != nil {
+		panic(err)
+	}
+	r := gin.New()
+	r.Use(q.Handler())
+	r.GET("/", func(c *gin.Context) { c.Status(http.StatusOK) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fmt.Println(q.Shutdown(ctx))
+
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	fmt.Println(w.Code, w.Header().Get("Retry-After"))
+	// Output:
+	// <nil>
+	// 503 1
+}
+
+// Validate names the field that is wrong.
+func ExampleConfig_Validate() {
+	cfg := ginqueue.DefaultConfig()
+	cfg.MaxQueue = -1
+	fmt.Println(cfg.Validate())
+	// Output: ginqueue: Config.MaxQueue must not be negative, got -1
+}
