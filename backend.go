@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/gin-gonic/gin"
 )
 
 // Errors a Backend returns from Acquire. The Queue turns each into its own
@@ -19,9 +21,16 @@ var (
 
 // Limits are the parts of a Config that a Backend enforces.
 type Limits struct {
-	MaxConcurrent int           // at least 1
-	MaxQueue      int           // zero: no waiting room
-	QueueTimeout  time.Duration // zero: no time limit
+	MaxConcurrent   int           // at least 1
+	MaxQueue        int           // zero: no waiting room
+	QueueTimeout    time.Duration // zero: no time limit
+	MaxQueuePerFlow int           // zero: no cap per flow
+}
+
+// config is l as a Config, for validation.
+func (l Limits) config() Config {
+	return Config{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout,
+		MaxQueuePerFlow: l.MaxQueuePerFlow, FlowKey: func(*gin.Context) string { return "" }}
 }
 
 // Arrival describes a request asking for a slot. The zero value is a request
@@ -50,6 +59,15 @@ type BackendStats struct {
 	// that Acquire took back (its caller left in the same instant) does not
 	// count.
 	Served uint64
+	// QueuedByPriority splits Queued by priority, highest first; nil when
+	// nobody waits.
+	QueuedByPriority []PriorityCount
+}
+
+// PriorityCount is the number of requests waiting at one priority.
+type PriorityCount struct {
+	Priority int
+	Queued   int
 }
 
 // Backend admits requests: it decides which run now, which wait and in what

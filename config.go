@@ -62,6 +62,28 @@ type Config struct {
 	// Negative is refused.
 	RetryAfter time.Duration
 
+	// Priority ranks a request: when a slot frees, a waiter of a higher
+	// priority is served before any of a lower one, and a full queue gives
+	// the place of its newest lowest-priority waiter to an arrival of higher
+	// priority (the evicted waiter is answered as queue full). Nil means every
+	// request has priority 0. It runs on the request's goroutine, only when
+	// the request has to wait.
+	Priority func(*gin.Context) int
+
+	// FlowKey names the flow a request belongs to (a client, a tenant, a
+	// route). Within a priority, flows with waiters take turns, one grant
+	// each, so a client with many waiters delays another's first waiter by
+	// at most one turn. Nil means one flow. See ByClientIP, ByHeader and
+	// ByRoute. It runs only when the request has to wait. Keys longer than
+	// 64 bytes are replaced by a hash.
+	FlowKey func(*gin.Context) string
+
+	// MaxQueuePerFlow is how many waiting places one flow may hold at one
+	// priority; an arrival of a flow at its cap is answered as queue full
+	// while other flows are still admitted. Zero means no cap beyond
+	// MaxQueue. It needs FlowKey and must not exceed MaxQueue.
+	MaxQueuePerFlow int
+
 	// Backend decides which requests run and in what order. Nil means the
 	// in-memory dispatcher of this package, which limits one process. A
 	// shared backend (see the redisqueue module) makes the limits global
@@ -95,6 +117,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ginqueue: Config.QueueTimeout must not be negative, got %v", c.QueueTimeout)
 	case c.RetryAfter < 0:
 		return fmt.Errorf("ginqueue: Config.RetryAfter must not be negative, got %v", c.RetryAfter)
+	case c.MaxQueuePerFlow < 0:
+		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow must not be negative, got %d", c.MaxQueuePerFlow)
+	case c.MaxQueuePerFlow > c.MaxQueue:
+		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow %d exceeds Config.MaxQueue %d", c.MaxQueuePerFlow, c.MaxQueue)
+	case c.MaxQueuePerFlow > 0 && c.FlowKey == nil:
+		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow %d needs Config.FlowKey to tell flows apart", c.MaxQueuePerFlow)
 	case c.OnQueueTimeout != nil && (c.QueueTimeout == 0 || c.MaxQueue == 0):
 		return fmt.Errorf("ginqueue: Config.OnQueueTimeout is set but can never run with QueueTimeout %v and MaxQueue %d; "+
 			"set both above zero or drop the hook", c.QueueTimeout, c.MaxQueue)
@@ -104,7 +132,8 @@ func (c Config) Validate() error {
 
 // limits returns the part of c that a Backend needs.
 func (c Config) limits() Limits {
-	return Limits{MaxConcurrent: c.MaxConcurrent, MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout}
+	return Limits{MaxConcurrent: c.MaxConcurrent, MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout,
+		MaxQueuePerFlow: c.MaxQueuePerFlow}
 }
 
 // retryAfterHeader renders d as whole seconds, rounded up, at least one.
@@ -114,4 +143,26 @@ func retryAfterHeader(d time.Duration) string {
 		secs = 1
 	}
 	return fmt.Sprint(secs)
+}
+
+// ByClientIP is a Config.FlowKey that puts each client address in its own
+// flow. It uses c.ClientIP, which honours the engine's trusted proxies: set
+// them (engine.SetTrustedProxies) or a client can pick its own key through
+// X-Forwarded-For.
+func ByClientIP() func(*gin.Context) string {
+	return func(c *gin.Context) string { return c.ClientIP() }
+}
+
+// ByHeader is a Config.FlowKey that keys flows by the value of a request
+// header, such as a tenant or API key header. Requests without it share the
+// flow of the empty key.
+func ByHeader(name string) func(*gin.Context) string {
+	return func(c *gin.Context) string { return c.GetHeader(name) }
+}
+
+// ByRoute is a Config.FlowKey that gives each route pattern (c.FullPath, such
+// as "/users/:id") its own flow, so one slow endpoint cannot fill the queue
+// ahead of the others.
+func ByRoute() func(*gin.Context) string {
+	return func(c *gin.Context) string { return c.FullPath() }
 }

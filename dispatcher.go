@@ -47,11 +47,9 @@ type dispatcher struct {
 	mu sync.Mutex
 
 	// All fields below are guarded by mu. slowBit is set exactly when
-	// queued > 0 || closed || idle != nil (changed together, under mu).
+	// room.n > 0 || closed || idle != nil (changed together, under mu).
 	limits Limits
-	queued int // waiters in the list; 0 <= queued <= limits.MaxQueue
-	head   *waiter
-	tail   *waiter
+	room   *waitroom // the waiters; 0 <= room.n <= limits.MaxQueue
 	closed bool
 
 	epoch   time.Time     // deadlines are nanoseconds since epoch (monotonic)
@@ -79,15 +77,17 @@ const (
 	granted
 	timedOut
 	closedOut
+	evicted // gave its place to an arrival of higher priority
 )
 
 // waiter is one request parked in the queue. It holds no gin state: the
 // request's own goroutine keeps the gin.Context and waits on ready.
 type waiter struct {
-	prev, next *waiter
-	deadline   int64 // nanoseconds since dispatcher.epoch; 0 with no timeout
-	ready      chan struct{}
-	state      waiterState // guarded by dispatcher.mu until ready is closed
+	inAll, inLevel, inFlow links // see waitroom
+	flow                   *flow
+	deadline               int64 // nanoseconds since dispatcher.epoch; 0 with no timeout
+	ready                  chan struct{}
+	state                  waiterState // guarded by dispatcher.mu until ready is closed
 }
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
@@ -99,12 +99,13 @@ var _ Backend = (*dispatcher)(nil)
 
 // Start implements Backend.
 func (d *dispatcher) Start(l Limits) error {
-	if err := (Config{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout}).Validate(); err != nil {
+	if err := l.config().Validate(); err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.limits = l
+	d.room = newWaitroom()
 	d.limit.Store(int64(l.MaxConcurrent))
 	d.epoch = time.Now()
 	if l.QueueTimeout > 0 && l.MaxQueue > 0 {
@@ -115,11 +116,11 @@ func (d *dispatcher) Start(l Limits) error {
 }
 
 // Acquire implements Backend.
-func (d *dispatcher) Acquire(ctx context.Context, _ Arrival) (Ticket, error) {
+func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
 	if d.tryFast() {
 		return Ticket{}, nil
 	}
-	return d.acquireSlow(ctx)
+	return d.acquireSlow(ctx, a)
 }
 
 // tryFast takes a slot without mu when one is free and slowBit is clear.
@@ -135,13 +136,15 @@ func (d *dispatcher) tryFast() bool {
 	}
 }
 
-func (d *dispatcher) acquireSlow(ctx context.Context) (Ticket, error) {
+// acquireSlow is Acquire when the fast path failed: take a slot under mu if
+// one is free and nobody waits, else wait for one.
+func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return Ticket{}, ErrClosed
 	}
-	for d.queued == 0 {
+	for d.room.n == 0 {
 		g := d.grants.Load()
 		if g&slowBit == 0 {
 			// Announce that we may park, then look at the slots once more
@@ -160,7 +163,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context) (Ticket, error) {
 		}
 		break
 	}
-	if d.queued >= d.limits.MaxQueue {
+	if !d.makeRoom(a) {
 		d.syncSlowBit()
 		d.mu.Unlock()
 		return Ticket{}, ErrQueueFull
@@ -175,7 +178,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context) (Ticket, error) {
 	if d.timer != nil {
 		w.deadline = d.now() + int64(d.limits.QueueTimeout)
 	}
-	d.push(w)
+	d.push(w, a)
 	d.mu.Unlock()
 
 	select {
@@ -188,7 +191,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context) (Ticket, error) {
 	defer d.mu.Unlock()
 	switch w.state {
 	case waiting:
-		d.remove(w)
+		d.room.remove(w)
 		d.syncSlowBit()
 		return Ticket{}, ctx.Err()
 	case granted:
@@ -211,6 +214,8 @@ func (w *waiter) err() error {
 		return nil
 	case timedOut:
 		return ErrQueueTimeout
+	case evicted:
+		return ErrQueueFull
 	default:
 		return ErrClosed
 	}
@@ -231,9 +236,8 @@ func (d *dispatcher) Release(Ticket) {
 // grantLocked wakes head waiters, in order, while slots are free, and tells a
 // drainer when none is held. Requires d.mu.
 func (d *dispatcher) grantLocked() {
-	for d.head != nil && d.running(d.grants.Load()) < d.limit.Load() {
-		w := d.head
-		d.remove(w)
+	for d.room.n > 0 && d.running(d.grants.Load()) < d.limit.Load() {
+		w := d.room.next()
 		d.grants.Add(1)
 		w.state = granted
 		close(w.ready)
@@ -247,42 +251,44 @@ func (d *dispatcher) grantLocked() {
 // syncSlowBit sets slowBit exactly when something needs the slow path.
 // Requires d.mu.
 func (d *dispatcher) syncSlowBit() {
-	if d.queued > 0 || d.closed || d.idle != nil {
+	if d.room.n > 0 || d.closed || d.idle != nil {
 		d.grants.Or(slowBit)
 	} else {
 		d.grants.And(^slowBit)
 	}
 }
 
-// push appends w to the queue and arms the timer if it was idle. Requires d.mu.
-func (d *dispatcher) push(w *waiter) {
-	if d.tail == nil {
-		d.head = w
-	} else {
-		d.tail.next = w
-		w.prev = d.tail
+// makeRoom reports whether a waiting place can be found for a, giving it
+// the place of the newest waiter of the lowest lower priority if the queue is
+// full. Requires d.mu.
+func (d *dispatcher) makeRoom(a Arrival) bool {
+	if d.limits.MaxQueuePerFlow > 0 && d.room.flowLen(a.Priority, a.Flow) >= d.limits.MaxQueuePerFlow {
+		return false
 	}
-	d.tail = w
-	d.queued++
+	if d.room.n < d.limits.MaxQueue {
+		return true
+	}
+	v := d.room.victim(a.Priority)
+	if v == nil {
+		return false
+	}
+	d.finish(v, evicted)
+	return true
+}
+
+// push queues w and arms the timer if it was idle. Requires d.mu.
+func (d *dispatcher) push(w *waiter, a Arrival) {
+	d.room.push(w, a.Priority, a.Flow)
 	if d.timer != nil && d.timerAt == 0 {
 		d.arm(w.deadline)
 	}
 }
 
-// remove unlinks w from the queue. Requires d.mu.
-func (d *dispatcher) remove(w *waiter) {
-	if w.prev == nil {
-		d.head = w.next
-	} else {
-		w.prev.next = w.next
-	}
-	if w.next == nil {
-		d.tail = w.prev
-	} else {
-		w.next.prev = w.prev
-	}
-	w.prev, w.next = nil, nil
-	d.queued--
+// finish removes a waiting w and wakes it with its fate. Requires d.mu.
+func (d *dispatcher) finish(w *waiter, st waiterState) {
+	d.room.remove(w)
+	w.state = st
+	close(w.ready)
 }
 
 // arm sets the timer to fire at deadline. Requires d.mu.
@@ -304,14 +310,11 @@ func (d *dispatcher) expire() {
 		return
 	}
 	now := d.now()
-	for d.head != nil && d.head.deadline <= now {
-		w := d.head
-		d.remove(w)
-		w.state = timedOut
-		close(w.ready)
+	for w := d.room.all.first; w != nil && w.deadline <= now; w = d.room.all.first {
+		d.finish(w, timedOut)
 	}
-	if d.head != nil {
-		d.arm(d.head.deadline)
+	if w := d.room.all.first; w != nil {
+		d.arm(w.deadline)
 	}
 	d.syncSlowBit()
 }
@@ -321,7 +324,8 @@ func (d *dispatcher) Stats() BackendStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	g := d.grants.Load()
-	return BackendStats{Running: int(d.running(g)), Queued: d.queued, Limit: int(d.limit.Load()), Served: g & grantMask}
+	return BackendStats{Running: int(d.running(g)), Queued: d.room.n, Limit: int(d.limit.Load()), Served: g & grantMask,
+		QueuedByPriority: d.room.byPriority()}
 }
 
 // Close implements Backend.
@@ -337,11 +341,8 @@ func (d *dispatcher) Close() error {
 		d.timer.Stop()
 		d.timerAt = 0
 	}
-	for d.head != nil {
-		w := d.head
-		d.remove(w)
-		w.state = closedOut
-		close(w.ready)
+	for w := d.room.all.first; w != nil; w = d.room.all.first {
+		d.finish(w, closedOut)
 	}
 	return nil
 }

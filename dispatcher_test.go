@@ -2,6 +2,9 @@ package ginqueue
 
 import (
 	"context"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -81,7 +84,8 @@ func TestGrantRacingHangUpHandsSlotOn(t *testing.T) {
 				if !cancelFirst {
 					// It saw its grant: it runs, the second still waits.
 					require.NoError(t, err)
-					assert.Equal(t, BackendStats{Running: 1, Queued: 1, Limit: 1, Served: 2}, d.Stats())
+					assert.Equal(t, BackendStats{Running: 1, Queued: 1, Limit: 1, Served: 2,
+						QueuedByPriority: []PriorityCount{{Priority: 0, Queued: 1}}}, d.Stats())
 					d.Release(Ticket{})
 					require.NoError(t, <-second)
 					assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 3}, d.Stats())
@@ -161,4 +165,47 @@ func TestStressKeepsInvariants(t *testing.T) {
 	assert.Equal(t, 0, st.Running)
 	assert.Equal(t, 0, st.Queued)
 	assert.Zero(t, d.grants.Load()&slowBit, "slowBit left set with nobody waiting")
+}
+
+// Flow and level state lives only while it has waiters: a million distinct
+// keys through a queue of 100 places leave the memory of 100 waiters.
+func TestRotatingKeysDoNotGrowMemory(t *testing.T) {
+	const places = 100
+	r := newWaitroom()
+	var ms runtime.MemStats
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	var ws []*waiter
+	for i := range places {
+		w := &waiter{}
+		r.push(w, i%3, strconv.Itoa(i))
+		ws = append(ws, w)
+	}
+	before := heap()
+	for i := places; i < 1_000_000; i++ {
+		old := ws[i%places]
+		r.remove(old)
+		w := &waiter{}
+		r.push(w, i%3, "client-"+strconv.Itoa(i))
+		ws[i%places] = w
+	}
+	after := heap()
+	assert.Equal(t, places, r.n)
+	flows := 0
+	for _, l := range r.levels {
+		flows += len(l.flows)
+	}
+	assert.Equal(t, places, flows, "one flow per waiter, no more")
+	assert.Len(t, r.levels, 3)
+	assert.Less(t, after, before+512<<10, "heap grew from %d to %d bytes", before, after)
+	runtime.KeepAlive(ws)
+
+	long := strings.Repeat("k", 1<<20)
+	w := &waiter{}
+	r.push(w, 0, long)
+	assert.LessOrEqual(t, len(w.flow.key), maxKeyLen, "a 1 MiB key is kept as a hash")
+	assert.Equal(t, 1, r.flowLen(0, long))
 }

@@ -68,6 +68,9 @@ type Stats struct {
 	Running int // requests holding a slot now
 	Queued  int // requests waiting now
 	Limit   int // slots in all
+	// QueuedByPriority splits Queued by priority, highest first; nil when
+	// nobody waits.
+	QueuedByPriority []PriorityCount
 
 	Served       uint64 // requests that got a slot
 	QueueFull    uint64 // requests answered queue full
@@ -81,7 +84,10 @@ type Stats struct {
 // Queue is safe for concurrent use. Build it with NewQueue.
 type Queue struct {
 	backend    Backend
+	fast       *dispatcher // backend, when it is the in-memory one
 	skip       func(*gin.Context) bool
+	priority   func(*gin.Context) int
+	flowKey    func(*gin.Context) string
 	onFull     gin.HandlerFunc
 	onTimeout  gin.HandlerFunc
 	onClosed   gin.HandlerFunc
@@ -121,11 +127,14 @@ func NewQueue(cfg Config) (*Queue, error) {
 	q := &Queue{
 		backend:    b,
 		skip:       cfg.Skip,
+		priority:   cfg.Priority,
+		flowKey:    cfg.FlowKey,
 		onFull:     cfg.OnQueueFull,
 		onTimeout:  cfg.OnQueueTimeout,
 		onClosed:   cfg.OnClosed,
 		retryAfter: retryAfterHeader(cfg.RetryAfter),
 	}
+	q.fast, _ = b.(*dispatcher)
 	q.handler = q.serve
 	return q, nil
 }
@@ -141,7 +150,7 @@ func (q *Queue) serve(c *gin.Context) {
 		c.Next()
 		return
 	}
-	t, err := q.backend.Acquire(c.Request.Context(), Arrival{})
+	t, err := q.acquire(c)
 	if err != nil {
 		q.reject(c, err)
 		return
@@ -150,6 +159,30 @@ func (q *Queue) serve(c *gin.Context) {
 	// gin.Recovery catches it further up.
 	defer q.backend.Release(t)
 	c.Next()
+}
+
+// acquire gets a slot for c from the Backend. Only a request that may have
+// to wait pays for its priority and flow key.
+func (q *Queue) acquire(c *gin.Context) (Ticket, error) {
+	if q.fast == nil {
+		return q.backend.Acquire(c.Request.Context(), q.arrival(c))
+	}
+	if q.fast.tryFast() {
+		return Ticket{}, nil
+	}
+	return q.fast.acquireSlow(c.Request.Context(), q.arrival(c))
+}
+
+// arrival describes c for the Backend.
+func (q *Queue) arrival(c *gin.Context) Arrival {
+	var a Arrival
+	if q.priority != nil {
+		a.Priority = q.priority(c)
+	}
+	if q.flowKey != nil {
+		a.Flow = q.flowKey(c)
+	}
+	return a
 }
 
 // reject answers a request that got no slot.
@@ -202,14 +235,15 @@ func outcomeOf(err error) Outcome {
 func (q *Queue) Stats() Stats {
 	b := q.backend.Stats()
 	return Stats{
-		Running:      b.Running,
-		Queued:       b.Queued,
-		Limit:        b.Limit,
-		Served:       b.Served,
-		QueueFull:    q.counts[OutcomeQueueFull].Load(),
-		QueueTimeout: q.counts[OutcomeQueueTimeout].Load(),
-		Canceled:     q.counts[OutcomeCanceled].Load(),
-		Closed:       q.counts[OutcomeClosed].Load(),
+		Running:          b.Running,
+		Queued:           b.Queued,
+		Limit:            b.Limit,
+		QueuedByPriority: b.QueuedByPriority,
+		Served:           b.Served,
+		QueueFull:        q.counts[OutcomeQueueFull].Load(),
+		QueueTimeout:     q.counts[OutcomeQueueTimeout].Load(),
+		Canceled:         q.counts[OutcomeCanceled].Load(),
+		Closed:           q.counts[OutcomeClosed].Load(),
 	}
 }
 

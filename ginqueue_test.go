@@ -513,8 +513,8 @@ func TestSeedScenario(t *testing.T) {
 	})
 }
 
-// A randomized property test: arrivals, hang-ups, timeouts, panics, closes and
-// durations drawn from a seeded source. After every run: running <= limit at
+// A randomized property test: arrivals, hang-ups, timeouts, panics, closes,
+// durations, priorities and flows drawn from a seeded source. After every run: running <= limit at
 // all times, queued <= MaxQueue, grants in arrival order, exactly one outcome
 // per request, handlers ran only for served requests, counters add up.
 func TestRandomSchedules(t *testing.T) {
@@ -530,6 +530,8 @@ func TestRandomSchedules(t *testing.T) {
 }
 
 type plannedRequest struct {
+	prio    int
+	flow    string
 	arrive  time.Duration // since the start, strictly increasing
 	run     time.Duration
 	hangUp  time.Duration // 0: never
@@ -551,6 +553,14 @@ func randomPlan(rng *rand.Rand) plan {
 	if p.cfg.MaxQueue == 0 {
 		p.cfg.QueueTimeout = 0
 	}
+	classes := rng.IntN(2) == 0 // priorities and flows, or plain FIFO
+	if classes {
+		p.cfg.Priority = byQueryPriority
+		p.cfg.FlowKey = byQueryFlow
+		if p.cfg.MaxQueue > 0 {
+			p.cfg.MaxQueuePerFlow = rng.IntN(p.cfg.MaxQueue + 1)
+		}
+	}
 	var at time.Duration
 	for range 10 + rng.IntN(40) {
 		at += time.Duration(1+rng.IntN(4000)) * time.Microsecond
@@ -559,6 +569,10 @@ func randomPlan(rng *rand.Rand) plan {
 			r.hangUp = time.Duration(rng.IntN(20000)) * time.Microsecond
 		}
 		r.panics = rng.IntN(8) == 0
+		if classes {
+			r.prio = rng.IntN(3) - 1
+			r.flow = string(rune('A' + rng.IntN(3)))
+		}
 		p.reqs = append(p.reqs, r)
 	}
 	if rng.IntN(4) == 0 {
@@ -611,7 +625,8 @@ func (p plan) check(t *testing.T) {
 		go func() {
 			defer cancel()
 			w := httptest.NewRecorder()
-			r.ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("/?id=%d", id), nil))
+			target := fmt.Sprintf("/?id=%d&p=%d&flow=%s", id, pr.prio, pr.flow)
+			r.ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, target, nil))
 			out <- result{id: id, code: w.Code, body: w.Body.String()}
 		}()
 	}
@@ -635,14 +650,18 @@ func (p plan) check(t *testing.T) {
 	}
 	assert.LessOrEqual(t, maxRunning, p.cfg.MaxConcurrent)
 	assert.LessOrEqual(t, maxQueued, p.cfg.MaxQueue)
-	// FIFO: no request started before an earlier arrival that also started.
-	latest := time.Duration(-1)
+	// FIFO within a priority and flow (plain FIFO has one of each): no
+	// request started before an earlier arrival of its class that started.
+	latest := map[string]time.Duration{}
 	for id, pr := range p.reqs {
 		if pr.started < 0 {
 			continue
 		}
-		assert.GreaterOrEqual(t, pr.started, latest, "request %d overtook an earlier arrival", id)
-		latest = pr.started
+		class := fmt.Sprint(pr.prio, pr.flow)
+		if last, ok := latest[class]; ok {
+			assert.GreaterOrEqual(t, pr.started, last, "request %d overtook an earlier arrival", id)
+		}
+		latest[class] = pr.started
 	}
 	st := q.Stats()
 	assert.EqualValues(t, codes[200]+codes[500], st.Served)

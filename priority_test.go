@@ -1,0 +1,268 @@
+package ginqueue_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// byQuery reads the priority and flow of a test request from its query.
+func byQueryPriority(c *gin.Context) int { p, _ := strconv.Atoi(c.Query("p")); return p }
+func byQueryFlow(c *gin.Context) string  { return c.Query("flow") }
+
+// sendAt runs GET /?id=..&p=..&flow=.. in its own goroutine and waits until
+// it has settled (running or parked), so arrivals have a known order.
+func sendAt(r http.Handler, id, prio int, flow string, out chan<- result) {
+	go func() {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, fmt.Sprintf("/?id=%d&p=%d&flow=%s", id, prio, flow), nil))
+		out <- result{id: id, code: w.Code}
+	}()
+	synctest.Wait()
+}
+
+func priorityQueue(t *testing.T, maxQueue, perFlow int) *ginqueue.Queue {
+	return mustQueue(t, ginqueue.Config{
+		MaxConcurrent: 1, MaxQueue: maxQueue, QueueTimeout: time.Minute,
+		Priority: byQueryPriority, FlowKey: byQueryFlow, MaxQueuePerFlow: perFlow,
+	})
+}
+
+// 1 slot held, 50 low-priority waiters, then 1 high: the high one runs next,
+// then the low ones in arrival order.
+func TestHigherPriorityRunsFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := priorityQueue(t, 60, 0)
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 52)
+		sendAt(r, 0, 0, "", out)
+		for id := 1; id <= 50; id++ {
+			sendAt(r, id, 0, "", out)
+		}
+		sendAt(r, 99, 5, "", out)
+		assert.Equal(t, []ginqueue.PriorityCount{{Priority: 5, Queued: 1}, {Priority: 0, Queued: 50}}, q.Stats().QueuedByPriority)
+		assert.Equal(t, 0, <-g.started)
+		want := append([]int{99}, seq(1, 50)...)
+		for _, id := range want {
+			g.open(1)
+			assert.Equal(t, id, <-g.started)
+		}
+		g.open(1)
+		for range 52 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+		assert.Nil(t, q.Stats().QueuedByPriority)
+	})
+}
+
+func seq(from, to int) []int {
+	var s []int
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+// Flow A queues 40, then flow B queues 4: B's 4 are among the first 8
+// started, and each flow stays FIFO.
+func TestFlowsTakeTurns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := priorityQueue(t, 50, 0)
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 45)
+		sendAt(r, 0, 0, "hold", out)
+		for id := 1; id <= 40; id++ {
+			sendAt(r, id, 0, "A", out)
+		}
+		for id := 101; id <= 104; id++ {
+			sendAt(r, id, 0, "B", out)
+		}
+		<-g.started
+		var order []int
+		for range 44 {
+			g.open(1)
+			order = append(order, <-g.started)
+		}
+		g.open(1)
+		var firstB, a, b []int
+		for i, id := range order {
+			if id > 100 {
+				b = append(b, id)
+				if i < 8 {
+					firstB = append(firstB, id)
+				}
+			} else {
+				a = append(a, id)
+			}
+		}
+		assert.Equal(t, []int{101, 102, 103, 104}, firstB, "order %v", order[:8])
+		assert.Equal(t, seq(1, 40), a, "flow A must stay FIFO")
+		assert.Equal(t, []int{101, 102, 103, 104}, b)
+		for range 45 {
+			<-out
+		}
+	})
+}
+
+// A full queue gives the newest waiter of the lowest priority below an
+// arrival's to that arrival (503 for the evicted one); an arrival of the
+// lowest priority present gets 503.
+func TestFullQueueEvictsLowestNewest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := priorityQueue(t, 3, 0)
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 8)
+		sendAt(r, 0, 0, "", out) // runs
+		sendAt(r, 1, 1, "", out)
+		sendAt(r, 2, 0, "", out)
+		sendAt(r, 3, 0, "", out) // the queue is full now: 1(p1), 2(p0), 3(p0)
+
+		sendAt(r, 4, 0, "", out) // lowest priority present: refused
+		res := <-out
+		assert.Equal(t, result{id: 4, code: http.StatusServiceUnavailable}, res)
+
+		sendAt(r, 5, 2, "", out) // evicts 3, the newest of priority 0
+		res = <-out
+		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable}, res)
+		sendAt(r, 6, 1, "", out) // evicts 2
+		assert.Equal(t, 2, (<-out).id)
+		sendAt(r, 7, 1, "", out) // nobody below priority 1 is left: refused
+		assert.Equal(t, result{id: 7, code: http.StatusServiceUnavailable}, <-out)
+
+		assert.Equal(t, 0, <-g.started)
+		for _, id := range []int{5, 1, 6} {
+			g.open(1)
+			assert.Equal(t, id, <-g.started)
+		}
+		g.open(1)
+		for range 4 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+		st := q.Stats()
+		assert.EqualValues(t, 4, st.QueueFull)
+		assert.EqualValues(t, 4, st.Served)
+	})
+}
+
+// MaxQueuePerFlow: a flow at its cap gets 503 while other flows are admitted.
+func TestPerFlowCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := priorityQueue(t, 10, 2)
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 8)
+		sendAt(r, 0, 0, "A", out) // runs: a running request holds no place
+		sendAt(r, 1, 0, "A", out)
+		sendAt(r, 2, 0, "A", out)
+		sendAt(r, 3, 0, "A", out) // A holds 2 places: refused
+		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable}, <-out)
+		sendAt(r, 4, 0, "B", out)
+		sendAt(r, 5, 0, "B", out)
+		assert.Equal(t, 4, q.Stats().Queued)
+		sendAt(r, 6, 0, "B", out)
+		assert.Equal(t, result{id: 6, code: http.StatusServiceUnavailable}, <-out)
+		<-g.started
+		g.open(1)
+		<-g.started // A's 1 leaves the queue: A may queue again
+		sendAt(r, 7, 0, "A", out)
+		assert.Equal(t, 4, q.Stats().Queued)
+		g.open(5)
+		for range 4 {
+			<-g.started
+		}
+		for range 6 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+	})
+}
+
+// Timeouts, hang-ups and Close reach waiters at every priority; the counters
+// and the per-priority stats follow.
+func TestOutcomesAtEveryPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q, err := ginqueue.NewQueue(ginqueue.Config{
+			MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: time.Second,
+			Priority: byQueryPriority, FlowKey: byQueryFlow,
+		})
+		require.NoError(t, err)
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 10)
+		sendAt(r, 0, 0, "", out)
+		t0 := time.Now()
+		sendAt(r, 1, 3, "x", out) // times out
+		sendAt(r, 2, -3, "y", out)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, "/?id=3&p=7", nil))
+			out <- result{id: 3, code: w.Code}
+		}()
+		synctest.Wait()
+		assert.Equal(t, []ginqueue.PriorityCount{{7, 1}, {3, 1}, {-3, 1}}, q.Stats().QueuedByPriority)
+		cancel()
+		assert.Equal(t, result{id: 3, code: ginqueue.StatusClientClosedRequest}, <-out)
+		time.Sleep(500 * time.Millisecond)
+		sendAt(r, 4, 9, "z", out) // arrives later: closed before its deadline
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		got := map[int]int{}
+		for range 2 {
+			res := <-out
+			got[res.id] = res.code
+		}
+		assert.Equal(t, map[int]int{1: http.StatusRequestTimeout, 2: http.StatusRequestTimeout}, got)
+		assert.Equal(t, time.Second, time.Since(t0))
+		require.NoError(t, q.Close())
+		assert.Equal(t, result{id: 4, code: http.StatusServiceUnavailable}, <-out)
+		g.open(1)
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		st := q.Stats()
+		assert.Equal(t, ginqueue.Stats{Limit: 1, Served: 1, QueueTimeout: 2, Canceled: 1, Closed: 1}, st)
+	})
+}
+
+func TestFlowKeyHelpers(t *testing.T) {
+	r := gin.New()
+	var ip, hdr, route string
+	r.GET("/users/:id", func(c *gin.Context) {
+		ip, hdr, route = ginqueue.ByClientIP()(c), ginqueue.ByHeader("X-Tenant")(c), ginqueue.ByRoute()(c)
+	})
+	req := httptest.NewRequest(http.MethodGet, "/users/42", nil)
+	req.RemoteAddr = "192.0.2.7:5555"
+	req.Header.Set("X-Tenant", "acme")
+	r.ServeHTTP(httptest.NewRecorder(), req)
+	assert.Equal(t, "192.0.2.7", ip)
+	assert.Equal(t, "acme", hdr)
+	assert.Equal(t, "/users/:id", route)
+}
+
+func TestPriorityConfigIsChecked(t *testing.T) {
+	flow := ginqueue.ByClientIP()
+	for _, tt := range []struct {
+		cfg  ginqueue.Config
+		want string
+	}{
+		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: -1, FlowKey: flow}, "Config.MaxQueuePerFlow must not be negative, got -1"},
+		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: 5, FlowKey: flow}, "Config.MaxQueuePerFlow 5 exceeds Config.MaxQueue 4"},
+		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: 2}, "Config.MaxQueuePerFlow 2 needs Config.FlowKey"},
+	} {
+		err := tt.cfg.Validate()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tt.want)
+	}
+}

@@ -1,0 +1,287 @@
+package ginqueue
+
+import (
+	"hash/maphash"
+	"strconv"
+)
+
+// waitroom holds the waiters of a dispatcher and decides who is next.
+//
+//   - Priorities: a level per priority that has waiters, kept in two indexed
+//     heaps (highest first, lowest first), so the next level to serve and the
+//     level to evict from are found in O(1) and levels come and go in
+//     O(log P), P the number of priorities waiting.
+//   - Flows: within a level, the flows with waiters form a ring served round
+//     robin, one waiter per turn; a flow that becomes active joins just
+//     behind the cursor, so it waits at most one turn of the others. FIFO
+//     within a flow.
+//   - Arrival order: every waiter is also on one list in arrival order
+//     (deadline order, for the timer) and on its level's list (newest of a
+//     level, for eviction).
+//
+// A level or flow exists only while it has waiters, so memory is bounded by
+// the waiters, whatever keys clients send. Every method requires the
+// dispatcher's mu.
+type waitroom struct {
+	all wlist // every waiter, in arrival order (deadline order)
+	n   int
+
+	levels map[int]*level
+	high   levelHeap // highest priority at high.items[0]
+	low    levelHeap // lowest priority at low.items[0]
+	seed   maphash.Seed
+}
+
+// level is the waiters of one priority.
+type level struct {
+	prio   int
+	flows  map[string]*flow
+	cursor *flow // the flow served next; nil when the level is empty
+	all    wlist // this level's waiters, in arrival order
+	n      int
+	idx    [2]int // positions in waitroom.high and waitroom.low
+}
+
+// flow is the waiters of one flow key at one level, in arrival order.
+type flow struct {
+	key        string
+	lvl        *level
+	prev, next *flow // the level's ring of flows
+	all        wlist // this flow's waiters, in arrival order
+	n          int
+}
+
+// maxKeyLen bounds the flow keys a waitroom keeps: longer keys are replaced
+// by a hash, so a client cannot make the queue hold megabytes per waiter.
+const maxKeyLen = 64
+
+func newWaitroom() *waitroom {
+	return &waitroom{
+		levels: map[int]*level{},
+		high:   levelHeap{side: 0, before: func(a, b *level) bool { return a.prio > b.prio }},
+		low:    levelHeap{side: 1, before: func(a, b *level) bool { return a.prio < b.prio }},
+		seed:   maphash.MakeSeed(),
+	}
+}
+
+// flowKey shortens keys longer than maxKeyLen to a hash. Collisions only
+// merge two flows.
+func (r *waitroom) flowKey(key string) string {
+	if len(key) <= maxKeyLen {
+		return key
+	}
+	return "#" + strconv.FormatUint(maphash.String(r.seed, key), 36)
+}
+
+// flowLen is the number of waiters of the flow (prio, key).
+func (r *waitroom) flowLen(prio int, key string) int {
+	if l := r.levels[prio]; l != nil {
+		if f := l.flows[r.flowKey(key)]; f != nil {
+			return f.n
+		}
+	}
+	return 0
+}
+
+// push adds w, of priority prio and flow key, as the newest waiter.
+func (r *waitroom) push(w *waiter, prio int, key string) {
+	l := r.levels[prio]
+	if l == nil {
+		l = &level{prio: prio, flows: map[string]*flow{}}
+		r.levels[prio] = l
+		r.high.push(l)
+		r.low.push(l)
+	}
+	key = r.flowKey(key)
+	f := l.flows[key]
+	if f == nil {
+		f = &flow{key: key, lvl: l}
+		l.flows[key] = f
+		if l.cursor == nil {
+			f.prev, f.next = f, f
+			l.cursor = f
+		} else { // join just behind the cursor: served after one turn
+			f.next = l.cursor
+			f.prev = l.cursor.prev
+			f.prev.next = f
+			l.cursor.prev = f
+		}
+	}
+	w.flow = f
+	f.all.pushBack(w, inFlow)
+	f.n++
+	l.all.pushBack(w, inLevel)
+	l.n++
+	r.all.pushBack(w, inAll)
+	r.n++
+}
+
+// remove takes w out, wherever it is, and drops a flow or level it empties.
+func (r *waitroom) remove(w *waiter) {
+	f := w.flow
+	l := f.lvl
+	f.all.remove(w, inFlow)
+	f.n--
+	l.all.remove(w, inLevel)
+	l.n--
+	r.all.remove(w, inAll)
+	r.n--
+	w.flow = nil
+	if f.n == 0 {
+		delete(l.flows, f.key)
+		if f.next == f {
+			l.cursor = nil
+		} else {
+			if l.cursor == f {
+				l.cursor = f.next
+			}
+			f.prev.next = f.next
+			f.next.prev = f.prev
+		}
+		f.prev, f.next = nil, nil
+	}
+	if l.n == 0 {
+		delete(r.levels, l.prio)
+		r.high.remove(l)
+		r.low.remove(l)
+	}
+}
+
+// next removes and returns the waiter to grant next: the highest priority,
+// the flow whose turn it is, the oldest of that flow. Nil when empty.
+func (r *waitroom) next() *waiter {
+	if r.n == 0 {
+		return nil
+	}
+	l := r.high.items[0]
+	f := l.cursor
+	w := f.all.first
+	l.cursor = f.next // the next flow's turn, even if f stays active
+	r.remove(w)
+	return w
+}
+
+// victim returns the newest waiter of the lowest priority below prio, the
+// one a full queue gives up for an arrival of priority prio; nil if every
+// waiter has priority prio or more.
+func (r *waitroom) victim(prio int) *waiter {
+	if r.n == 0 || r.low.items[0].prio >= prio {
+		return nil
+	}
+	return r.low.items[0].all.last
+}
+
+// byPriority lists the number of waiters per priority, highest first.
+func (r *waitroom) byPriority() []PriorityCount {
+	if r.n == 0 {
+		return nil
+	}
+	out := make([]PriorityCount, 0, len(r.levels))
+	for _, l := range r.levels {
+		out = append(out, PriorityCount{Priority: l.prio, Queued: l.n})
+	}
+	for i := 1; i < len(out); i++ { // few levels: insertion sort
+		for j := i; j > 0 && out[j].Priority > out[j-1].Priority; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// links are a waiter's neighbours on one list.
+type links struct{ prev, next *waiter }
+
+// The three lists a waiter is on.
+func inAll(w *waiter) *links   { return &w.inAll }
+func inLevel(w *waiter) *links { return &w.inLevel }
+func inFlow(w *waiter) *links  { return &w.inFlow }
+
+// wlist is a doubly linked list of waiters through the links at(w).
+type wlist struct{ first, last *waiter }
+
+func (q *wlist) pushBack(w *waiter, at func(*waiter) *links) {
+	*at(w) = links{prev: q.last}
+	if q.last == nil {
+		q.first = w
+	} else {
+		at(q.last).next = w
+	}
+	q.last = w
+}
+
+func (q *wlist) remove(w *waiter, at func(*waiter) *links) {
+	l := at(w)
+	if l.prev == nil {
+		q.first = l.next
+	} else {
+		at(l.prev).next = l.next
+	}
+	if l.next == nil {
+		q.last = l.prev
+	} else {
+		at(l.next).prev = l.prev
+	}
+	*l = links{}
+}
+
+// levelHeap is a binary heap of levels that knows each level's position
+// (level.idx[side]), so a level can be removed from the middle in O(log P).
+type levelHeap struct {
+	items  []*level
+	side   int
+	before func(a, b *level) bool
+}
+
+func (h *levelHeap) push(l *level) {
+	l.idx[h.side] = len(h.items)
+	h.items = append(h.items, l)
+	h.up(len(h.items) - 1)
+}
+
+func (h *levelHeap) remove(l *level) {
+	i := l.idx[h.side]
+	last := len(h.items) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.items[last] = nil
+	h.items = h.items[:last]
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+}
+
+func (h *levelHeap) swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].idx[h.side] = i
+	h.items[j].idx[h.side] = j
+}
+
+func (h *levelHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.before(h.items[i], h.items[p]) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h *levelHeap) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h.items) {
+			return
+		}
+		if c+1 < len(h.items) && h.before(h.items[c+1], h.items[c]) {
+			c++
+		}
+		if !h.before(h.items[c], h.items[i]) {
+			return
+		}
+		h.swap(i, c)
+		i = c
+	}
+}
