@@ -62,6 +62,9 @@ type BackendStats struct {
 	// QueuedByPriority splits Queued by priority, highest first; nil when
 	// nobody waits.
 	QueuedByPriority []PriorityCount
+	// OldestWait is how long the oldest waiter has waited; zero when nobody
+	// waits or the backend cannot tell.
+	OldestWait time.Duration
 }
 
 // PriorityCount is the number of requests waiting at one priority.

@@ -40,7 +40,8 @@ type Config struct {
 
 	// OnQueueTimeout writes the response for a request that waited
 	// QueueTimeout without getting a slot. The request is already aborted and
-	// holds no slot. Nil means c.AbortWithStatus(408). Some HTTP clients
+	// holds no slot. Nil means c.AbortWithStatus(408) with a Retry-After
+	// header. Some HTTP clients
 	// retry a 408 at once on a new connection; set this hook to answer with
 	// another status (503 with Retry-After, say) if yours do.
 	OnQueueTimeout gin.HandlerFunc
@@ -58,7 +59,9 @@ type Config struct {
 	Skip func(*gin.Context) bool
 
 	// RetryAfter is the value of the Retry-After header on the default 503
-	// responses, rounded up to whole seconds. Zero means one second.
+	// and 408 responses until a request has finished, rounded up to whole
+	// seconds; from then on the header is the time the queue needs to drain
+	// at the measured rate, within [1, 60] seconds. Zero means one second.
 	// Negative is refused.
 	RetryAfter time.Duration
 
@@ -83,6 +86,25 @@ type Config struct {
 	// while other flows are still admitted. Zero means no cap beyond
 	// MaxQueue. It needs FlowKey and must not exceed MaxQueue.
 	MaxQueuePerFlow int
+
+	// OnOutcome is called once per request that passed Skip, with its
+	// outcome and how long it waited in the queue: for a served request
+	// after the handler chain returned and its slot was given back, for the
+	// others after their response. A panic in it cannot keep a slot. Nil
+	// means no hook. It runs on the request's goroutine.
+	OnOutcome func(c *gin.Context, o Outcome, wait time.Duration)
+
+	// ServerTiming adds "Server-Timing: queue;dur=<ms>" to served responses,
+	// before the handler writes, so browsers' developer tools show the time
+	// spent queued. False means no header.
+	ServerTiming bool
+
+	// RejectEarly answers 503 at once to an arrival whose expected wait (its
+	// place in the queue over the measured drain rate) already exceeds
+	// QueueTimeout, instead of a 408 once the time is spent. False means
+	// every arrival that finds a place waits. It needs QueueTimeout and
+	// MaxQueue above zero.
+	RejectEarly bool
 
 	// Backend decides which requests run and in what order. Nil means the
 	// in-memory dispatcher of this package, which limits one process. A
@@ -123,6 +145,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow %d exceeds Config.MaxQueue %d", c.MaxQueuePerFlow, c.MaxQueue)
 	case c.MaxQueuePerFlow > 0 && c.FlowKey == nil:
 		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow %d needs Config.FlowKey to tell flows apart", c.MaxQueuePerFlow)
+	case c.RejectEarly && (c.QueueTimeout == 0 || c.MaxQueue == 0):
+		return fmt.Errorf("ginqueue: Config.RejectEarly needs QueueTimeout and MaxQueue above zero, got %v and %d",
+			c.QueueTimeout, c.MaxQueue)
 	case c.OnQueueTimeout != nil && (c.QueueTimeout == 0 || c.MaxQueue == 0):
 		return fmt.Errorf("ginqueue: Config.OnQueueTimeout is set but can never run with QueueTimeout %v and MaxQueue %d; "+
 			"set both above zero or drop the hook", c.QueueTimeout, c.MaxQueue)

@@ -2,6 +2,7 @@ package ginqueue
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,10 +53,17 @@ type dispatcher struct {
 	room   *waitroom // the waiters; 0 <= room.n <= limits.MaxQueue
 	closed bool
 
-	epoch   time.Time     // deadlines are nanoseconds since epoch (monotonic)
+	epoch   time.Time     // times are nanoseconds since epoch (monotonic)
 	timer   *time.Timer   // AfterFunc(expire); nil when QueueTimeout is 0
 	timerAt int64         // deadline the timer is armed for; 0 when disarmed
 	idle    chan struct{} // closed when running reaches 0; nil unless draining
+
+	// Mirrors of the waitroom for Stats, which must not wait for mu. They are
+	// written under mu by settle and read without it.
+	queuedN   atomic.Int64
+	oldestAt  atomic.Int64 // arrival of the oldest waiter + 1; 0 when none
+	prioDirty atomic.Bool  // the waitroom changed since prioSnap was taken
+	prioSnap  atomic.Pointer[[]PriorityCount]
 }
 
 const (
@@ -85,7 +93,7 @@ const (
 type waiter struct {
 	inAll, inLevel, inFlow links // see waitroom
 	flow                   *flow
-	deadline               int64 // nanoseconds since dispatcher.epoch; 0 with no timeout
+	arrived                int64 // nanoseconds since dispatcher.epoch
 	ready                  chan struct{}
 	state                  waiterState // guarded by dispatcher.mu until ready is closed
 }
@@ -157,28 +165,26 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		if d.running(g) < d.limit.Load() {
 			// A slot is free and nobody waits: take it.
 			d.grants.Add(1)
-			d.syncSlowBit()
+			d.settle()
 			d.mu.Unlock()
 			return Ticket{}, nil
 		}
 		break
 	}
 	if !d.makeRoom(a) {
-		d.syncSlowBit()
+		d.settle()
 		d.mu.Unlock()
 		return Ticket{}, ErrQueueFull
 	}
 	if err := ctx.Err(); err != nil {
 		// The client left before it could queue: take no place.
-		d.syncSlowBit()
+		d.settle()
 		d.mu.Unlock()
 		return Ticket{}, err
 	}
-	w := &waiter{ready: make(chan struct{})}
-	if d.timer != nil {
-		w.deadline = d.now() + int64(d.limits.QueueTimeout)
-	}
+	w := &waiter{ready: make(chan struct{}), arrived: d.now()}
 	d.push(w, a)
+	d.settle()
 	d.mu.Unlock()
 
 	select {
@@ -192,7 +198,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	switch w.state {
 	case waiting:
 		d.room.remove(w)
-		d.syncSlowBit()
+		d.settle()
 		return Ticket{}, ctx.Err()
 	case granted:
 		// The grant and the hang-up came in the same instant. Nobody will run
@@ -200,7 +206,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		// nor as running, and hand the slot to the next waiter.
 		d.grants.Add(^uint64(0))
 		d.grantLocked()
-		d.syncSlowBit()
+		d.settle()
 		return Ticket{}, ctx.Err()
 	}
 	// Timed out or closed first: that outcome stands.
@@ -229,7 +235,7 @@ func (d *dispatcher) Release(Ticket) {
 	}
 	d.mu.Lock()
 	d.grantLocked()
-	d.syncSlowBit()
+	d.settle()
 	d.mu.Unlock()
 }
 
@@ -248,14 +254,24 @@ func (d *dispatcher) grantLocked() {
 	}
 }
 
-// syncSlowBit sets slowBit exactly when something needs the slow path.
+// settle ends every change made under mu: it sets slowBit exactly when
+// something needs the slow path, and refreshes the mirrors Stats reads.
 // Requires d.mu.
-func (d *dispatcher) syncSlowBit() {
+func (d *dispatcher) settle() {
 	if d.room.n > 0 || d.closed || d.idle != nil {
 		d.grants.Or(slowBit)
 	} else {
 		d.grants.And(^slowBit)
 	}
+	if int64(d.room.n) != d.queuedN.Load() {
+		d.queuedN.Store(int64(d.room.n))
+		d.prioDirty.Store(true)
+	}
+	oldest := int64(0)
+	if w := d.room.all.first; w != nil {
+		oldest = w.arrived + 1
+	}
+	d.oldestAt.Store(oldest)
 }
 
 // makeRoom reports whether a waiting place can be found for a, giving it
@@ -280,9 +296,12 @@ func (d *dispatcher) makeRoom(a Arrival) bool {
 func (d *dispatcher) push(w *waiter, a Arrival) {
 	d.room.push(w, a.Priority, a.Flow)
 	if d.timer != nil && d.timerAt == 0 {
-		d.arm(w.deadline)
+		d.arm(d.deadline(w))
 	}
 }
+
+// deadline is when w times out, in nanoseconds since epoch.
+func (d *dispatcher) deadline(w *waiter) int64 { return w.arrived + int64(d.limits.QueueTimeout) }
 
 // finish removes a waiting w and wakes it with its fate. Requires d.mu.
 func (d *dispatcher) finish(w *waiter, st waiterState) {
@@ -310,22 +329,40 @@ func (d *dispatcher) expire() {
 		return
 	}
 	now := d.now()
-	for w := d.room.all.first; w != nil && w.deadline <= now; w = d.room.all.first {
+	for w := d.room.all.first; w != nil && d.deadline(w) <= now; w = d.room.all.first {
 		d.finish(w, timedOut)
 	}
 	if w := d.room.all.first; w != nil {
-		d.arm(w.deadline)
+		d.arm(d.deadline(w))
 	}
-	d.syncSlowBit()
+	d.settle()
 }
 
-// Stats implements Backend.
+// Stats implements Backend. It never waits for mu: counts come from atomics,
+// and the split by priority is refreshed only if mu is free at that moment
+// (otherwise the last split is returned, which may lag by the operations in
+// flight).
 func (d *dispatcher) Stats() BackendStats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	g := d.grants.Load()
-	return BackendStats{Running: int(d.running(g)), Queued: d.room.n, Limit: int(d.limit.Load()), Served: g & grantMask,
-		QueuedByPriority: d.room.byPriority()}
+	st := BackendStats{
+		Running: int(max(d.running(g), 0)),
+		Queued:  int(d.queuedN.Load()),
+		Limit:   int(d.limit.Load()),
+		Served:  g & grantMask,
+	}
+	if o := d.oldestAt.Load(); o != 0 {
+		st.OldestWait = time.Duration(d.now() - (o - 1))
+	}
+	if d.prioDirty.Load() && d.mu.TryLock() {
+		split := d.room.byPriority()
+		d.prioSnap.Store(&split)
+		d.prioDirty.Store(false)
+		d.mu.Unlock()
+	}
+	if p := d.prioSnap.Load(); p != nil && st.Queued > 0 {
+		st.QueuedByPriority = slices.Clone(*p)
+	}
+	return st
 }
 
 // Close implements Backend.
@@ -336,7 +373,7 @@ func (d *dispatcher) Close() error {
 		return nil
 	}
 	d.closed = true
-	d.syncSlowBit()
+	d.settle()
 	if d.timer != nil {
 		d.timer.Stop()
 		d.timerAt = 0
@@ -344,6 +381,7 @@ func (d *dispatcher) Close() error {
 	for w := d.room.all.first; w != nil; w = d.room.all.first {
 		d.finish(w, closedOut)
 	}
+	d.settle()
 	return nil
 }
 
@@ -352,11 +390,11 @@ func (d *dispatcher) Drain(ctx context.Context) error {
 	d.mu.Lock()
 	if d.idle == nil {
 		d.idle = make(chan struct{})
-		d.syncSlowBit() // from here on every Release takes mu and sees idle
+		d.settle() // from here on every Release takes mu and sees idle
 	}
 	idle := d.idle
 	d.grantLocked() // closes idle at once if nothing runs
-	d.syncSlowBit()
+	d.settle()
 	d.mu.Unlock()
 	select {
 	case <-idle:

@@ -47,6 +47,7 @@ func TestFastPathNeverOvertakesWaiter(t *testing.T) {
 		assert.False(t, d.tryFast(), "an arrival overtook the waiter")
 		d.mu.Lock()
 		d.grantLocked() // the second half
+		d.settle()
 		d.mu.Unlock()
 		assert.NoError(t, <-waiter)
 		assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
@@ -77,6 +78,7 @@ func TestGrantRacingHangUpHandsSlotOn(t *testing.T) {
 				}
 				d.releases.Add(1) // Release, done by hand under the lock
 				d.grantLocked()
+				d.settle()
 				cancel()
 				d.mu.Unlock()
 
@@ -208,4 +210,21 @@ func TestRotatingKeysDoNotGrowMemory(t *testing.T) {
 	r.push(w, 0, long)
 	assert.LessOrEqual(t, len(w.flow.key), maxKeyLen, "a 1 MiB key is kept as a hash")
 	assert.Equal(t, 1, r.flowLen(0, long))
+}
+
+// Stats never waits for the dispatcher's lock.
+func TestStatsDoesNotWaitForTheLock(t *testing.T) {
+	d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
+	_, err := d.Acquire(context.Background(), Arrival{Priority: 3})
+	require.NoError(t, err)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	done := make(chan BackendStats, 1)
+	go func() { done <- d.Stats() }()
+	select {
+	case st := <-done:
+		assert.Equal(t, 1, st.Running)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stats blocked behind the dispatcher's lock")
+	}
 }

@@ -13,9 +13,14 @@ package ginqueue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/gin-gonic/gin"
 )
@@ -63,7 +68,7 @@ func (o Outcome) String() string {
 }
 
 // Stats is a snapshot of a Queue. Counters only grow, from the Queue's
-// creation.
+// creation. Reading it never waits for the dispatcher.
 type Stats struct {
 	Running int // requests holding a slot now
 	Queued  int // requests waiting now
@@ -77,22 +82,39 @@ type Stats struct {
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
 	Closed       uint64 // requests answered because the Queue was closed
+
+	// OldestWait is how long the oldest waiter has waited so far.
+	OldestWait time.Duration
+	// WaitP50, WaitP90 and WaitP99 are percentiles of the queue waits of the
+	// requests served in the last minute, those that ran at once counting as
+	// zero; on a log scale, within about 10%.
+	WaitP50, WaitP90, WaitP99 time.Duration
+	// DrainRate is how many requests finished per second, over about the
+	// last ten seconds; zero until one has finished.
+	DrainRate float64
 }
 
 // Queue is one throttle: a set of slots and the queue in front of them. Its
 // Handler may guard several route groups, which then share one limit. A
 // Queue is safe for concurrent use. Build it with NewQueue.
 type Queue struct {
-	backend    Backend
-	fast       *dispatcher // backend, when it is the in-memory one
-	skip       func(*gin.Context) bool
-	priority   func(*gin.Context) int
-	flowKey    func(*gin.Context) string
-	onFull     gin.HandlerFunc
-	onTimeout  gin.HandlerFunc
-	onClosed   gin.HandlerFunc
-	retryAfter string
-	handler    gin.HandlerFunc
+	backend      Backend
+	fast         *dispatcher // backend, when it is the in-memory one
+	skip         func(*gin.Context) bool
+	priority     func(*gin.Context) int
+	flowKey      func(*gin.Context) string
+	onFull       gin.HandlerFunc
+	onTimeout    gin.HandlerFunc
+	onClosed     gin.HandlerFunc
+	onOutcome    func(*gin.Context, Outcome, time.Duration)
+	retryAfter   string // before any request has finished
+	serverTiming bool
+	rejectEarly  bool
+	timeout      time.Duration
+	handler      gin.HandlerFunc
+
+	waits waitRecorder
+	drain drainMeter
 
 	// counts of the rejections, by Outcome; the Backend counts Served, so
 	// that a request that runs writes nothing here.
@@ -125,16 +147,21 @@ func NewQueue(cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{
-		backend:    b,
-		skip:       cfg.Skip,
-		priority:   cfg.Priority,
-		flowKey:    cfg.FlowKey,
-		onFull:     cfg.OnQueueFull,
-		onTimeout:  cfg.OnQueueTimeout,
-		onClosed:   cfg.OnClosed,
-		retryAfter: retryAfterHeader(cfg.RetryAfter),
+		backend:      b,
+		skip:         cfg.Skip,
+		priority:     cfg.Priority,
+		flowKey:      cfg.FlowKey,
+		onFull:       cfg.OnQueueFull,
+		onTimeout:    cfg.OnQueueTimeout,
+		onClosed:     cfg.OnClosed,
+		onOutcome:    cfg.OnOutcome,
+		retryAfter:   retryAfterHeader(cfg.RetryAfter),
+		serverTiming: cfg.ServerTiming,
+		rejectEarly:  cfg.RejectEarly,
+		timeout:      cfg.QueueTimeout,
 	}
 	q.fast, _ = b.(*dispatcher)
+	q.drain.rate(time.Now(), 0) // the base of the first drain rate
 	q.handler = q.serve
 	return q, nil
 }
@@ -150,27 +177,97 @@ func (q *Queue) serve(c *gin.Context) {
 		c.Next()
 		return
 	}
-	t, err := q.acquire(c)
-	if err != nil {
-		q.reject(c, err)
-		return
+	var t Ticket
+	var wait time.Duration
+	if q.fast == nil || !q.fast.tryFast() {
+		var err error
+		if t, wait, err = q.wait(c); err != nil {
+			q.reject(c, err, wait)
+			return
+		}
+	}
+	if q.serverTiming {
+		c.Header("Server-Timing", serverTiming(wait))
 	}
 	// A deferred release gives the slot back even when a handler panics and
 	// gin.Recovery catches it further up.
-	defer q.backend.Release(t)
+	if q.onOutcome != nil {
+		defer q.done(c, t, wait)
+	} else {
+		defer q.backend.Release(t)
+	}
 	c.Next()
 }
 
-// acquire gets a slot for c from the Backend. Only a request that may have
-// to wait pays for its priority and flow key.
-func (q *Queue) acquire(c *gin.Context) (Ticket, error) {
-	if q.fast == nil {
-		return q.backend.Acquire(c.Request.Context(), q.arrival(c))
+// done releases the slot of a served request, then calls OnOutcome: a hook
+// that panics cannot keep the slot.
+func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration) {
+	q.backend.Release(t)
+	q.onOutcome(c, OutcomeServed, wait)
+}
+
+// wait gets a slot for c from the Backend when the fast path could not. Only
+// a request that may have to wait pays for its priority, flow key and clock.
+func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
+	start := time.Now()
+	if q.rejectEarly && q.expectedWait(start) > q.timeout {
+		return Ticket{}, 0, errRejectedEarly
 	}
-	if q.fast.tryFast() {
-		return Ticket{}, nil
+	ctx, a := c.Request.Context(), q.arrival(c)
+	var t Ticket
+	var err error
+	if q.fast != nil {
+		t, err = q.fast.acquireSlow(ctx, a)
+	} else {
+		t, err = q.backend.Acquire(ctx, a)
 	}
-	return q.fast.acquireSlow(c.Request.Context(), q.arrival(c))
+	now := time.Now()
+	wait := now.Sub(start)
+	if err == nil {
+		q.waits.record(wait, now, q.backend.Stats().Served)
+	}
+	return t, wait, err
+}
+
+// errRejectedEarly is ErrQueueFull for RejectEarly.
+var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", ErrQueueFull)
+
+// expectedWait is how long an arrival now would wait: its place in the
+// queue over the measured drain rate. Zero while nothing has finished.
+func (q *Queue) expectedWait(now time.Time) time.Duration {
+	b := q.backend.Stats()
+	rate, ok := q.drain.rate(now, b.Served-uint64(b.Running))
+	if !ok {
+		return 0
+	}
+	if rate <= 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(float64(b.Queued+1) / rate * float64(time.Second))
+}
+
+// retryAfterNow is the Retry-After for a request turned away now: the time
+// the queue needs to drain at the measured rate, in whole seconds within
+// [1, 60]; Config.RetryAfter until a request has finished.
+func (q *Queue) retryAfterNow() string {
+	b := q.backend.Stats()
+	rate, ok := q.drain.rate(time.Now(), b.Served-uint64(b.Running))
+	if !ok {
+		return q.retryAfter
+	}
+	secs := 60.0
+	if rate > 0 {
+		secs = min(max(math.Ceil(float64(b.Queued+1)/rate), 1), 60)
+	}
+	return strconv.Itoa(int(secs))
+}
+
+// serverTiming renders a queue wait as a Server-Timing value in ms.
+func serverTiming(wait time.Duration) string {
+	if wait == 0 {
+		return "queue;dur=0"
+	}
+	return "queue;dur=" + strconv.FormatFloat(float64(wait)/float64(time.Millisecond), 'f', 3, 64)
 }
 
 // arrival describes c for the Backend.
@@ -185,8 +282,8 @@ func (q *Queue) arrival(c *gin.Context) Arrival {
 	return a
 }
 
-// reject answers a request that got no slot.
-func (q *Queue) reject(c *gin.Context, err error) {
+// reject answers a request that got no slot, after waiting wait.
+func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
 	o := outcomeOf(err)
 	q.counts[o].Add(1)
 	c.Abort()
@@ -195,16 +292,19 @@ func (q *Queue) reject(c *gin.Context, err error) {
 		// Nobody is listening: record the status for access logs only.
 		c.Status(StatusClientClosedRequest)
 	case OutcomeQueueTimeout:
-		respond(c, q.onTimeout, http.StatusRequestTimeout, "")
+		q.respond(c, q.onTimeout, http.StatusRequestTimeout)
 	case OutcomeClosed:
-		respond(c, q.onClosed, http.StatusServiceUnavailable, q.retryAfter)
+		q.respond(c, q.onClosed, http.StatusServiceUnavailable)
 	default:
-		respond(c, q.onFull, http.StatusServiceUnavailable, q.retryAfter)
+		q.respond(c, q.onFull, http.StatusServiceUnavailable)
+	}
+	if q.onOutcome != nil {
+		q.onOutcome(c, o, wait)
 	}
 }
 
-// respond runs hook, or writes status with an optional Retry-After header.
-func respond(c *gin.Context, hook gin.HandlerFunc, status int, retryAfter string) {
+// respond runs hook, or writes status with a Retry-After header.
+func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
 	if hook != nil {
 		hook(c)
 		return
@@ -212,9 +312,7 @@ func respond(c *gin.Context, hook gin.HandlerFunc, status int, retryAfter string
 	if c.Writer.Written() {
 		return
 	}
-	if retryAfter != "" {
-		c.Header("Retry-After", retryAfter)
-	}
+	c.Header("Retry-After", q.retryAfterNow())
 	c.AbortWithStatus(status)
 }
 
@@ -231,10 +329,11 @@ func outcomeOf(err error) Outcome {
 	return OutcomeQueueFull
 }
 
-// Stats returns a snapshot of the Queue's slots, queue and counters.
+// Stats returns a snapshot of the Queue's slots, queue, counters and waits.
 func (q *Queue) Stats() Stats {
 	b := q.backend.Stats()
-	return Stats{
+	now := time.Now()
+	st := Stats{
 		Running:          b.Running,
 		Queued:           b.Queued,
 		Limit:            b.Limit,
@@ -244,7 +343,53 @@ func (q *Queue) Stats() Stats {
 		QueueTimeout:     q.counts[OutcomeQueueTimeout].Load(),
 		Canceled:         q.counts[OutcomeCanceled].Load(),
 		Closed:           q.counts[OutcomeClosed].Load(),
+		OldestWait:       b.OldestWait,
 	}
+	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, b.Served)
+	st.DrainRate, _ = q.drain.rate(now, b.Served-uint64(b.Running))
+	return st
+}
+
+// WaitHistogram returns the distribution of queue waits of the requests
+// served since the Queue was built; those that ran at once are in the first
+// bucket. It is what the promqueue collector exports.
+func (q *Queue) WaitHistogram() WaitHistogram {
+	return q.waits.histogram(q.backend.Stats().Served)
+}
+
+// StatusHandler returns a handler that writes Stats as JSON, for an
+// operations route. Durations are in seconds.
+func (q *Queue) StatusHandler() gin.HandlerFunc {
+	return func(c *gin.Context) { c.JSON(http.StatusOK, q.Stats()) }
+}
+
+// MarshalJSON writes Stats with snake_case names and durations in seconds.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	type byPriority struct {
+		Priority int `json:"priority"`
+		Queued   int `json:"queued"`
+	}
+	split := make([]byPriority, len(s.QueuedByPriority))
+	for i, p := range s.QueuedByPriority {
+		split[i] = byPriority(p)
+	}
+	return json.Marshal(struct {
+		Running          int          `json:"running"`
+		Queued           int          `json:"queued"`
+		Limit            int          `json:"limit"`
+		QueuedByPriority []byPriority `json:"queued_by_priority"`
+		Served           uint64       `json:"served"`
+		QueueFull        uint64       `json:"queue_full"`
+		QueueTimeout     uint64       `json:"queue_timeout"`
+		Canceled         uint64       `json:"canceled"`
+		Closed           uint64       `json:"closed"`
+		OldestWait       float64      `json:"oldest_wait_seconds"`
+		WaitP50          float64      `json:"wait_p50_seconds"`
+		WaitP90          float64      `json:"wait_p90_seconds"`
+		WaitP99          float64      `json:"wait_p99_seconds"`
+		DrainRate        float64      `json:"drain_rate_per_second"`
+	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed,
+		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate})
 }
 
 // Close stops admitting: new arrivals and every waiting request are answered

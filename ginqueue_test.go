@@ -509,6 +509,13 @@ func TestSeedScenario(t *testing.T) {
 			assert.Zero(t, got[id].at)
 		}
 		st := q.Stats()
+		// Waits of the 13 served: 0 ×3, 300 ms ×3, 600 ×3, 900 ×3, 1200 ×1;
+		// percentiles come from log buckets, within 10%.
+		assert.InEpsilon(t, 600*time.Millisecond, st.WaitP50, 0.1)
+		assert.InEpsilon(t, 900*time.Millisecond, st.WaitP90, 0.1)
+		assert.InEpsilon(t, 1200*time.Millisecond, st.WaitP99, 0.1)
+		assert.InDelta(t, 13/1.5, st.DrainRate, 1e-9, "13 finished in 1.5 s")
+		st.WaitP50, st.WaitP90, st.WaitP99, st.DrainRate = 0, 0, 0, 0
 		assert.Equal(t, ginqueue.Stats{Limit: 3, Served: 13, QueueFull: 2}, st)
 	})
 }

@@ -232,7 +232,7 @@ func TestOutcomesAtEveryPriority(t *testing.T) {
 		g.open(1)
 		assert.Equal(t, http.StatusOK, (<-out).code)
 		st := q.Stats()
-		assert.Equal(t, ginqueue.Stats{Limit: 1, Served: 1, QueueTimeout: 2, Canceled: 1, Closed: 1}, st)
+		assert.Equal(t, ginqueue.Stats{Limit: 1, Served: 1, QueueTimeout: 2, Canceled: 1, Closed: 1, DrainRate: 1}, st)
 	})
 }
 

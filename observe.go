@@ -1,0 +1,210 @@
+package ginqueue
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// WaitBounds are the upper bounds, in seconds, of the buckets of
+// Queue.WaitHistogram: from 100 µs to a minute.
+var WaitBounds = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// WaitHistogram is the distribution of the queue waits of served requests
+// since the Queue was built, in the shape of a Prometheus histogram.
+type WaitHistogram struct {
+	// Counts[i] is the number of waits <= WaitBounds[i] (cumulative).
+	Counts [len(WaitBounds)]uint64
+	// Count is the number of served requests; Sum their waits in seconds.
+	Count uint64
+	Sum   float64
+}
+
+const (
+	fineBuckets = 112 // 2^(1/4) steps from 1 µs: the last starts near 4.6 min
+	subWindows  = 6
+	subWindow   = 10 * time.Second // percentiles cover the last minute
+)
+
+// waitRecorder keeps the waits of served requests. Requests that ran at once
+// (the fast path) record nothing: their wait of zero is inferred from the
+// served counter, so the fast path writes nothing here.
+type waitRecorder struct {
+	mu sync.Mutex
+	// All fields are guarded by mu.
+	coarse [len(WaitBounds) + 1]uint64 // per bucket, not cumulative; last is +Inf
+	sum    float64
+	n      uint64 // recorded waits
+
+	// A ring of sub-windows; cur is the newest, started at curStart.
+	subs     [subWindows]fineWindow
+	cur      int
+	curStart time.Time
+}
+
+// fineWindow is the recorded waits of one sub-window on a log scale, and the
+// served counter when it began (to count the zero waits in it).
+type fineWindow struct {
+	servedAtStart uint64
+	buckets       [fineBuckets]uint32
+	n             uint64
+}
+
+// record adds the wait of one request that went through the queue and was
+// served; served is the Queue's served counter now.
+func (r *waitRecorder) record(wait time.Duration, now time.Time, served uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	secs := wait.Seconds()
+	i := 0
+	for i < len(WaitBounds) && secs > WaitBounds[i] {
+		i++
+	}
+	r.coarse[i]++
+	r.sum += secs
+	r.n++
+	r.rotate(now, served)
+	w := &r.subs[r.cur]
+	w.buckets[fineIndex(wait)]++
+	w.n++
+}
+
+// fineIndex is the log-scale bucket of d: 4 per doubling from 1 µs.
+func fineIndex(d time.Duration) int {
+	us := float64(d) / float64(time.Microsecond)
+	if us < 1 {
+		return 0
+	}
+	return min(int(4*math.Log2(us))+1, fineBuckets-1)
+}
+
+// fineValue is the middle of fine bucket i, on the log scale.
+func fineValue(i int) time.Duration {
+	if i == 0 {
+		return 0
+	}
+	return time.Duration(math.Exp2((float64(i)-0.5)/4) * float64(time.Microsecond))
+}
+
+// rotate moves the window to now. Requires r.mu.
+func (r *waitRecorder) rotate(now time.Time, served uint64) {
+	if r.curStart.IsZero() || now.Sub(r.curStart) >= subWindows*subWindow {
+		r.subs = [subWindows]fineWindow{}
+		for i := range r.subs {
+			r.subs[i].servedAtStart = served
+		}
+		r.cur, r.curStart = 0, now
+		return
+	}
+	for now.Sub(r.curStart) >= subWindow {
+		r.cur = (r.cur + 1) % subWindows
+		r.subs[r.cur] = fineWindow{servedAtStart: served}
+		r.curStart = r.curStart.Add(subWindow)
+	}
+}
+
+// percentiles returns the p50, p90 and p99 of the waits of the requests
+// served in the last minute, counting those that ran at once as zero.
+func (r *waitRecorder) percentiles(now time.Time, served uint64) (p50, p90, p99 time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rotate(now, served)
+	oldest := &r.subs[(r.cur+1)%subWindows]
+	var merged [fineBuckets]uint64
+	var recorded uint64
+	for i := range r.subs {
+		for b, c := range r.subs[i].buckets {
+			merged[b] += uint64(c)
+		}
+		recorded += r.subs[i].n
+	}
+	total := served - oldest.servedAtStart
+	if total < recorded { // grants taken back after they were counted
+		total = recorded
+	}
+	if total == 0 {
+		return 0, 0, 0
+	}
+	zeros := total - recorded
+	at := func(q float64) time.Duration {
+		rank := uint64(math.Ceil(q * float64(total)))
+		if rank <= zeros {
+			return 0
+		}
+		seen := zeros
+		for b, c := range merged {
+			seen += c
+			if seen >= rank {
+				return fineValue(b)
+			}
+		}
+		return fineValue(fineBuckets - 1)
+	}
+	return at(0.50), at(0.90), at(0.99)
+}
+
+// histogram returns the cumulative histogram, with the requests that ran at
+// once in the first bucket; served is the Queue's served counter.
+func (r *waitRecorder) histogram(served uint64) WaitHistogram {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := WaitHistogram{Count: max(served, r.n), Sum: r.sum}
+	cum := h.Count - r.n // zero waits
+	for i := range WaitBounds {
+		cum += r.coarse[i]
+		h.Counts[i] = cum
+	}
+	return h
+}
+
+// drainMeter measures how fast requests finish, from samples of the
+// backend's completed count taken when someone asks (never on the fast
+// path).
+type drainMeter struct {
+	mu      sync.Mutex
+	samples [16]drainSample // ring, guarded by mu
+	next    int
+	n       int
+}
+
+type drainSample struct {
+	at   time.Time
+	done uint64
+}
+
+const (
+	drainSpacing = 100 * time.Millisecond
+	drainWindow  = 10 * time.Second
+)
+
+// rate returns finished requests per second over about the last ten
+// seconds, and false until a request has finished.
+func (m *drainMeter) rate(now time.Time, done uint64) (float64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n == 0 || now.Sub(m.samples[(m.next+len(m.samples)-1)%len(m.samples)].at) >= drainSpacing {
+		m.samples[m.next] = drainSample{at: now, done: done}
+		m.next = (m.next + 1) % len(m.samples)
+		m.n = min(m.n+1, len(m.samples))
+	}
+	// The base is the oldest sample within the window, or else the newest
+	// sample older than it: a rate over a longer span is still a rate.
+	var base *drainSample
+	for k := 1; k <= m.n; k++ {
+		s := &m.samples[(m.next+len(m.samples)-k)%len(m.samples)]
+		if s.done > done || !s.at.Before(now) {
+			continue
+		}
+		base = s
+		if now.Sub(s.at) > drainWindow {
+			break
+		}
+	}
+	if done == 0 {
+		return 0, false
+	}
+	if base == nil {
+		return 0, true
+	}
+	return float64(done-base.done) / now.Sub(base.at).Seconds(), true
+}
