@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+)
+
+// value is the figure of metric for variant, if the run has one.
+func (r *Results) value(metric, variant string) (float64, bool) {
+	row := r.Row(metric)
+	if row == nil {
+		return 0, false
+	}
+	x, ok := row.Values[variant]
+	return x, ok && !math.IsNaN(x)
+}
+
+// computeBars checks ginqueue's figures against the bars of issue 3. Each
+// Figure is built from the run's own numbers.
+func computeBars(r *Results) []Bar {
+	var bars []Bar
+	ratio := func(name, metric, other string, limit float64, atMost bool) {
+		g, ok1 := r.value(metric, GinQueue)
+		o, ok2 := r.value(metric, other)
+		b := Bar{Name: name}
+		if ok1 && ok2 && o > 0 {
+			q := g / o
+			b.Measured = true
+			b.Pass = q <= limit
+			op := "≤"
+			if !atMost {
+				b.Pass = q >= limit
+				op = "≥"
+			}
+			b.Figure = fmt.Sprintf("%s vs %s %s: %.2f× (%s %.2f×)",
+				r.format(metric, g), other, r.format(metric, o), q, op, limit)
+		}
+		bars = append(bars, b)
+	}
+	vsBest := func(name, metric string) {
+		row := r.Row(metric)
+		b := Bar{Name: name}
+		if row != nil {
+			g, ok1 := r.value(metric, GinQueue)
+			peer, best, ok2 := row.Best(r.Variants)
+			if ok1 && ok2 && best > 0 {
+				b.Measured = true
+				q := g / best
+				b.Pass = q >= 1
+				if !row.Higher {
+					b.Pass = q <= 1
+				}
+				b.Figure = fmt.Sprintf("%s vs best peer %s %s: %.2f×", r.format(metric, g), peer, r.format(metric, best), q)
+			}
+		}
+		bars = append(bars, b)
+	}
+	equal := func(name, metric string) {
+		g, ok1 := r.value(metric, GinQueue)
+		o, ok2 := r.value(metric, Bare)
+		b := Bar{Name: name}
+		if ok1 && ok2 {
+			b.Measured = true
+			b.Pass = math.Round(g) == math.Round(o)
+			b.Figure = fmt.Sprintf("%s vs %s %s", r.format(metric, g), Bare, r.format(metric, o))
+		}
+		bars = append(bars, b)
+	}
+	absolute := func(name, metric string, limit float64) {
+		g, ok := r.value(metric, GinQueue)
+		b := Bar{Name: name}
+		if ok {
+			b.Measured = true
+			b.Pass = g <= limit
+			b.Figure = fmt.Sprintf("%s (limit %s)", r.format(metric, g), r.format(metric, limit))
+		}
+		bars = append(bars, b)
+	}
+
+	ratio("uncontended ns/op ≤ 1.2× bare gin (route only)", MUncontendedRoute, Bare, 1.2, true)
+	equal("uncontended allocs/op = bare gin's (route only)", MUncontendedRouteA)
+	ratio("uncontended ns/op ≤ 1.2× bare gin (request)", MUncontendedRequest, Bare, 1.2, true)
+	equal("uncontended allocs/op = bare gin's (request)", MUncontendedRequestA)
+	vsBest("hand-off throughput ≥ 1.0× the best peer", MHandoff)
+	vsBest("schedule efficiency ≥ the best peer's", MSchedule)
+	absolute("grant latency p99 ≤ 100 µs", MGrantP99, 100e3)
+	absolute("timeout lateness p99 ≤ 1 ms", MTimeoutP99, 1e6)
+	ratio("memory per queued request ≤ 1.05× x/sync", MMemory, XSync, 1.05, true)
+	absolute("ginqueue's own structures ≤ 256 B per waiter", MOwnMemory, 256)
+	b := Bar{Name: "loopback throughput ≥ 0.97× bare"}
+	if q, ok := r.value(MLoopbackBare, GinQueue); ok {
+		g, _ := r.value(MLoopback, GinQueue)
+		o, _ := r.value(MLoopback, Bare)
+		b.Measured, b.Pass = true, q >= 0.97
+		b.Figure = fmt.Sprintf("%s vs %s %s: %.3f× per round, median (≥ 0.97×)", r.format(MLoopback, g), Bare, r.format(MLoopback, o), q)
+	}
+	bars = append(bars, b)
+	return bars
+}
+
+// format prints x as metric's row prints its figures.
+func (r *Results) format(metric string, x float64) string {
+	row := r.Row(metric)
+	if row == nil {
+		return fmt.Sprint(x)
+	}
+	return formatValue(row.Format, x)
+}

@@ -1,0 +1,66 @@
+// Command report runs the benchmark suite of ginqueue and its peers and
+// writes BENCHMARKS.md and the seed burst chart.
+//
+//	go run ./cmd/report -out ..   # full run, rewrites ../BENCHMARKS.md and ../docs/bench-seed.svg
+//	go run ./cmd/report -smoke    # every measurement once on tiny sizes; writes nothing
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ginqueue/ginqueue/bench"
+)
+
+func main() {
+	testing.Init() // registers -test.benchtime, which testing.Benchmark reads
+	fs := flag.NewFlagSet("report", flag.ExitOnError)
+	out := fs.String("out", "", "repository root to write BENCHMARKS.md and "+bench.ChartPath+" into; empty prints the report")
+	smoke := fs.Bool("smoke", false, "run every measurement once on tiny sizes and write nothing")
+	_ = fs.Parse(os.Args[1:])
+	if err := run(*out, *smoke); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out string, smoke bool) error {
+	plan := bench.FullPlan()
+	if smoke {
+		plan = bench.SmokePlan()
+		out = ""
+	}
+	res, err := bench.Run(plan, os.Stderr)
+	if err != nil {
+		return err
+	}
+	var md, svg bytes.Buffer
+	if err := bench.WriteMarkdown(&md, res); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("The seed burst: 15 requests, 3 slots, 10 places (%s)", res.Date.Format("2006-01-02"))
+	if err := bench.WriteTimelineSVG(&svg, res.Timelines, title); err != nil {
+		return err
+	}
+	if out == "" {
+		_, err := io.Copy(os.Stdout, &md)
+		fmt.Fprintf(os.Stderr, "chart: %d bytes of SVG, not written\n", svg.Len())
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(out, filepath.Dir(bench.ChartPath)), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, bench.ChartPath), svg.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "BENCHMARKS.md"), md.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "wrote BENCHMARKS.md and %s in %v\n", bench.ChartPath, res.Took.Round(1e9))
+	return nil
+}

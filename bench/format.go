@@ -1,0 +1,34 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// formatValue prints x in format f.
+func formatValue(f Format, x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "–"
+	}
+	switch f {
+	case FormatDuration:
+		a := math.Abs(x)
+		switch {
+		case a < 1e3:
+			return fmt.Sprintf("%.0f ns", x)
+		case a < 1e6:
+			return fmt.Sprintf("%.1f µs", x/1e3)
+		case a < 1e9:
+			return fmt.Sprintf("%.1f ms", x/1e6)
+		}
+		return fmt.Sprintf("%.2f s", x/1e9)
+	case FormatCount:
+		return strconv.FormatFloat(math.Round(x*10)/10, 'f', -1, 64)
+	case FormatRate:
+		return groupDigits(int(math.Round(x))) + "/s"
+	case FormatBytes:
+		return groupDigits(int(math.Round(x))) + " B"
+	}
+	return fmt.Sprintf("%.2f", x)
+}

@@ -1,0 +1,564 @@
+package bench
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Plan is how much work each measurement does.
+type Plan struct {
+	Smoke     bool
+	BenchTime string // -test.benchtime of each Go benchmark run
+	Rounds    int    // rounds of each measurement; variants alternate within a round
+	// SlowRounds replaces Rounds for the variants that grant on a 100 ms
+	// tick (the seed port), whose figures are orders of magnitude apart
+	// anyway.
+	SlowRounds       int
+	ScheduleRequests int
+	GrantWaiters     int
+	GrantWaitersSlow int
+	TimeoutWaiters   int
+	MemoryWaiters    int
+	GrowthDepths     []int
+	GrowthWindow     time.Duration
+	LoopbackClients  int
+	LoopbackRounds   int
+	LoopbackWindow   time.Duration
+	BurstWork        time.Duration
+	BurstTimeout     time.Duration
+}
+
+// FullPlan is the plan of `make bench`: a few minutes on a 2-core machine.
+func FullPlan() Plan {
+	return Plan{
+		BenchTime:        "200ms",
+		Rounds:           5,
+		SlowRounds:       1,
+		ScheduleRequests: 400,
+		GrantWaiters:     200,
+		GrantWaitersSlow: 10,
+		TimeoutWaiters:   100,
+		MemoryWaiters:    20_000,
+		GrowthDepths:     []int{10, 1_000, 100_000},
+		GrowthWindow:     300 * time.Millisecond,
+		LoopbackClients:  8,
+		LoopbackRounds:   6,
+		LoopbackWindow:   time.Second,
+		BurstWork:        200 * time.Millisecond,
+		BurstTimeout:     5 * time.Second,
+	}
+}
+
+// SmokePlan runs every measurement once on tiny sizes, to prove the suite
+// still compiles and runs.
+func SmokePlan() Plan {
+	return Plan{
+		Smoke:            true,
+		BenchTime:        "1x",
+		Rounds:           1,
+		SlowRounds:       1,
+		ScheduleRequests: 16,
+		GrantWaiters:     5,
+		GrantWaitersSlow: 2,
+		TimeoutWaiters:   5,
+		MemoryWaiters:    100,
+		GrowthDepths:     []int{10, 100, 1_000},
+		GrowthWindow:     120 * time.Millisecond,
+		LoopbackClients:  2,
+		LoopbackRounds:   1,
+		LoopbackWindow:   50 * time.Millisecond,
+		BurstWork:        10 * time.Millisecond,
+		BurstTimeout:     250 * time.Millisecond,
+	}
+}
+
+// Format says how a Row's figures print.
+type Format uint8
+
+// The formats.
+const (
+	FormatDuration Format = iota // nanoseconds, printed as ns, µs, ms or s
+	FormatCount                  // a whole number
+	FormatRate                   // per second
+	FormatBytes                  // bytes
+	FormatRatio                  // a plain number, two decimals
+)
+
+// Row is one metric of the table: a figure per variant.
+type Row struct {
+	Metric string
+	Unit   string
+	Higher bool // higher figures are better
+	Format Format
+	Values map[string]float64 // by variant name; absent means not applicable
+	Note   string             // why a variant has no figure, or how it was measured
+}
+
+// Best returns the best peer's name and figure; ok is false when no peer
+// has one.
+func (r Row) Best(vs []Variant) (name string, value float64, ok bool) {
+	for _, v := range vs {
+		x, has := r.Values[v.Name]
+		if !v.Peer || !has || math.IsNaN(x) {
+			continue
+		}
+		if !ok || (r.Higher && x > value) || (!r.Higher && x < value) {
+			name, value, ok = v.Name, x, true
+		}
+	}
+	return name, value, ok
+}
+
+// Bar is one bar of the issue, checked against the figures.
+type Bar struct {
+	Name     string
+	Figure   string // what ginqueue measured, with the comparison
+	Pass     bool
+	Measured bool // false when the figures needed are missing
+}
+
+// Machine describes where the suite ran.
+type Machine struct {
+	CPU        string
+	Cores      int
+	GOMAXPROCS int
+	GoVersion  string
+	OSArch     string
+}
+
+// Results is everything one run measured.
+type Results struct {
+	Machine   Machine
+	Plan      Plan
+	Date      time.Time
+	Took      time.Duration
+	Variants  []Variant
+	Rows      []Row
+	Timelines []Timeline
+	Bars      []Bar
+	Errors    []string // measurements that failed, by variant
+}
+
+// Row returns the row named metric, or nil.
+func (r *Results) Row(metric string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Metric == metric {
+			return &r.Rows[i]
+		}
+	}
+	return nil
+}
+
+// DescribeMachine reads the CPU model from /proc/cpuinfo where there is one.
+func DescribeMachine() Machine {
+	m := Machine{
+		CPU:        runtime.GOARCH,
+		Cores:      runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		GoVersion:  runtime.Version(),
+		OSArch:     runtime.GOOS + "/" + runtime.GOARCH,
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+// SetBenchTime sets -test.benchtime for testing.Benchmark. A command must
+// call testing.Init first; a test binary has the flag already.
+func SetBenchTime(d string) error {
+	if flag.Lookup("test.benchtime") == nil {
+		return fmt.Errorf("bench: -test.benchtime is not registered; call testing.Init first")
+	}
+	return flag.Set("test.benchtime", d)
+}
+
+// runner carries one run's state.
+type runner struct {
+	plan Plan
+	vs   []Variant
+	log  io.Writer
+	res  *Results
+}
+
+// Run measures every metric for every variant as plan says, logging
+// progress to log. It sets -test.benchtime (see SetBenchTime).
+func Run(plan Plan, log io.Writer) (*Results, error) {
+	if err := SetBenchTime(plan.BenchTime); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	r := &runner{plan: plan, vs: Variants(), log: log, res: &Results{
+		Machine: DescribeMachine(), Plan: plan, Date: start.UTC(), Variants: Variants(),
+	}}
+	r.uncontended()
+	r.handoff()
+	r.schedule()
+	r.grant()
+	r.timeout()
+	r.memory()
+	r.growth()
+	r.loopback()
+	r.burst()
+	r.res.Took = time.Since(start)
+	r.res.Bars = computeBars(r.res)
+	return r.res, nil
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.log, format+"\n", args...)
+}
+
+func (r *runner) fail(v Variant, metric string, err error) {
+	r.res.Errors = append(r.res.Errors, fmt.Sprintf("%s, %s: %v", metric, v.Name, err))
+	r.logf("  FAILED %s %s: %v", metric, v.Name, err)
+}
+
+// rounds calls f for each variant in each round, rotating the order so that
+// no variant always runs first or last; the seed port joins only its
+// SlowRounds.
+func (r *runner) rounds(vs []Variant, f func(round int, v Variant)) {
+	for round := range r.plan.Rounds {
+		for i := range vs {
+			v := vs[(i+round)%len(vs)]
+			if v.Slow && round >= r.plan.SlowRounds {
+				continue
+			}
+			f(round, v)
+		}
+	}
+}
+
+func throttling(vs []Variant) []Variant {
+	return slices.DeleteFunc(slices.Clone(vs), func(v Variant) bool { return !v.Throttles })
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+// quantile is the q-quantile of ds by the nearest-rank method.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func newRow(metric, unit string, higher bool, f Format) Row {
+	return Row{Metric: metric, Unit: unit, Higher: higher, Format: f, Values: map[string]float64{}}
+}
+
+// Metric names: the table's rows, and the keys the bars look up.
+const (
+	MUncontendedRoute    = "1a. uncontended, route only"
+	MUncontendedRouteA   = "1a. uncontended, route only: allocs"
+	MUncontendedRequest  = "1b. uncontended, request"
+	MUncontendedRequestA = "1b. uncontended, request: allocs"
+	MHandoff             = "2. saturated hand-off"
+	MHandoffA            = "2. saturated hand-off: allocs"
+	MSchedule            = "3. schedule efficiency"
+	MGrantP50            = "4. grant latency p50"
+	MGrantP99            = "4. grant latency p99"
+	MTimeoutP50          = "5. timeout lateness p50"
+	MTimeoutP99          = "5. timeout lateness p99"
+	MTimeoutMax          = "5. timeout lateness max"
+	MMemory              = "6. memory per queued request"
+	MMemoryHeap          = "6. memory per queued request: heap only"
+	MOwnMemory           = "6. throttle's own heap per waiter"
+	MGrowthPrefix        = "7. per-request cost, queue depth "
+	MGrowthFlat          = "7. growth, deepest / shallowest"
+	MLoopback            = "8. loopback HTTP"
+	MLoopbackBare        = "8. loopback HTTP, ratio to bare"
+	MBurstServed         = "9. seed burst: served"
+	MBurstFull           = "9. seed burst: refused at once"
+	MBurstTimeout        = "9. seed burst: timed out"
+	MBurstLast           = "9. seed burst: last response"
+)
+
+// gobench runs one Go benchmark per variant per round and keeps the median
+// ns/op and allocs/op.
+func (r *runner) gobench(metric, allocsMetric string, higherRate bool, vs []Variant, bench func(Variant) func(*testing.B)) {
+	ns := map[string][]float64{}
+	allocs := map[string][]float64{}
+	r.rounds(vs, func(_ int, v Variant) {
+		res := testing.Benchmark(bench(v))
+		if res.N == 0 {
+			r.fail(v, metric, fmt.Errorf("benchmark failed"))
+			return
+		}
+		ns[v.Name] = append(ns[v.Name], float64(res.T.Nanoseconds())/float64(res.N))
+		allocs[v.Name] = append(allocs[v.Name], float64(res.MemAllocs)/float64(res.N))
+	})
+	var row Row
+	if higherRate {
+		row = newRow(metric, "req/s", true, FormatRate)
+	} else {
+		row = newRow(metric, "per op", false, FormatDuration)
+	}
+	arow := newRow(allocsMetric, "allocs/op", false, FormatCount)
+	for name, xs := range ns {
+		m := median(xs)
+		if higherRate {
+			row.Values[name] = 1e9 / m
+		} else {
+			row.Values[name] = m
+		}
+		arow.Values[name] = median(allocs[name])
+	}
+	r.res.Rows = append(r.res.Rows, row, arow)
+}
+
+func (r *runner) uncontended() {
+	r.logf("1. uncontended overhead")
+	r.gobench(MUncontendedRoute, MUncontendedRouteA, false, r.vs, BenchUncontendedRoute)
+	r.gobench(MUncontendedRequest, MUncontendedRequestA, false, r.vs, BenchUncontendedRequest)
+}
+
+func (r *runner) handoff() {
+	r.logf("2. saturated hand-off")
+	r.gobench(MHandoff, MHandoffA, true, throttling(r.vs), BenchHandoff)
+}
+
+func (r *runner) schedule() {
+	r.logf("3. schedule efficiency")
+	xs := map[string][]float64{}
+	r.rounds(throttling(r.vs), func(_ int, v Variant) {
+		e, err := ScheduleEfficiency(v, r.plan.ScheduleRequests)
+		if err != nil {
+			r.fail(v, MSchedule, err)
+			return
+		}
+		xs[v.Name] = append(xs[v.Name], e)
+	})
+	row := newRow(MSchedule, "ideal/measured", true, FormatRatio)
+	for name, x := range xs {
+		row.Values[name] = median(x)
+	}
+	r.res.Rows = append(r.res.Rows, row)
+}
+
+// percentiles pools samples over rounds and adds one row per quantile.
+func (r *runner) percentiles(samples map[string][]time.Duration, rows []string, qs []float64) {
+	for i, metric := range rows {
+		row := newRow(metric, "", false, FormatDuration)
+		for name, s := range samples {
+			row.Values[name] = float64(quantile(s, qs[i]))
+		}
+		r.res.Rows = append(r.res.Rows, row)
+	}
+}
+
+func (r *runner) grant() {
+	r.logf("4. grant latency")
+	samples := map[string][]time.Duration{}
+	r.rounds(throttling(r.vs), func(_ int, v Variant) {
+		n := r.plan.GrantWaiters
+		if v.Slow {
+			n = r.plan.GrantWaitersSlow
+		}
+		s, err := GrantLatency(v, n)
+		if err != nil {
+			r.fail(v, "4. grant latency", err)
+			return
+		}
+		samples[v.Name] = append(samples[v.Name], s...)
+	})
+	r.percentiles(samples, []string{MGrantP50, MGrantP99}, []float64{0.5, 0.99})
+}
+
+func (r *runner) timeout() {
+	r.logf("5. queue-timeout precision")
+	samples := map[string][]time.Duration{}
+	r.rounds(throttling(r.vs), func(_ int, v Variant) {
+		s, err := TimeoutLateness(v, r.plan.TimeoutWaiters)
+		if err != nil {
+			r.fail(v, "5. timeout lateness", err)
+			return
+		}
+		samples[v.Name] = append(samples[v.Name], s...)
+	})
+	r.percentiles(samples, []string{MTimeoutP50, MTimeoutP99, MTimeoutMax}, []float64{0.5, 0.99, 1})
+}
+
+func (r *runner) memory() {
+	r.logf("6. memory per queued request")
+	xs := map[string][]float64{}
+	heaps := map[string][]float64{}
+	saved := r.plan.Rounds
+	r.plan.Rounds = min(saved, 3)
+	r.rounds(throttling(r.vs), func(_ int, v Variant) {
+		heap, stack, err := MemoryPerWaiter(v, r.plan.MemoryWaiters)
+		if err != nil {
+			r.fail(v, MMemory, err)
+			return
+		}
+		xs[v.Name] = append(xs[v.Name], heap+stack)
+		heaps[v.Name] = append(heaps[v.Name], heap)
+	})
+	r.plan.Rounds = saved
+	row := newRow(MMemory, "heap+stack", false, FormatBytes)
+	hrow := newRow(MMemoryHeap, "heap", false, FormatBytes)
+	for name, x := range xs {
+		row.Values[name] = median(x)
+		hrow.Values[name] = median(heaps[name])
+	}
+	own := newRow(MOwnMemory, "heap", false, FormatBytes)
+	var ownXs []float64
+	for range min(r.plan.Rounds, 3) {
+		b, err := BackendHeapPerWaiter(r.plan.MemoryWaiters)
+		if err != nil {
+			r.fail(Variant{Name: GinQueue}, MOwnMemory, err)
+			continue
+		}
+		ownXs = append(ownXs, b)
+	}
+	if len(ownXs) > 0 {
+		own.Values[GinQueue] = median(ownXs)
+	}
+	own.Note = "ginqueue's Backend alone, without gin"
+	r.res.Rows = append(r.res.Rows, row, hrow, own)
+}
+
+func (r *runner) growth() {
+	r.logf("7. growth with queue depth")
+	depths := r.plan.GrowthDepths
+	xs := map[int]map[string][]float64{}
+	for _, d := range depths {
+		xs[d] = map[string][]float64{}
+	}
+	saved := r.plan.Rounds
+	r.plan.Rounds = min(saved, 3)
+	r.rounds(throttling(r.vs), func(_ int, v Variant) {
+		for _, d := range depths {
+			c, err := GrowthCost(v, d, r.plan.GrowthWindow)
+			if err != nil {
+				r.fail(v, MGrowthPrefix+fmt.Sprint(d), err)
+				continue
+			}
+			xs[d][v.Name] = append(xs[d][v.Name], float64(c))
+		}
+	})
+	r.plan.Rounds = saved
+	flat := newRow(MGrowthFlat, "ratio", false, FormatRatio)
+	first, last := depths[0], depths[len(depths)-1]
+	for _, d := range depths {
+		row := newRow(MGrowthPrefix+groupDigits(d), "per request", false, FormatDuration)
+		for name, x := range xs[d] {
+			row.Values[name] = median(x)
+		}
+		r.res.Rows = append(r.res.Rows, row)
+	}
+	for name := range xs[last] {
+		a, b := median(xs[first][name]), median(xs[last][name])
+		if a > 0 && !math.IsNaN(a) && !math.IsNaN(b) {
+			flat.Values[name] = b / a
+		}
+	}
+	r.res.Rows = append(r.res.Rows, flat)
+}
+
+func (r *runner) loopback() {
+	r.logf("8. loopback HTTP")
+	xs := map[string][]float64{}
+	ratios := map[string][]float64{}
+	saved := r.plan.Rounds
+	r.plan.Rounds = r.plan.LoopbackRounds
+	perRound := map[int]map[string]float64{}
+	r.rounds(r.vs, func(round int, v Variant) {
+		window := r.plan.LoopbackWindow
+		if v.Slow {
+			window = max(window, 3*SeedInterval)
+		}
+		x, err := Loopback(v, r.plan.LoopbackClients, window)
+		if err != nil {
+			r.fail(v, MLoopback, err)
+			return
+		}
+		xs[v.Name] = append(xs[v.Name], x)
+		if perRound[round] == nil {
+			perRound[round] = map[string]float64{}
+		}
+		perRound[round][v.Name] = x
+	})
+	r.plan.Rounds = saved
+	for _, m := range perRound {
+		bare, ok := m[Bare]
+		if !ok || bare == 0 {
+			continue
+		}
+		for name, x := range m {
+			ratios[name] = append(ratios[name], x/bare)
+		}
+	}
+	row := newRow(MLoopback, "req/s", true, FormatRate)
+	rrow := newRow(MLoopbackBare, "median of per-round ratios", true, FormatRatio)
+	for name, x := range xs {
+		row.Values[name] = median(x)
+	}
+	for name, x := range ratios {
+		rrow.Values[name] = median(x)
+	}
+	r.res.Rows = append(r.res.Rows, row, rrow)
+}
+
+func (r *runner) burst() {
+	r.logf("9. seed burst timeline")
+	served := newRow(MBurstServed, "of 15", true, FormatCount)
+	full := newRow(MBurstFull, "of 15", false, FormatCount)
+	timedOut := newRow(MBurstTimeout, "of 15", false, FormatCount)
+	last := newRow(MBurstLast, "", false, FormatDuration)
+	for _, v := range TimelineVariants() {
+		t := SeedBurst(v, r.plan.BurstWork, r.plan.BurstTimeout)
+		r.res.Timelines = append(r.res.Timelines, t)
+		if v.Name == SeedAsWritten {
+			continue // shown in the chart and its own paragraph
+		}
+		served.Values[v.Name] = float64(t.Count(OutcomeServed))
+		full.Values[v.Name] = float64(t.Count(OutcomeFull))
+		timedOut.Values[v.Name] = float64(t.Count(OutcomeTimeout))
+		last.Values[v.Name] = float64(t.Last())
+	}
+	r.res.Rows = append(r.res.Rows, served, full, timedOut, last)
+}
+
+// groupDigits prints n with thin groups of three digits: 100,000.
+func groupDigits(n int) string {
+	sign := ""
+	if n < 0 {
+		sign, n = "-", -n
+	}
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return sign + s
+}
