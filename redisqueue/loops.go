@@ -1,0 +1,326 @@
+package redisqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// read is the grant reader: one goroutine per Backend, blocked in XREAD on
+// this replica's grant stream over a connection of its own, so that it never
+// takes one from the pool that requests use. It hands each notice to the
+// local waiter. Close closes the connection, which ends the blocked read.
+func (b *Backend) read() {
+	defer close(b.readDn)
+	last := "0-0"
+	for {
+		c, err := b.readerClient()
+		if err == nil {
+			var res []redis.XStream
+			res, err = c.XRead(context.Background(), &redis.XReadArgs{
+				Streams: []string{b.stream, last},
+				Count:   256,
+				Block:   2 * time.Second,
+			}).Result()
+			if err == nil {
+				for _, s := range res {
+					for _, m := range s.Messages {
+						last = m.ID
+						if v, ok := m.Values["g"].(string); ok {
+							b.granted(v)
+						}
+					}
+				}
+				continue
+			}
+			if errors.Is(err, redis.Nil) {
+				continue // block timed out
+			}
+		}
+		select {
+		case <-b.stop:
+			return
+		default:
+		}
+		// The connection broke, or Redis restarted or failed over: a new
+		// stream may have ids below last. Reading old notices again is
+		// harmless (ids not waiting here are ignored).
+		last = "0-0"
+		b.dropReader(c)
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(b.opts.TickInterval):
+		}
+	}
+}
+
+// readerClient returns the reader's own one-connection client, dialling it
+// from the settings of the Backend's client if needed.
+func (b *Backend) readerClient() (*redis.Client, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, errors.New("closed")
+	}
+	if b.reader != nil {
+		c := b.reader
+		b.mu.Unlock()
+		return c, nil
+	}
+	b.mu.Unlock()
+
+	var src *redis.Client
+	switch c := b.rdb.(type) {
+	case *redis.Client:
+		src = c
+	case *redis.ClusterClient:
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+		node, err := c.MasterForKey(ctx, b.stream)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		src = node
+	}
+	opt := *src.Options()
+	opt.PoolSize = 1
+	opt.MinIdleConns = 0
+	opt.MaxIdleConns = 1
+	opt.MaxActiveConns = 1
+	c := redis.NewClient(&opt)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		_ = c.Close()
+		return nil, errors.New("closed")
+	}
+	b.reader = c
+	return c, nil
+}
+
+// dropReader closes c if it is still the reader's client.
+func (b *Backend) dropReader(c *redis.Client) {
+	if c == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.reader == c {
+		b.reader = nil
+	}
+	b.mu.Unlock()
+	_ = c.Close()
+}
+
+// granted hands the slot of lease to its local waiter. A lease that no
+// longer waits here was abandoned, and its leave, already sent or pending,
+// runs after this grant in Redis and frees the slot.
+func (b *Backend) granted(lease string) {
+	id, ok := b.parseLease(lease)
+	if !ok {
+		return
+	}
+	b.mu.Lock()
+	if w := b.waiters[id]; w != nil && w.state == waiting {
+		b.grantLocked(w)
+	}
+	b.mu.Unlock()
+}
+
+// parseLease is the inverse of leaseID for this replica's leases.
+func (b *Backend) parseLease(lease string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(lease, b.replica)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(rest, 36, 64)
+	return id, err == nil
+}
+
+// maintain is the maintainer goroutine. Every LeaseTTL/3 it syncs (the
+// heartbeat and the lease refresh); every TickInterval while requests wait
+// here or Redis is down (the safety net, the probe); at once when a release
+// or cancel is pending. After Close it goes on until nothing is held here,
+// then says goodbye to Redis and returns.
+func (b *Backend) maintain() {
+	defer close(b.mainDn)
+	refresh := b.opts.LeaseTTL / 3
+	tick := b.opts.TickInterval
+	timer := time.NewTimer(tick)
+	defer timer.Stop()
+	last := time.Now() // Start synced
+	stop := b.stop
+	for {
+		select {
+		case <-timer.C:
+		case <-b.kick:
+		case <-stop:
+			stop = nil
+		}
+		b.mu.Lock()
+		closed, held := b.closed, len(b.held)
+		queued := false
+		for _, w := range b.waiters {
+			if w.queued {
+				queued = true
+				break
+			}
+		}
+		b.mu.Unlock()
+		if stop == nil && held == 0 {
+			b.bye()
+			return
+		}
+		if !b.down.Load() {
+			b.flushPending()
+		}
+		every := refresh
+		if queued || b.down.Load() {
+			every = tick
+		}
+		now := time.Now()
+		if !now.Before(last.Add(every)) {
+			_ = b.sync(false)
+			last = now
+			if b.down.Load() {
+				every = tick
+			}
+		}
+		b.mu.Lock()
+		if len(b.pending) > 0 || closed {
+			every = min(every, tick)
+		}
+		b.mu.Unlock()
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(time.Until(last.Add(every)), time.Millisecond))
+	}
+}
+
+// sync runs the sync script: heartbeat and declaration, lease refresh, and
+// the state of every queued waiter, which it acts on. first is Start's call:
+// a conflict is returned rather than remembered.
+func (b *Backend) sync(first bool) error {
+	b.mu.Lock()
+	args := make([]any, 0, 3+len(b.held)+len(b.waiters))
+	args = append(args, b.replica, b.decl, len(b.held))
+	var ids []uint64
+	for id := range b.held {
+		args = append(args, b.leaseID(id))
+		ids = append(ids, id)
+	}
+	nh := len(ids)
+	for id, w := range b.waiters {
+		if w.queued {
+			args = append(args, b.leaseID(id))
+			ids = append(ids, id)
+		}
+	}
+	b.mu.Unlock()
+
+	res, err := b.call(syncScript, args...)
+	if err != nil {
+		b.markDown()
+		return err
+	}
+	out, _ := res.([]any)
+	if len(out) < 2 {
+		return fmt.Errorf("redisqueue: unexpected sync reply %v", res)
+	}
+	if out[0].(int64) == 0 {
+		err := fmt.Errorf("%w: replica %v of Name %q declared %v, this one %s; use another Name to change limits",
+			ErrConflict, out[1], b.opts.Name, out[2], b.decl)
+		if !first {
+			b.mu.Lock()
+			b.conflict = err
+			b.mu.Unlock()
+			b.markUp()
+		}
+		return err
+	}
+	b.markUp()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.conflict = nil
+	b.replicas = int(out[1].(int64))
+	for i, id := range ids {
+		if 2+i >= len(out) {
+			break
+		}
+		st := out[2+i].(int64)
+		if i < nh {
+			continue // holders: lost or reclaimed leases need nothing from us
+		}
+		w := b.waiters[id]
+		if w == nil || w.state != waiting {
+			continue
+		}
+		switch st {
+		case 1:
+			b.grantLocked(w)
+		case -1:
+			w.state = lost
+			delete(b.waiters, id)
+			close(w.ready)
+		}
+	}
+	return nil
+}
+
+// flushPending retries the pending releases and cancels in one call.
+func (b *Backend) flushPending() {
+	b.mu.Lock()
+	if len(b.pending) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	ids := make([]uint64, 0, len(b.pending))
+	args := make([]any, 0, len(b.pending))
+	for id := range b.pending {
+		ids = append(ids, id)
+		args = append(args, b.leaseID(id))
+		if len(ids) == 1000 {
+			break
+		}
+	}
+	b.mu.Unlock()
+	if _, err := b.call(leaveScript, args...); err != nil {
+		b.markDown()
+		return
+	}
+	b.mu.Lock()
+	for _, id := range ids {
+		delete(b.pending, id)
+	}
+	b.idleCheckLocked()
+	b.mu.Unlock()
+	if len(ids) == 1000 {
+		b.wake()
+	}
+}
+
+// bye gives back every pending id and removes this replica from Redis, with
+// one attempt: if Redis does not answer, the leases expire within LeaseTTL.
+func (b *Backend) bye() {
+	b.mu.Lock()
+	args := []any{b.replica}
+	for id := range b.pending {
+		args = append(args, b.leaseID(id))
+	}
+	b.mu.Unlock()
+	_, _ = b.call(byeScript, args...)
+	b.mu.Lock()
+	clear(b.pending)
+	b.idleCheckLocked()
+	b.mu.Unlock()
+}

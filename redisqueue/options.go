@@ -1,0 +1,142 @@
+package redisqueue
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Policy is what a Backend does while Redis cannot be reached: when a call
+// fails or takes longer than Options.CallTimeout, and until a probe answers
+// again.
+type Policy uint8
+
+const (
+	// FailOpen admits requests on a local limit, inside this process only,
+	// while Redis is down. The local limit is Options.LocalLimit, or when that
+	// is zero MaxConcurrent divided by the number of live replicas of the
+	// Name that Redis last reported, rounded up (MaxConcurrent when Redis has
+	// never answered). The local queue is sized the same way from MaxQueue.
+	// The fleet then admits about MaxConcurrent in all, but no longer in one
+	// global order; see the README. It is the zero value and the default.
+	FailOpen Policy = iota
+
+	// FailClosed answers every request that needs Redis with an error that
+	// wraps ErrUnavailable and ginqueue.ErrQueueFull, so the Queue answers
+	// 503 with Retry-After, until Redis answers again.
+	FailClosed
+)
+
+// String returns "fail-open" or "fail-closed".
+func (p Policy) String() string {
+	switch p {
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return fmt.Sprintf("Policy(%d)", uint8(p))
+}
+
+// Defaults used for zero Options fields.
+const (
+	DefaultLeaseTTL     = 15 * time.Second
+	DefaultCallTimeout  = 150 * time.Millisecond
+	DefaultTickInterval = 500 * time.Millisecond
+)
+
+// Options configure a Backend. Only Name is required; every other zero field
+// takes the default its comment names. Options are copied by New: changing
+// them afterwards has no effect.
+type Options struct {
+	// Name identifies the shared limit: every replica that uses the same
+	// Redis and the same Name shares one MaxConcurrent, one MaxQueue and one
+	// order. It is required, and must not contain '{', '}' or ':' (it
+	// becomes the hash tag of every key, so all keys live in one Redis
+	// Cluster slot).
+	Name string
+
+	// KeyPrefix starts every Redis key. Empty means "ginqueue". It must not
+	// contain '{' or '}'.
+	KeyPrefix string
+
+	// LeaseTTL is how long a slot or a queue place stays reserved for a
+	// replica that stops refreshing it (it crashed, or lost Redis). Live
+	// replicas refresh every LeaseTTL/3. Zero means DefaultLeaseTTL (15 s).
+	// It must be at least 4 call timeouts, so that a refresh can fail once
+	// and still land in time.
+	LeaseTTL time.Duration
+
+	// CallTimeout bounds every Redis call that a request waits for. A call
+	// that takes longer counts as Redis being down: OnRedisDown applies at
+	// once, and a release or cancel is retried in the background. Zero means
+	// DefaultCallTimeout (150 ms). Negative is refused.
+	CallTimeout time.Duration
+
+	// TickInterval is the period of the safety net: while this replica has
+	// requests waiting, it asks Redis for their state this often, which
+	// catches a lost grant notice or a slot freed by an expired lease; while
+	// Redis is down it probes Redis this often. Grants normally arrive by
+	// push within a millisecond, not by this tick. Zero means
+	// DefaultTickInterval (500 ms). It must not exceed LeaseTTL/3.
+	TickInterval time.Duration
+
+	// OnRedisDown is the policy while Redis cannot be reached. The zero
+	// value is FailOpen.
+	OnRedisDown Policy
+
+	// LocalLimit overrides the FailOpen local limit. Zero means
+	// MaxConcurrent divided by the live replicas last seen, rounded up.
+	// Negative is refused. Ignored with FailClosed.
+	LocalLimit int
+
+	// LocalQueue overrides the FailOpen local queue bound. Zero means
+	// MaxQueue divided by the live replicas last seen, rounded up. Negative
+	// is refused. Ignored with FailClosed.
+	LocalQueue int
+}
+
+// validate checks o and returns a copy with defaults filled in.
+func (o Options) compile() (Options, error) {
+	switch {
+	case o.Name == "":
+		return o, fmt.Errorf("redisqueue: Options.Name is required")
+	case strings.ContainsAny(o.Name, "{}:"):
+		return o, fmt.Errorf("redisqueue: Options.Name %q must not contain '{', '}' or ':'", o.Name)
+	case strings.ContainsAny(o.KeyPrefix, "{}"):
+		return o, fmt.Errorf("redisqueue: Options.KeyPrefix %q must not contain '{' or '}'", o.KeyPrefix)
+	case o.LeaseTTL < 0:
+		return o, fmt.Errorf("redisqueue: Options.LeaseTTL must not be negative, got %v", o.LeaseTTL)
+	case o.CallTimeout < 0:
+		return o, fmt.Errorf("redisqueue: Options.CallTimeout must not be negative, got %v", o.CallTimeout)
+	case o.TickInterval < 0:
+		return o, fmt.Errorf("redisqueue: Options.TickInterval must not be negative, got %v", o.TickInterval)
+	case o.OnRedisDown > FailClosed:
+		return o, fmt.Errorf("redisqueue: Options.OnRedisDown must be FailOpen or FailClosed, got %v", o.OnRedisDown)
+	case o.LocalLimit < 0:
+		return o, fmt.Errorf("redisqueue: Options.LocalLimit must not be negative, got %d", o.LocalLimit)
+	case o.LocalQueue < 0:
+		return o, fmt.Errorf("redisqueue: Options.LocalQueue must not be negative, got %d", o.LocalQueue)
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "ginqueue"
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.TickInterval == 0 {
+		o.TickInterval = min(DefaultTickInterval, o.LeaseTTL/3)
+	}
+	switch {
+	case o.LeaseTTL < 4*o.CallTimeout:
+		return o, fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 4 × Options.CallTimeout (%v)", o.LeaseTTL, o.CallTimeout)
+	case o.LeaseTTL < 100*time.Millisecond:
+		return o, fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 100ms", o.LeaseTTL)
+	case o.TickInterval > o.LeaseTTL/3:
+		return o, fmt.Errorf("redisqueue: Options.TickInterval %v must not exceed Options.LeaseTTL/3 (%v)", o.TickInterval, o.LeaseTTL/3)
+	}
+	return o, nil
+}

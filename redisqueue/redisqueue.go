@@ -1,0 +1,633 @@
+// Package redisqueue is a ginqueue.Backend on Redis: every replica of a
+// service that builds a Backend with the same Options.Name and the same Redis
+// shares one MaxConcurrent, one MaxQueue and one global order of grants
+// (higher Arrival.Priority first, then arrival order).
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	b, err := redisqueue.New(rdb, redisqueue.Options{Name: "api"})
+//	...
+//	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 4, MaxQueue: 20,
+//		QueueTimeout: 2 * time.Second, Backend: b})
+//
+// Each acquire and each release is one atomic Lua script on Redis. A request
+// that must wait learns of its grant from a push: the script that frees a
+// slot appends a notice to a stream of the waiter's replica, which one
+// goroutine per Backend reads with XREAD BLOCK on a connection of its own. A
+// slow safety-net tick catches a lost notice. Slots are leases that the
+// replica refreshes; a replica that dies loses its slots within
+// Options.LeaseTTL. See the README for failure behaviour.
+package redisqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrUnavailable is wrapped by the error Acquire returns under FailClosed
+// while Redis cannot be reached. That error also wraps ginqueue.ErrQueueFull,
+// so a Queue answers it as queue full (503 with Retry-After).
+var ErrUnavailable = errors.New("redisqueue: redis unavailable")
+
+// ErrConflict is wrapped by the error that Start (and so ginqueue.NewQueue)
+// returns when a live replica of the same Name declared other limits; Acquire
+// returns it too, wrapping ginqueue.ErrQueueFull, when the conflict is found
+// only after Redis came back.
+var ErrConflict = errors.New("redisqueue: limits disagree with another replica")
+
+// unavailableError is what FailClosed answers: ErrUnavailable, queue full,
+// and the cause.
+type unavailableError struct{ cause error }
+
+func (e *unavailableError) Error() string {
+	return "redisqueue: redis unavailable, answered as queue full: " + e.cause.Error()
+}
+
+func (e *unavailableError) Unwrap() []error {
+	return []error{ErrUnavailable, ginqueue.ErrQueueFull, e.cause}
+}
+
+// localKey marks a Ticket granted by the local fallback (FailOpen); its ID
+// is the index of that fallback in Backend.locals.
+const localKey = "local"
+
+// Backend is a ginqueue.Backend whose slots and queue live in Redis and are
+// shared by every Backend of the same Name. Build it with New and give it to
+// exactly one ginqueue.Config. It is safe for concurrent use.
+//
+// A Backend runs two goroutines from Start until Close: the grant reader and
+// the maintainer (heartbeat, lease refresh, safety-net tick, retries of
+// releases and cancels, probing while Redis is down). Close stops the reader
+// at once; the maintainer stays until the last running request has released
+// its slot, so that its lease is kept, and then flushes pending releases and
+// stops.
+type Backend struct {
+	rdb     redis.UniversalClient
+	opts    Options
+	keys    []string // the keys of scriptKeys, in order
+	streams string   // prefix of the grant stream keys
+	replica string   // 16 hex chars; every lease id starts with it
+	stream  string   // this replica's grant stream
+
+	// Fixed by Start.
+	limits ginqueue.Limits
+	decl   string // the limits as declared to other replicas
+	base   []any  // ARGV[1..3] of every script
+
+	nextID atomic.Uint64
+	served atomic.Uint64
+	down   atomic.Bool // Redis is considered unreachable; see markDown
+
+	kick   chan struct{} // wakes the maintainer; capacity 1
+	stop   chan struct{} // closed by Close
+	readDn chan struct{} // closed when the reader returns
+	mainDn chan struct{} // closed when the maintainer returns
+
+	mu sync.Mutex
+	// Guarded by mu.
+	started  bool
+	closed   bool
+	closedAt time.Time
+	waiters  map[uint64]*waiter  // ids sent to Redis whose grant is awaited here
+	held     map[uint64]struct{} // ids holding a slot here, not released yet
+	pending  map[uint64]struct{} // ids to release or cancel; retried until Redis answers
+	downCh   chan struct{}       // closed when Redis goes down; replaced when it is back
+	idle     chan struct{}       // closed when held and pending are empty; nil unless draining
+	replicas int                 // live replicas Redis last reported; 0 until it answers
+	conflict error               // a limits conflict found after Start
+	locals   []ginqueue.Backend  // FailOpen fallbacks; the last one is current
+	reader   *redis.Client       // the reader's own connection; nil when not dialled
+}
+
+// waiter is one lease id waiting in the Redis queue for a grant.
+type waiter struct {
+	id    uint64
+	ready chan struct{} // closed when state leaves waiting
+	state waitState     // guarded by Backend.mu until ready is closed
+	// queued is set, under Backend.mu, once Redis answered that the id is
+	// queued. Only then may the safety net call it lost: before, the
+	// acquire call may still be on its way.
+	queued bool
+}
+
+type waitState uint8
+
+const (
+	waiting   waitState = iota
+	granted             // a slot is held under this id; it is in Backend.held
+	lost                // Redis no longer knows the id: enqueue again
+	closedOut           // Close answered it
+	abandoned           // its request left; a leave is under way
+)
+
+// New returns a Backend that keeps its slots and queue in Redis through rdb,
+// under opts.Name. rdb must be a *redis.Client (a failover client is one) or
+// a *redis.ClusterClient, built with ContextTimeoutEnabled: true, so that
+// Options.CallTimeout can bound every call. The Backend does not close rdb.
+// New does not talk to Redis; Start (called by ginqueue.NewQueue) does. New
+// returns an error naming the bad option or client setting.
+func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
+	o, err := opts.compile()
+	if err != nil {
+		return nil, err
+	}
+	switch c := rdb.(type) {
+	case nil:
+		return nil, errors.New("redisqueue: New needs a Redis client, got nil")
+	case *redis.Client:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errors.New("redisqueue: the client needs redis.Options.ContextTimeoutEnabled = true, " +
+				"or Options.CallTimeout could not bound its calls")
+		}
+	case *redis.ClusterClient:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errors.New("redisqueue: the client needs redis.ClusterOptions.ContextTimeoutEnabled = true, " +
+				"or Options.CallTimeout could not bound its calls")
+		}
+	default:
+		return nil, fmt.Errorf("redisqueue: New supports *redis.Client and *redis.ClusterClient, got %T", rdb)
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	b := &Backend{
+		rdb:     rdb,
+		opts:    o,
+		replica: hex.EncodeToString(rnd[:]),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		readDn:  make(chan struct{}),
+		mainDn:  make(chan struct{}),
+		waiters: map[uint64]*waiter{},
+		held:    map[uint64]struct{}{},
+		pending: map[uint64]struct{}{},
+		downCh:  make(chan struct{}),
+	}
+	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
+	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d"} {
+		b.keys = append(b.keys, prefix+k)
+	}
+	b.streams = prefix + "g:"
+	b.stream = b.streams + b.replica
+	return b, nil
+}
+
+var _ ginqueue.Backend = (*Backend)(nil)
+
+// Start implements ginqueue.Backend. It declares l to the other replicas of
+// the Name and returns an error wrapping ErrConflict if a live one declared
+// other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
+// and OnRedisDown applies until it does; the declaration is then checked
+// when Redis answers. Start may be called once.
+func (b *Backend) Start(l ginqueue.Limits) error {
+	if err := (ginqueue.Config{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout}).Validate(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.started || b.closed {
+		b.mu.Unlock()
+		return errors.New("redisqueue: Start called twice, or after Close; a Backend serves one Queue")
+	}
+	b.started = true
+	b.limits = l
+	b.decl = fmt.Sprintf("MaxConcurrent=%d MaxQueue=%d", l.MaxConcurrent, l.MaxQueue)
+	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.streams}
+	b.mu.Unlock()
+
+	err := b.sync(true)
+	if errors.Is(err, ErrConflict) {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		close(b.stop)
+		close(b.readDn)
+		close(b.mainDn)
+		return err
+	}
+	go b.read()
+	go b.maintain()
+	return nil
+}
+
+// leaseID is the Redis member of id: the replica, then id in base 36.
+func (b *Backend) leaseID(id uint64) string {
+	return b.replica + strconv.FormatUint(id, 36)
+}
+
+// prioKey orders priorities as strings: higher priority, smaller key.
+func prioKey(p int) string {
+	u := uint64(int64(p)) ^ (1 << 63)
+	return fmt.Sprintf("%016x", ^u)
+}
+
+// call runs one script, bounded by CallTimeout and not by the request: a
+// request that leaves mid-call learns the outcome and undoes it.
+func (b *Backend) call(s *redis.Script, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+	defer cancel()
+	argv := make([]any, 0, len(b.base)+len(args))
+	argv = append(append(argv, b.base...), args...)
+	return s.Run(ctx, b.rdb, b.keys, argv...).Result()
+}
+
+// Acquire implements ginqueue.Backend. It returns ginqueue.ErrQueueFull,
+// ginqueue.ErrQueueTimeout (after Limits.QueueTimeout, measured here),
+// ginqueue.ErrClosed, ctx.Err() when ctx ends first, or while Redis is down
+// what OnRedisDown says: a local grant (FailOpen) or an error wrapping
+// ErrUnavailable and ginqueue.ErrQueueFull (FailClosed). A request never
+// waits longer than QueueTimeout plus one CallTimeout.
+func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	var deadline time.Time
+	if b.limits.QueueTimeout > 0 {
+		deadline = time.Now().Add(b.limits.QueueTimeout)
+	}
+	if err := ctx.Err(); err != nil {
+		return ginqueue.Ticket{}, err
+	}
+	prio := prioKey(a.Priority)
+	for {
+		b.mu.Lock()
+		switch {
+		case b.closed || !b.started:
+			b.mu.Unlock()
+			return ginqueue.Ticket{}, ginqueue.ErrClosed
+		case b.conflict != nil:
+			err := b.conflict
+			b.mu.Unlock()
+			return ginqueue.Ticket{}, fmt.Errorf("%w (%w)", err, ginqueue.ErrQueueFull)
+		case b.down.Load():
+			b.mu.Unlock()
+			return b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
+		}
+		// Register before the call: the grant notice can beat the reply.
+		w := &waiter{id: b.nextID.Add(1), ready: make(chan struct{})}
+		b.waiters[w.id] = w
+		downCh := b.downCh
+		b.mu.Unlock()
+
+		res, err := b.call(acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio)
+		if err != nil {
+			// The script may have run: undo it in the background.
+			b.abandon(w)
+			b.markDown()
+			return b.fallback(ctx, a, deadline, err)
+		}
+		switch res.(int64) {
+		case 0:
+			b.mu.Lock()
+			w.queued = true
+			b.mu.Unlock()
+		case 1:
+			b.mu.Lock()
+			if w.state == waiting {
+				b.grantLocked(w)
+			}
+			b.mu.Unlock()
+		case -1:
+			b.mu.Lock()
+			if w.state == waiting {
+				w.state = abandoned
+				delete(b.waiters, w.id)
+			}
+			b.mu.Unlock()
+			return ginqueue.Ticket{}, ginqueue.ErrQueueFull
+		}
+		t, err, again := b.wait(ctx, w, deadline, downCh)
+		if !again {
+			if err == nil {
+				b.served.Add(1)
+			}
+			return t, err
+		}
+		if err != nil {
+			return b.fallback(ctx, a, deadline, err)
+		}
+		// Lost by Redis (restarted, flushed): enqueue again with a new id.
+	}
+}
+
+// wait waits for w's grant. again reports that Acquire must go on: with
+// err == nil to enqueue again, with err != nil to apply OnRedisDown.
+func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downCh <-chan struct{}) (t ginqueue.Ticket, err error, again bool) {
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		tm := time.NewTimer(time.Until(deadline))
+		defer tm.Stop()
+		expired = tm.C
+	}
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		b.abandon(w)
+		return ginqueue.Ticket{}, ctx.Err(), false
+	case <-expired:
+		if !b.abandon(w) {
+			// Granted in the same instant as the deadline: serve it.
+			return ginqueue.Ticket{ID: w.id}, nil, false
+		}
+		return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+	case <-downCh:
+		if !b.abandon(w) {
+			return ginqueue.Ticket{ID: w.id}, nil, false
+		}
+		return ginqueue.Ticket{}, errors.New("safety-net call failed"), true
+	}
+	// ready is closed, so w.state is final and safe to read.
+	switch w.state {
+	case granted:
+		return ginqueue.Ticket{ID: w.id}, nil, false
+	case lost:
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+		}
+		return ginqueue.Ticket{}, nil, true
+	}
+	return ginqueue.Ticket{}, ginqueue.ErrClosed, false
+}
+
+// grantLocked hands w its slot. Requires b.mu and w.state == waiting.
+func (b *Backend) grantLocked(w *waiter) {
+	w.state = granted
+	delete(b.waiters, w.id)
+	b.held[w.id] = struct{}{}
+	close(w.ready)
+}
+
+// abandon takes w out of the local books and gives its place or slot back
+// in Redis, since the script may have queued or granted it. It reports false
+// if w had been granted and Close had not run: the caller holds the slot then,
+// and nothing was given back.
+func (b *Backend) abandon(w *waiter) bool {
+	b.mu.Lock()
+	switch w.state {
+	case waiting:
+		w.state = abandoned
+		delete(b.waiters, w.id)
+	case granted:
+		b.mu.Unlock()
+		return false
+	}
+	b.mu.Unlock()
+	b.leave(w.id)
+	return true
+}
+
+// leave releases or cancels id in Redis now, or in the background when
+// Redis is down or the call fails.
+func (b *Backend) leave(id uint64) {
+	if !b.down.Load() {
+		if _, err := b.call(leaveScript, b.leaseID(id)); err == nil {
+			return
+		}
+		b.markDown()
+	}
+	b.mu.Lock()
+	b.pending[id] = struct{}{}
+	b.mu.Unlock()
+	b.wake()
+}
+
+// wake nudges the maintainer without blocking.
+func (b *Backend) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// markDown records that Redis did not answer: new arrivals and waiters turn
+// to OnRedisDown until the maintainer's probe gets an answer.
+func (b *Backend) markDown() {
+	if b.down.Swap(true) {
+		return
+	}
+	b.mu.Lock()
+	close(b.downCh)
+	if b.opts.OnRedisDown == FailOpen {
+		b.locals = append(b.locals, b.newLocal())
+	}
+	b.mu.Unlock()
+	b.wake()
+}
+
+// markUp records that Redis answered again.
+func (b *Backend) markUp() {
+	if !b.down.Load() {
+		return
+	}
+	b.mu.Lock()
+	b.downCh = make(chan struct{})
+	b.down.Store(false)
+	b.mu.Unlock()
+}
+
+// newLocal builds the FailOpen fallback, sized as Options.LocalLimit says.
+// Requires b.mu.
+func (b *Backend) newLocal() ginqueue.Backend {
+	n := max(b.replicas, 1)
+	limit, queue := b.opts.LocalLimit, b.opts.LocalQueue
+	if limit == 0 {
+		limit = (b.limits.MaxConcurrent + n - 1) / n
+	}
+	if queue == 0 {
+		queue = (b.limits.MaxQueue + n - 1) / n
+	}
+	l := ginqueue.NewMemoryBackend()
+	// Deadlines are enforced by fallback, so that the whole wait, Redis
+	// part included, stays within QueueTimeout.
+	_ = l.Start(ginqueue.Limits{MaxConcurrent: limit, MaxQueue: queue})
+	return l
+}
+
+// fallback applies OnRedisDown to a request that Redis could not serve.
+func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline time.Time, cause error) (ginqueue.Ticket, error) {
+	if b.opts.OnRedisDown == FailClosed {
+		return ginqueue.Ticket{}, &unavailableError{cause: cause}
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ginqueue.Ticket{}, ginqueue.ErrClosed
+	}
+	if len(b.locals) == 0 {
+		// Redis came back between the failure and here; a fallback is
+		// still the quickest answer.
+		b.locals = append(b.locals, b.newLocal())
+	}
+	i := len(b.locals) - 1
+	l := b.locals[i]
+	b.mu.Unlock()
+	lctx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	t, err := l.Acquire(lctx, a)
+	if err != nil {
+		if ctx.Err() == nil && lctx.Err() != nil {
+			err = ginqueue.ErrQueueTimeout
+		}
+		return ginqueue.Ticket{}, err
+	}
+	_ = t // the memory backend's tickets carry nothing
+	b.served.Add(1)
+	return ginqueue.Ticket{ID: uint64(i), Key: localKey}, nil
+}
+
+// Release implements ginqueue.Backend. It gives the slot back in Redis with
+// one call bounded by CallTimeout; if that fails, or Redis is known to be
+// down, the release is retried in the background until Redis answers (or,
+// after Close, until LeaseTTL has passed: the lease has expired by then).
+func (b *Backend) Release(t ginqueue.Ticket) {
+	if t.Key == localKey {
+		b.mu.Lock()
+		l := b.locals[t.ID]
+		b.mu.Unlock()
+		l.Release(ginqueue.Ticket{})
+		return
+	}
+	b.mu.Lock()
+	delete(b.held, t.ID)
+	b.mu.Unlock()
+	b.leave(t.ID)
+	b.mu.Lock()
+	b.idleCheckLocked()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		b.wake() // the maintainer may stop once nothing is held
+	}
+}
+
+// idleCheckLocked tells a drainer when nothing is held or pending. Requires
+// b.mu.
+func (b *Backend) idleCheckLocked() {
+	if b.idle != nil && len(b.held) == 0 && len(b.pending) == 0 {
+		close(b.idle)
+		b.idle = nil
+	}
+}
+
+// Stats implements ginqueue.Backend with this replica's view: Running and
+// Queued count the requests of this process (local fallback included),
+// Limit is the global MaxConcurrent. GlobalStats asks Redis for the fleet's.
+func (b *Backend) Stats() ginqueue.BackendStats {
+	b.mu.Lock()
+	s := ginqueue.BackendStats{
+		Running: len(b.held),
+		Queued:  len(b.waiters),
+		Limit:   b.limits.MaxConcurrent,
+		Served:  b.served.Load(),
+	}
+	locals := b.locals
+	b.mu.Unlock()
+	for _, l := range locals {
+		ls := l.Stats()
+		s.Running += ls.Running
+		s.Queued += ls.Queued
+	}
+	return s
+}
+
+// GlobalStats is the fleet's view of one Name, as Redis holds it.
+type GlobalStats struct {
+	Running  int // slots held, by every replica
+	Queued   int // waiters, on every replica
+	Replicas int // replicas that heartbeat within LeaseTTL (dead ones may linger until the next heartbeat)
+}
+
+// GlobalStats asks Redis for the slots held and the waiters of the whole
+// fleet. Leases that expired but were not yet swept still count. It returns
+// the Redis error, if any; it is safe for concurrent use.
+func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
+	var h, q, r *redis.IntCmd
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		h = p.ZCard(ctx, b.keys[0])
+		q = p.ZCard(ctx, b.keys[1])
+		r = p.ZCard(ctx, b.keys[5])
+		return nil
+	})
+	if err != nil {
+		return GlobalStats{}, err
+	}
+	return GlobalStats{Running: int(h.Val()), Queued: int(q.Val()), Replicas: int(r.Val())}, nil
+}
+
+// Drain implements ginqueue.Backend: it returns once every slot granted here
+// was released and every release reached Redis (or was given up after
+// Close), or with ctx.Err().
+func (b *Backend) Drain(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		if len(b.held) == 0 && len(b.pending) == 0 {
+			locals := b.locals
+			b.mu.Unlock()
+			for _, l := range locals {
+				if err := l.Drain(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if b.idle == nil {
+			b.idle = make(chan struct{})
+		}
+		idle := b.idle
+		b.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close implements ginqueue.Backend. Waiters get ginqueue.ErrClosed and
+// their queue places are given back; new arrivals get ginqueue.ErrClosed.
+// Running requests keep their slots (and leases) until they Release. Close
+// returns once the reader has stopped and, if nothing is held here, the
+// maintainer too; otherwise the maintainer stops after the last Release.
+// Close does not close the Redis client. It may be called more than once.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.closedAt = time.Now()
+	if !b.started {
+		b.mu.Unlock()
+		return nil
+	}
+	for id, w := range b.waiters {
+		w.state = closedOut
+		close(w.ready)
+		delete(b.waiters, id)
+		b.pending[id] = struct{}{}
+	}
+	r := b.reader
+	b.reader = nil
+	b.mu.Unlock()
+	close(b.stop)
+	if r != nil {
+		_ = r.Close() // unblocks XREAD
+	}
+	<-b.readDn
+	b.mu.Lock()
+	idle := len(b.held) == 0
+	b.mu.Unlock()
+	if idle {
+		<-b.mainDn
+	}
+	return nil
+}

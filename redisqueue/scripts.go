@@ -1,0 +1,198 @@
+package redisqueue
+
+import "github.com/redis/go-redis/v9"
+
+// The Redis data of one Name. Every key carries the hash tag {Name}, so all
+// of them live in one Redis Cluster slot and each script touches one node.
+//
+//	h    ZSET   lease id → lease expiry (ms, Redis clock): the slots held
+//	q    ZSET   all scores 0; member = prio(16 hex) seq(16 hex) lease id, so
+//	            the lexically smallest member is the highest priority, then
+//	            the earliest arrival: ZPOPMIN pops the next waiter
+//	w    HASH   lease id → its member of q
+//	we   ZSET   lease id → waiter lease expiry: a queued place whose replica
+//	            stops refreshing it is dropped
+//	seq  STRING arrival counter
+//	r    ZSET   replica id → replica expiry: the live replicas
+//	d    HASH   replica id → the limits it declared
+//	g:R  STREAM grant notices for replica R (R = first 16 chars of a lease id)
+//
+// Invariants, kept by every script: a lease id is in at most one of h and
+// w; w and q agree (a member of q whose w entry differs is stale and is
+// skipped); len(h) <= limit after promote. Time is redis.call('TIME'), read
+// once per script; since Redis 5 scripts replicate their effects, so that
+// is deterministic on replicas.
+const keyNames = "h q w we seq r d"
+
+// prelude is shared by every script. ARGV[1] is the limit, ARGV[2] the lease
+// TTL in ms, ARGV[3] the prefix of the grant stream keys.
+const prelude = `
+local H, Q, W, WE, SEQ, R, D = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local limit = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- drop waiters whose replica stopped refreshing them
+local function expire_waiters()
+  local gone = redis.call('ZRANGEBYSCORE', WE, '-inf', now, 'LIMIT', 0, 256)
+  for _, id in ipairs(gone) do
+    local m = redis.call('HGET', W, id)
+    if m then
+      redis.call('ZREM', Q, m)
+      redis.call('HDEL', W, id)
+    end
+    redis.call('ZREM', WE, id)
+  end
+end
+
+-- while a slot is free, move the head waiter to the holders and push it a
+-- grant notice on its replica's stream
+local function promote()
+  if redis.call('ZCARD', Q) == 0 then return end
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+  local n = redis.call('ZCARD', H)
+  while n < limit do
+    local p = redis.call('ZPOPMIN', Q)
+    if #p == 0 then return end
+    local m = p[1]
+    local id = string.sub(m, 33)
+    if redis.call('HGET', W, id) == m then
+      redis.call('HDEL', W, id)
+      redis.call('ZREM', WE, id)
+      redis.call('ZADD', H, now + ttl, id)
+      redis.call('XADD', ARGV[3] .. string.sub(id, 1, 16), 'MAXLEN', '~', 1000, '*', 'g', id)
+      n = n + 1
+    end
+  end
+end
+
+-- give back the slot or the queue place of each id; unknown ids are fine
+local function leave(from)
+  for i = from, #ARGV do
+    local id = ARGV[i]
+    if redis.call('ZREM', H, id) == 0 then
+      local m = redis.call('HGET', W, id)
+      if m then
+        redis.call('ZREM', Q, m)
+        redis.call('HDEL', W, id)
+        redis.call('ZREM', WE, id)
+      end
+    end
+  end
+  promote()
+end
+`
+
+// acquireScript: ARGV[4] max queue, ARGV[5] lease id, ARGV[6] priority key.
+// Returns 1 granted, 0 queued, -1 queue full. Idempotent: an id already
+// holding or queued gets its state back, so a retried call changes nothing.
+var acquireScript = redis.NewScript(prelude + `
+local maxq, id = tonumber(ARGV[4]), ARGV[5]
+if redis.call('ZSCORE', H, id) then return 1 end
+if redis.call('HEXISTS', W, id) == 1 then return 0 end
+local n = redis.call('ZCARD', H)
+if n >= limit then
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+  n = redis.call('ZCARD', H)
+end
+local qn = redis.call('ZCARD', Q)
+if qn > 0 and n < limit then
+  -- slots freed by expired leases: serve the waiters first
+  promote()
+  n = redis.call('ZCARD', H)
+  qn = redis.call('ZCARD', Q)
+end
+-- a slot is taken at once only when nobody waits, so nobody is overtaken
+if n < limit and qn == 0 then
+  redis.call('ZADD', H, now + ttl, id)
+  return 1
+end
+if qn >= maxq then
+  expire_waiters()
+  if redis.call('ZCARD', Q) >= maxq then return -1 end
+end
+local m = ARGV[6] .. string.format('%016x', redis.call('INCR', SEQ)) .. id
+redis.call('ZADD', Q, 0, m)
+redis.call('HSET', W, id, m)
+redis.call('ZADD', WE, now + ttl, id)
+return 0
+`)
+
+// leaveScript: ARGV[4...] lease ids to release or cancel. Idempotent.
+var leaveScript = redis.NewScript(prelude + `
+leave(4)
+return 1
+`)
+
+// syncScript is the heartbeat, the lease refresh and the safety net in one
+// call. ARGV[4] replica id, ARGV[5] its declared limits, ARGV[6] the number
+// of holder ids that follow, then holder ids, then waiter ids.
+//
+// Returns {0, other replica, its limits} when a live replica of the same
+// Name declared other limits (nothing else is done), or {1, live replicas,
+// one status per holder id, one per waiter id}. Holder status: 1 refreshed,
+// 2 reclaimed (Redis had lost the lease, as after a restart, and a slot was
+// free: the request is running, so count it), -1 lost (the slot went to
+// someone else; the limit is exceeded until this request ends). Waiter
+// status: 0 queued (refreshed), 1 granted (the notice may be lost), -1 lost
+// (not in Redis: enqueue again).
+var syncScript = redis.NewScript(prelude + `
+local rep, decl, nh = ARGV[4], ARGV[5], tonumber(ARGV[6])
+local dead = redis.call('ZRANGEBYSCORE', R, '-inf', now, 'LIMIT', 0, 64)
+for _, r in ipairs(dead) do
+  redis.call('ZREM', R, r)
+  redis.call('HDEL', D, r)
+  redis.call('DEL', ARGV[3] .. r)
+end
+if redis.call('HGET', D, rep) ~= decl then
+  local all = redis.call('HGETALL', D)
+  for i = 1, #all, 2 do
+    if all[i] ~= rep and all[i + 1] ~= decl and redis.call('ZSCORE', R, all[i]) then
+      return {0, all[i], all[i + 1]}
+    end
+  end
+  redis.call('HSET', D, rep, decl)
+end
+redis.call('ZADD', R, now + ttl, rep)
+for _, k in ipairs({R, D, SEQ}) do redis.call('PEXPIRE', k, 10 * ttl) end
+redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+expire_waiters()
+local out = {1, redis.call('ZCARD', R)}
+for i = 7, 6 + nh do
+  local id = ARGV[i]
+  if redis.call('ZSCORE', H, id) then
+    redis.call('ZADD', H, now + ttl, id)
+    out[#out + 1] = 1
+  elseif not redis.call('HGET', W, id) and redis.call('ZCARD', H) < limit then
+    redis.call('ZADD', H, now + ttl, id)
+    out[#out + 1] = 2
+  else
+    out[#out + 1] = -1
+  end
+end
+promote()
+for i = 7 + nh, #ARGV do
+  local id = ARGV[i]
+  if redis.call('ZSCORE', H, id) then
+    out[#out + 1] = 1
+  elseif redis.call('HEXISTS', W, id) == 1 then
+    redis.call('ZADD', WE, now + ttl, id)
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = -1
+  end
+end
+return out
+`)
+
+// byeScript: ARGV[4] replica id, ARGV[5...] lease ids to leave. Run by Close
+// once nothing is held here.
+var byeScript = redis.NewScript(prelude + `
+leave(5)
+local rep = ARGV[4]
+redis.call('ZREM', R, rep)
+redis.call('HDEL', D, rep)
+redis.call('DEL', ARGV[3] .. rep)
+return 1
+`)
