@@ -1,0 +1,5 @@
+package redisqueue_test
+
+const childEnv = "REDISQUEUE_TEST_CHILD"
+
+func childMain() int { return 0 }

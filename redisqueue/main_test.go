@@ -1,0 +1,197 @@
+package redisqueue_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/redisqueue"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// redisAddr is the shared Redis of the tests; noRedis is set by TestMain
+// when it does not answer (and CI is unset): the tests that need it skip.
+var (
+	redisAddr = "127.0.0.1:6379"
+	noRedis   bool
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		redisAddr = a
+	}
+	c := redis.NewClient(&redis.Options{Addr: redisAddr, DialTimeout: 500 * time.Millisecond})
+	err := c.Ping(context.Background()).Err()
+	_ = c.Close()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			fmt.Printf("redisqueue: no Redis at %s and CI is set: failing (%v)\n", redisAddr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("redisqueue: no Redis at %s (set REDIS_ADDR, or run redis-server --port 6379 --save ''); skipping the tests that need it\n", redisAddr)
+		noRedis = true
+	}
+	gin.SetMode(gin.ReleaseMode)
+	goleak.VerifyTestMain(m)
+}
+
+// needRedis skips t when no Redis answers.
+func needRedis(t testing.TB) {
+	t.Helper()
+	if noRedis {
+		t.Skip("no Redis")
+	}
+}
+
+// newClient returns a client of addr that the test closes at its end.
+func newClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           200 * time.Millisecond,
+		MaxRetries:            -1,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newName returns a Name no other test uses.
+func newName(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "test-" + hex.EncodeToString(b[:])
+}
+
+// replica is one service instance: its own client, Backend, Queue and
+// gin engine.
+type replica struct {
+	rdb *redis.Client
+	b   *redisqueue.Backend
+	q   *ginqueue.Queue
+	e   *gin.Engine
+}
+
+// newReplica builds a replica whose route "/" runs h behind the Queue. The
+// test closes the Queue at its end.
+func newReplica(t testing.TB, addr string, cfg ginqueue.Config, o redisqueue.Options, h gin.HandlerFunc) *replica {
+	t.Helper()
+	r := &replica{rdb: newClient(t, addr)}
+	var err error
+	r.b, err = redisqueue.New(r.rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backend = r.b
+	r.q, err = ginqueue.NewQueue(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last-in first-out: the Queue closes before its client.
+	t.Cleanup(func() { _ = r.q.Close() })
+	r.e = gin.New()
+	r.e.GET("/", r.q.Handler(), h)
+	return r
+}
+
+// get serves one request on r and returns its status.
+func (r *replica) get() int {
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.e.ServeHTTP(w, req)
+	return w.Code
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// globalIdle reports whether nothing is held or queued under b's Name.
+func globalIdle(b *redisqueue.Backend) bool {
+	s, err := b.GlobalStats(context.Background())
+	return err == nil && s.Running == 0 && s.Queued == 0
+}
+
+// freePort returns a TCP port nobody listens on now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// redisServer is a redis-server of the test's own.
+type redisServer struct {
+	t    testing.TB
+	port int
+	cmd  *exec.Cmd
+}
+
+// startRedis starts a redis-server on a free port; it is killed at the end
+// of the test. Without a redis-server binary the test skips (fails on CI).
+func startRedis(t testing.TB) *redisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server not found and CI is set")
+		}
+		t.Skip("redis-server not found")
+	}
+	s := &redisServer{t: t, port: freePort(t)}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *redisServer) start() {
+	s.t.Helper()
+	dir := s.t.TempDir()
+	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "log"))
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	eventually(s.t, 5*time.Second, "redis-server did not answer", func() bool {
+		return c.Ping(context.Background()).Err() == nil
+	})
+}
+
+func (s *redisServer) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
