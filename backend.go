@@ -106,3 +106,12 @@ type Backend interface {
 	// their slots until they Release. Close may be called more than once.
 	Close() error
 }
+
+// LimitSetter is a Backend whose limit can change while it runs; the
+// in-memory dispatcher is one. Queue.SetLimit and the adaptive limit need it.
+type LimitSetter interface {
+	// SetLimit sets the number of slots. Raising it grants waiters at once;
+	// lowering it preempts nobody: running requests finish, and nobody is
+	// admitted until fewer than n run. It returns an error for n < 1.
+	SetLimit(n int) error
+}

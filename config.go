@@ -106,6 +106,13 @@ type Config struct {
 	// MaxQueue above zero.
 	RejectEarly bool
 
+	// Adaptive, when set, moves the limit with the measured handler latency
+	// between Adaptive.MinLimit and Adaptive.MaxLimit, starting from
+	// MaxConcurrent; see AdaptiveConfig. Nil means the limit stays
+	// MaxConcurrent (or what SetLimit sets). The Backend must implement
+	// LimitSetter.
+	Adaptive *AdaptiveConfig
+
 	// Backend decides which requests run and in what order. Nil means the
 	// in-memory dispatcher of this package, which limits one process. A
 	// shared backend (see the redisqueue module) makes the limits global
@@ -148,6 +155,8 @@ func (c Config) Validate() error {
 	case c.RejectEarly && (c.QueueTimeout == 0 || c.MaxQueue == 0):
 		return fmt.Errorf("ginqueue: Config.RejectEarly needs QueueTimeout and MaxQueue above zero, got %v and %d",
 			c.QueueTimeout, c.MaxQueue)
+	case c.Adaptive != nil && c.Adaptive.validate() != nil:
+		return c.Adaptive.validate()
 	case c.OnQueueTimeout != nil && (c.QueueTimeout == 0 || c.MaxQueue == 0):
 		return fmt.Errorf("ginqueue: Config.OnQueueTimeout is set but can never run with QueueTimeout %v and MaxQueue %d; "+
 			"set both above zero or drop the hook", c.QueueTimeout, c.MaxQueue)

@@ -2,6 +2,7 @@ package ginqueue
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -336,6 +337,21 @@ func (d *dispatcher) expire() {
 		d.arm(d.deadline(w))
 	}
 	d.settle()
+}
+
+// SetLimit implements LimitSetter. Raising the limit wakes waiters at once;
+// lowering it lets running requests finish and admits nobody until running
+// is below the new limit.
+func (d *dispatcher) SetLimit(n int) error {
+	if n < 1 || n > maxLimit {
+		return fmt.Errorf("ginqueue: limit must be in [1, %d], got %d", maxLimit, n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.limit.Store(int64(n))
+	d.grantLocked()
+	d.settle()
+	return nil
 }
 
 // Stats implements Backend. It never waits for mu: counts come from atomics,

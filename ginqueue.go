@@ -92,6 +92,9 @@ type Stats struct {
 	// DrainRate is how many requests finished per second, over about the
 	// last ten seconds; zero until one has finished.
 	DrainRate float64
+	// NoLoadLatency is the handler time the adaptive limit measured with
+	// few requests in flight; zero without Config.Adaptive or until measured.
+	NoLoadLatency time.Duration
 }
 
 // Queue is one throttle: a set of slots and the queue in front of them. Its
@@ -113,8 +116,9 @@ type Queue struct {
 	timeout      time.Duration
 	handler      gin.HandlerFunc
 
-	waits waitRecorder
-	drain drainMeter
+	waits    waitRecorder
+	drain    drainMeter
+	adaptive *limiter // nil unless Config.Adaptive
 
 	// counts of the rejections, by Outcome; the Backend counts Served, so
 	// that a request that runs writes nothing here.
@@ -162,6 +166,14 @@ func NewQueue(cfg Config) (*Queue, error) {
 	}
 	q.fast, _ = b.(*dispatcher)
 	q.drain.rate(time.Now(), 0) // the base of the first drain rate
+	if cfg.Adaptive != nil {
+		ls, ok := b.(LimitSetter)
+		if !ok {
+			_ = b.Close()
+			return nil, fmt.Errorf("ginqueue: Config.Adaptive needs a Backend that implements LimitSetter; %T does not", b)
+		}
+		q.adaptive = newLimiter(*cfg.Adaptive, cfg.MaxConcurrent, ls, func() int { return b.Stats().Running })
+	}
 	q.handler = q.serve
 	return q, nil
 }
@@ -191,19 +203,31 @@ func (q *Queue) serve(c *gin.Context) {
 	}
 	// A deferred release gives the slot back even when a handler panics and
 	// gin.Recovery catches it further up.
-	if q.onOutcome != nil {
-		defer q.done(c, t, wait)
-	} else {
+	if q.onOutcome == nil && q.adaptive == nil {
 		defer q.backend.Release(t)
+		c.Next()
+		return
 	}
+	var gen uint64
+	var start time.Time
+	if q.adaptive != nil {
+		gen, start = q.adaptive.begin(), time.Now()
+	}
+	defer q.done(c, t, wait, gen, start)
 	c.Next()
 }
 
-// done releases the slot of a served request, then calls OnOutcome: a hook
-// that panics cannot keep the slot.
-func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration) {
+// done ends a served request that has a hook or an adaptive limit: the
+// handler time becomes a sample, the slot is released, then OnOutcome runs,
+// so a hook that panics cannot keep the slot.
+func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, start time.Time) {
+	if q.adaptive != nil {
+		q.adaptive.sample(gen, time.Since(start))
+	}
 	q.backend.Release(t)
-	q.onOutcome(c, OutcomeServed, wait)
+	if q.onOutcome != nil {
+		q.onOutcome(c, OutcomeServed, wait)
+	}
 }
 
 // wait gets a slot for c from the Backend when the fast path could not. Only
@@ -347,7 +371,26 @@ func (q *Queue) Stats() Stats {
 	}
 	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, b.Served)
 	st.DrainRate, _ = q.drain.rate(now, b.Served-uint64(b.Running))
+	if q.adaptive != nil {
+		st.NoLoadLatency = q.adaptive.noLoadLatency()
+	}
 	return st
+}
+
+// SetLimit changes the number of slots while the Queue runs. Raising it wakes
+// waiters at once; lowering it preempts nobody: running requests finish and
+// nobody is admitted until fewer than n run. With Config.Adaptive the
+// algorithm goes on from n (within its MinLimit and MaxLimit). It returns an
+// error for n < 1 or a Backend that cannot change its limit.
+func (q *Queue) SetLimit(n int) error {
+	ls, ok := q.backend.(LimitSetter)
+	if !ok {
+		return fmt.Errorf("ginqueue: SetLimit: the Backend %T cannot change its limit", q.backend)
+	}
+	if q.adaptive != nil {
+		return q.adaptive.set(n)
+	}
+	return ls.SetLimit(n)
 }
 
 // WaitHistogram returns the distribution of queue waits of the requests
@@ -388,8 +431,10 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		WaitP90          float64      `json:"wait_p90_seconds"`
 		WaitP99          float64      `json:"wait_p99_seconds"`
 		DrainRate        float64      `json:"drain_rate_per_second"`
+		NoLoadLatency    float64      `json:"no_load_latency_seconds"`
 	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed,
-		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate})
+		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate,
+		s.NoLoadLatency.Seconds()})
 }
 
 // Close stops admitting: new arrivals and every waiting request are answered

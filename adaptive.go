@@ -1,0 +1,273 @@
+package ginqueue
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Algorithm chooses how an adaptive limit moves.
+type Algorithm uint8
+
+const (
+	// Gradient compares the recent handler latency with the no-load latency
+	// and scales the limit by their ratio, plus a little headroom:
+	//
+	//	gradient = clamp(Tolerance × noLoad / recent, 0.5, 1)
+	//	limit    = limit × gradient + max(1, √limit / 2)
+	//
+	// While recent latency stays within Tolerance × noLoad the limit grows by
+	// the headroom each window; when it rises, the limit shrinks in
+	// proportion, at most by half per window. Growth is smoothed (a fifth of
+	// the step per window), a fall is not. It is the idea of Netflix's
+	// Gradient2 and Envoy's adaptive concurrency.
+	Gradient Algorithm = iota
+	// AIMD adds one slot per window while recent latency stays within
+	// Tolerance × noLoad, and multiplies the limit by Backoff when it does
+	// not.
+	AIMD
+)
+
+// String returns "gradient" or "aimd".
+func (a Algorithm) String() string {
+	if a == AIMD {
+		return "aimd"
+	}
+	return "gradient"
+}
+
+// AdaptiveConfig makes the limit follow the measured handler latency: fewer
+// requests in flight when handlers slow down, more when they keep up. The
+// zero value is usable: Gradient between 1 and 1000 slots.
+//
+// Samples are the handler times of served requests (the rest of the chain
+// after the throttle); 408, 503 and canceled requests are not samples. Every
+// Window samples the limit is recomputed. The no-load latency is measured at
+// the start and every ProbeEvery windows by holding the limit at MinLimit for
+// one short window, and lowered whenever a window is faster.
+type AdaptiveConfig struct {
+	// MinLimit is the lowest limit, and the one no-load latency is measured
+	// at. Zero means 1.
+	MinLimit int
+	// MaxLimit is the highest limit. Zero means 1000.
+	MaxLimit int
+	// Algorithm is Gradient (the zero value) or AIMD.
+	Algorithm Algorithm
+	// Tolerance is how much slower than no-load a window may be before the
+	// limit backs off. Zero means 1.1; below 1 is refused.
+	Tolerance float64
+	// Backoff is AIMD's multiplicative decrease. Zero means 0.9; it must be
+	// in (0, 1).
+	Backoff float64
+	// Window is the number of samples per update. Zero means the current
+	// limit, within [10, 200].
+	Window int
+	// ProbeEvery is the number of windows between two measures of the
+	// no-load latency. Zero means 1000.
+	ProbeEvery int
+}
+
+// validate checks a against the limit it starts from.
+func (a AdaptiveConfig) validate() error {
+	switch {
+	case a.MinLimit < 0 || a.MinLimit > maxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit must be in [0, %d], got %d", maxLimit, a.MinLimit)
+	case a.MaxLimit < 0 || a.MaxLimit > maxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MaxLimit must be in [0, %d], got %d", maxLimit, a.MaxLimit)
+	case a.withDefaults().MinLimit > a.withDefaults().MaxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit %d exceeds MaxLimit %d", a.MinLimit, a.withDefaults().MaxLimit)
+	case a.Algorithm > AIMD:
+		return fmt.Errorf("ginqueue: Config.Adaptive.Algorithm %d is not Gradient or AIMD", a.Algorithm)
+	case a.Tolerance != 0 && (a.Tolerance < 1 || math.IsNaN(a.Tolerance) || math.IsInf(a.Tolerance, 0)):
+		return fmt.Errorf("ginqueue: Config.Adaptive.Tolerance must be at least 1, got %v", a.Tolerance)
+	case a.Backoff != 0 && !(a.Backoff > 0 && a.Backoff < 1):
+		return fmt.Errorf("ginqueue: Config.Adaptive.Backoff must be in (0, 1), got %v", a.Backoff)
+	case a.Window < 0 || a.Window > 1<<15:
+		return fmt.Errorf("ginqueue: Config.Adaptive.Window must be in [0, %d], got %d", 1<<15, a.Window)
+	case a.ProbeEvery < 0:
+		return fmt.Errorf("ginqueue: Config.Adaptive.ProbeEvery must not be negative, got %d", a.ProbeEvery)
+	}
+	return nil
+}
+
+func (a AdaptiveConfig) withDefaults() AdaptiveConfig {
+	if a.MinLimit == 0 {
+		a.MinLimit = 1
+	}
+	if a.MaxLimit == 0 {
+		a.MaxLimit = 1000
+	}
+	if a.Tolerance == 0 {
+		a.Tolerance = 1.1
+	}
+	if a.Backoff == 0 {
+		a.Backoff = 0.9
+	}
+	if a.ProbeEvery == 0 {
+		a.ProbeEvery = 1000
+	}
+	return a
+}
+
+// probeSamples is the size of the window that measures no-load latency.
+const probeSamples = 10
+
+// limiter moves a Backend's limit from handler latencies.
+//
+// The request path only loads gen and adds to acc: acc packs the samples of
+// the current window, a count in the top 16 bits and a sum of nanoseconds in
+// the low 48. The request whose add completes the window takes it (CAS to
+// zero) and runs update; everything else happens under mu, once per window.
+type limiter struct {
+	cfg    AdaptiveConfig
+	target LimitSetter
+	busy   func() int // requests running now
+
+	gen    atomic.Uint64 // samples of a request granted under another gen are dropped
+	window atomic.Uint64 // samples in the current window
+	acc    atomic.Uint64
+
+	mu sync.Mutex
+	// Guarded by mu.
+	limit   float64
+	noLoad  time.Duration // 0 until measured
+	probing bool          // the current window measures no-load latency
+	saved   float64       // the limit to return to after a probe
+	windows int           // since the last probe
+}
+
+const (
+	accCount = 1 << 48
+	accSum   = accCount - 1
+)
+
+// newLimiter starts at limit and opens with a probe of no-load latency.
+func newLimiter(cfg AdaptiveConfig, start int, target LimitSetter, busy func() int) *limiter {
+	l := &limiter{cfg: cfg.withDefaults(), target: target, busy: busy}
+	l.limit = min(max(float64(start), float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+	l.mu.Lock()
+	l.startProbe()
+	l.mu.Unlock()
+	return l
+}
+
+// begin is called when a request is granted; its result goes to sample.
+func (l *limiter) begin() uint64 { return l.gen.Load() }
+
+// sample records the handler time d of a request granted under gen.
+func (l *limiter) sample(gen uint64, d time.Duration) {
+	if gen != l.gen.Load() {
+		return
+	}
+	ns := uint64(min(max(d, 0), time.Duration(accSum>>16)))
+	v := l.acc.Add(accCount | ns)
+	n := v / accCount
+	// The first add to find the window full takes it; if another add slips
+	// in between, the CAS fails and the next add tries again.
+	if n < l.window.Load() || !l.acc.CompareAndSwap(v, 0) {
+		return
+	}
+	l.update(gen, time.Duration((v&accSum)/n))
+}
+
+// update ends a window of samples whose mean is avg.
+func (l *limiter) update(gen uint64, avg time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gen != l.gen.Load() {
+		return // a probe began or ended since
+	}
+	if l.probing {
+		l.noLoad = avg
+		l.probing = false
+		l.limit = l.saved
+		l.newGen()
+		l.apply()
+		return
+	}
+	if avg < l.noLoad {
+		l.noLoad = avg
+	}
+	if l.windows++; l.windows >= l.cfg.ProbeEvery {
+		l.startProbe()
+		return
+	}
+	// A limit that is not used tells nothing about a higher one.
+	appLimited := float64(l.busy()) < l.limit/2
+	threshold := float64(l.noLoad) * l.cfg.Tolerance
+	next := l.limit
+	switch l.cfg.Algorithm {
+	case AIMD:
+		if float64(avg) > threshold {
+			next = l.limit * l.cfg.Backoff
+		} else if !appLimited {
+			next = l.limit + 1
+		}
+	default:
+		gradient := min(max(threshold/float64(avg), 0.5), 1)
+		next = l.limit*gradient + max(1, math.Sqrt(l.limit)/2)
+		if next > l.limit {
+			if appLimited {
+				next = l.limit
+			}
+			next = l.limit + (next-l.limit)/5
+		}
+	}
+	l.limit = min(max(next, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+	l.apply()
+}
+
+// startProbe holds the limit at MinLimit for one short window. Requires l.mu.
+func (l *limiter) startProbe() {
+	l.probing = true
+	l.saved = l.limit
+	l.windows = 0
+	l.newGen()
+	l.window.Store(probeSamples)
+	_ = l.target.SetLimit(l.cfg.MinLimit)
+}
+
+// newGen drops the samples of requests granted so far: they ran under a
+// limit that no longer says anything (around a probe). Requires l.mu.
+func (l *limiter) newGen() {
+	l.gen.Add(1)
+	l.acc.Store(0)
+}
+
+// apply gives the limit to the Backend and sizes the next window. Requires
+// l.mu.
+func (l *limiter) apply() {
+	n := int(math.Round(l.limit))
+	w := l.cfg.Window
+	if w == 0 {
+		w = min(max(n, 10), 200)
+	}
+	l.window.Store(uint64(w))
+	_ = l.target.SetLimit(n)
+}
+
+// noLoadLatency is the measured no-load latency; zero until measured.
+func (l *limiter) noLoadLatency() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.noLoad
+}
+
+// set moves the limit to n, within MinLimit and MaxLimit, and goes on from
+// there.
+func (l *limiter) set(n int) error {
+	if n < 1 || n > maxLimit {
+		return fmt.Errorf("ginqueue: limit must be in [1, %d], got %d", maxLimit, n)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limit = min(max(float64(n), float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+	if l.probing {
+		l.saved = l.limit
+		return nil
+	}
+	l.apply()
+	return nil
+}
