@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 		noRedis = true
 	}
 	gin.SetMode(gin.ReleaseMode)
+	redis.SetLogger(quiet{}) // dial failures are expected in the fault tests
 	goleak.VerifyTestMain(m)
 }
 
@@ -195,3 +196,8 @@ func (s *redisServer) stop() {
 	_ = s.cmd.Wait()
 	s.cmd = nil
 }
+
+// quiet drops go-redis's internal log lines.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}

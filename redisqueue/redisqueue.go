@@ -361,8 +361,8 @@ func (b *Backend) grantLocked(w *waiter) {
 	close(w.ready)
 }
 
-// abandon takes w out of the local books and gives its place or slot back
-// in Redis, since the script may have queued or granted it. It reports false
+// abandon takes w out of the local books and has its place or slot given
+// back in Redis, since the script may have queued or granted it. It reports false
 // if w had been granted and Close had not run: the caller holds the slot then,
 // and nothing was given back.
 func (b *Backend) abandon(w *waiter) bool {
@@ -376,7 +376,12 @@ func (b *Backend) abandon(w *waiter) bool {
 		return false
 	}
 	b.mu.Unlock()
-	b.leave(w.id)
+	// In the background, so that a 408 or a 499 is answered at once; the
+	// maintainer sends it within microseconds, batched with others.
+	b.mu.Lock()
+	b.pending[w.id] = struct{}{}
+	b.mu.Unlock()
+	b.wake()
 	return true
 }
 

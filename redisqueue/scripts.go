@@ -21,8 +21,7 @@ import "github.com/redis/go-redis/v9"
 // w; w and q agree (a member of q whose w entry differs is stale and is
 // skipped); len(h) <= limit after promote. Time is redis.call('TIME'), read
 // once per script; since Redis 5 scripts replicate their effects, so that
-// is deterministic on replicas.
-const keyNames = "h q w we seq r d"
+// is deterministic on replicas. New builds KEYS in this order.
 
 // prelude is shared by every script. ARGV[1] is the limit, ARGV[2] the lease
 // TTL in ms, ARGV[3] the prefix of the grant stream keys.
