@@ -331,3 +331,34 @@ ginqueue_limit{queue="api"} 3
 		t.Errorf("after Remove: %d series (%v), want 0", n, err)
 	}
 }
+
+// Scrapes may overlap each other and Add and Remove (run with -race).
+func TestConcurrentScrapes(t *testing.T) {
+	q := newQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1})
+	reg := prometheus.NewPedanticRegistry()
+	c := promqueue.NewCollector()
+	reg.MustRegister(c)
+	errs := make(chan error, 4)
+	for range cap(errs) {
+		go func() {
+			var err error
+			for range 50 {
+				if _, err = reg.Gather(); err != nil {
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	for i := range 50 {
+		name := "q" + strconv.Itoa(i%3)
+		if err := c.Add(name, q); err != nil {
+			c.Remove(name)
+		}
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
