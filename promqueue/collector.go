@@ -17,6 +17,7 @@
 //	                                          gauge: requests waiting, by priority
 //	ginqueue_oldest_wait_seconds{queue}       gauge: how long the oldest waiter has waited
 //	ginqueue_drain_rate_per_second{queue}     gauge: requests finished per second, last ~10 s
+//	ginqueue_no_load_latency_seconds{queue}   gauge: the adaptive limit's no-load handler time
 //	ginqueue_requests_total{queue,outcome}    counter: requests by outcome (served,
 //	                                          queue_full, queue_timeout, canceled, closed)
 //	ginqueue_queue_wait_seconds{queue}        histogram: queue waits of served requests,
@@ -25,6 +26,10 @@
 // ginqueue_queued is the sum of ginqueue_queued_by_priority over priority;
 // it is a metric of its own because it also reads 0 when nobody waits, and a
 // metric name cannot carry both a priority label and a total without it.
+// Every priority that has had a waiter keeps a series (at 0 when it has none,
+// so graphs do not break), so keep the set of priorities small. The split by
+// priority may lag the total by the operations in flight at the scrape (see
+// ginqueue.Stats.QueuedByPriority).
 package promqueue
 
 import (
@@ -41,7 +46,7 @@ import (
 // descs are the descriptors of a Collector's metrics: the same for every
 // Queue, and never changed once built.
 type descs struct {
-	running, limit, queued, queuedByPriority, oldestWait, drainRate, requests, wait *prometheus.Desc
+	running, limit, queued, queuedByPriority, oldestWait, drainRate, noLoadLatency, requests, wait *prometheus.Desc
 }
 
 func newDescs() descs {
@@ -60,6 +65,9 @@ func newDescs() descs {
 			"How long the oldest waiting request has waited so far; 0 when nobody waits.", queue, nil),
 		drainRate: prometheus.NewDesc("ginqueue_drain_rate_per_second",
 			"Requests finished per second over about the last ten seconds, as used for Retry-After.", queue, nil),
+		noLoadLatency: prometheus.NewDesc("ginqueue_no_load_latency_seconds",
+			"Handler time the adaptive limit measured with few requests in flight; 0 without Config.Adaptive or until measured.",
+			queue, nil),
 		requests: prometheus.NewDesc("ginqueue_requests_total",
 			"Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled or closed.",
 			[]string{"queue", "outcome"}, nil),
@@ -128,13 +136,13 @@ func (c *Collector) Remove(name string) bool {
 	return len(c.queues) < n
 }
 
-// Describe implements prometheus.Collector. It sends the same eight
+// Describe implements prometheus.Collector. It sends the same nine
 // descriptors whatever Queues are added, which is what lets Add and Remove
 // run after registration.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, desc := range []*prometheus.Desc{d.running, d.limit, d.queued, d.queuedByPriority,
-		d.oldestWait, d.drainRate, d.requests, d.wait} {
+		d.oldestWait, d.drainRate, d.noLoadLatency, d.requests, d.wait} {
 		ch <- desc
 	}
 }
@@ -166,6 +174,7 @@ func (e *entry) collect(d *descs, ms []prometheus.Metric) []prometheus.Metric {
 	gauge(d.queued, float64(st.Queued))
 	gauge(d.oldestWait, st.OldestWait.Seconds())
 	gauge(d.drainRate, st.DrainRate)
+	gauge(d.noLoadLatency, st.NoLoadLatency.Seconds())
 
 	byPriority := make(map[int]int, len(e.seen)+len(st.QueuedByPriority))
 	for p := range e.seen {

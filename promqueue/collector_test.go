@@ -115,16 +115,16 @@ ginqueue_requests_total{outcome="queue_full",queue="web"} 0
 ginqueue_requests_total{outcome="queue_timeout",queue="web"} 0
 ginqueue_requests_total{outcome="served",queue="web"} 0
 `, "ginqueue_limit", "ginqueue_queued", "ginqueue_queued_by_priority", "ginqueue_requests_total")
-	// 8 series per queue: 5 gauges (no priority seen yet), 1 histogram, and
-	// the 5 outcomes make 11.
-	if n := testutil.CollectAndCount(c); n != 22 {
-		t.Errorf("%d series, want 22", n)
+	// Per queue: 6 gauges (no priority seen yet), 1 histogram and the 5
+	// outcomes make 12 series.
+	if n := testutil.CollectAndCount(c); n != 24 {
+		t.Errorf("%d series, want 24", n)
 	}
 	if !c.Remove("web") || c.Remove("web") {
 		t.Error("Remove(web) twice: want true, then false")
 	}
-	if n := testutil.CollectAndCount(c); n != 11 {
-		t.Errorf("after Remove: %d series, want 11", n)
+	if n := testutil.CollectAndCount(c); n != 12 {
+		t.Errorf("after Remove: %d series, want 12", n)
 	}
 }
 
