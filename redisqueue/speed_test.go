@@ -28,6 +28,20 @@ func TestSpeed(t *testing.T) {
 	ctx := context.Background()
 	l := ginqueue.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
 
+	t.Run("floor", func(t *testing.T) {
+		// What two plain round trips cost on this machine now: the floor
+		// under an acquire+release pair (two script calls).
+		c := newClient(t, redisAddr)
+		d := make([]time.Duration, 5000)
+		for i := range d {
+			start := time.Now()
+			_ = c.Ping(ctx).Err()
+			_ = c.Ping(ctx).Err()
+			d[i] = time.Since(start)
+		}
+		t.Logf("two PINGs (the floor of a pair): p50 %v, p99 %v", pct(d, 50), pct(d, 99))
+	})
+
 	t.Run("round trip", func(t *testing.T) {
 		b := startBackends(t, 1, l, redisqueue.Options{})[0]
 		pair := func() time.Duration {
