@@ -228,6 +228,9 @@ func (w *waiter) err() error {
 	}
 }
 
+// served is the number of grants so far, without Stats' other work.
+func (d *dispatcher) served() uint64 { return d.grants.Load() & grantMask }
+
 // Release implements Backend.
 func (d *dispatcher) Release(Ticket) {
 	d.releases.Add(1)
@@ -241,10 +244,24 @@ func (d *dispatcher) Release(Ticket) {
 }
 
 // grantLocked wakes head waiters, in order, while slots are free, and tells a
-// drainer when none is held. Requires d.mu.
+// drainer when none is held. A waiter past its deadline is timed out, not
+// granted. Requires d.mu.
 func (d *dispatcher) grantLocked() {
+	now := int64(-1) // read the clock once, and only if a waiter is granted
 	for d.room.n > 0 && d.running(d.grants.Load()) < d.limit.Load() {
 		w := d.room.next()
+		if d.timer != nil {
+			if now < 0 {
+				now = d.now()
+			}
+			if d.deadline(w) <= now {
+				// Its deadline passed and the timer has not fired yet (a
+				// loaded machine): it gets its 408, not the slot.
+				w.state = timedOut
+				close(w.ready)
+				continue
+			}
+		}
 		d.grants.Add(1)
 		w.state = granted
 		close(w.ready)

@@ -228,3 +228,26 @@ func TestStatsDoesNotWaitForTheLock(t *testing.T) {
 		t.Fatal("Stats blocked behind the dispatcher's lock")
 	}
 }
+
+// A waiter whose deadline passed before its timer fired (a loaded machine)
+// is timed out when a slot frees, not granted; the slot goes to the next.
+func TestLateTimerDoesNotGrantExpiredWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2, QueueTimeout: 100 * time.Millisecond})
+		_, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+		old := acquireAsync(d, context.Background())
+		time.Sleep(50 * time.Millisecond)
+		young := acquireAsync(d, context.Background())
+		synctest.Wait()
+		d.mu.Lock()
+		d.timer.Stop() // the timer is late
+		d.mu.Unlock()
+		time.Sleep(60 * time.Millisecond) // old is 10 ms past its deadline
+		d.Release(Ticket{})
+		assert.ErrorIs(t, <-old, ErrQueueTimeout)
+		assert.NoError(t, <-young)
+		assert.Equal(t, 1, d.Stats().Running)
+		d.Release(Ticket{})
+	})
+}

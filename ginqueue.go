@@ -49,6 +49,12 @@ const (
 	OutcomeClosed
 )
 
+// Outcomes lists every Outcome, in order, for code that reports them all
+// (such as a metrics collector).
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeServed, OutcomeQueueFull, OutcomeQueueTimeout, OutcomeCanceled, OutcomeClosed}
+}
+
 // String returns the outcome's name as used in metric labels: "served",
 // "queue_full", "queue_timeout", "canceled" or "closed".
 func (o Outcome) String() string {
@@ -77,7 +83,7 @@ type Stats struct {
 	// nobody waits.
 	QueuedByPriority []PriorityCount
 
-	Served       uint64 // requests that got a slot
+	Served       uint64 // requests that got a slot (counted at the grant, not when they finish)
 	QueueFull    uint64 // requests answered queue full
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
@@ -248,9 +254,17 @@ func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
 	now := time.Now()
 	wait := now.Sub(start)
 	if err == nil {
-		q.waits.record(wait, now, q.backend.Stats().Served)
+		q.waits.record(wait, now, q.served())
 	}
 	return t, wait, err
+}
+
+// served is the Backend's served count, cheaply for the in-memory one.
+func (q *Queue) served() uint64 {
+	if q.fast != nil {
+		return q.fast.served()
+	}
+	return q.backend.Stats().Served
 }
 
 // errRejectedEarly is ErrQueueFull for RejectEarly.
@@ -397,7 +411,7 @@ func (q *Queue) SetLimit(n int) error {
 // served since the Queue was built; those that ran at once are in the first
 // bucket. It is what the promqueue collector exports.
 func (q *Queue) WaitHistogram() WaitHistogram {
-	return q.waits.histogram(q.backend.Stats().Served)
+	return q.waits.histogram(q.served())
 }
 
 // StatusHandler returns a handler that writes Stats as JSON, for an
