@@ -3,7 +3,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 GO ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo bench bench-smoke lint examples
+.PHONY: test demo bench bench-smoke lint examples soak soak-smoke fuzz-smoke adaptive-chart
 
 # Vet and race-test every module in the repository.
 test:
@@ -34,3 +34,17 @@ bench-smoke:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@set -e; for m in $(MODULES); do (cd $$m && $(STATICCHECK) ./...); done
+
+# Load, faults and a Close in the middle over loopback, in-memory then Redis
+# backend; checks nothing is lost or leaked and rewrites RELIABILITY.md.
+soak:
+	cd soak && $(GO) run . -duration 150s -out ../RELIABILITY.md
+
+# Ten seconds of the same, for CI; writes nothing.
+soak-smoke:
+	cd soak && $(GO) run . -duration 10s
+
+# Each fuzz target for a short while (CI).
+fuzz-smoke:
+	$(GO) test -run '^$$' -fuzz '^FuzzSchedule$$' -fuzztime 20s .
+	$(GO) test -run '^$$' -fuzz '^FuzzConfigValidate$$' -fuzztime 10s .

@@ -3,9 +3,11 @@ package ginqueue_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -265,4 +267,57 @@ func TestPriorityConfigIsChecked(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), tt.want)
 	}
+}
+
+// Bad input at the extremes: priorities at MinInt and MaxInt, flow keys of
+// 1 MiB and of invalid UTF-8. Each request gets a clear outcome, in priority
+// order, and no panic.
+func TestExtremeInputs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{
+			MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Minute, MaxQueuePerFlow: 2,
+			Priority: func(c *gin.Context) int {
+				switch c.GetHeader("X-Priority") {
+				case "max":
+					return math.MaxInt
+				case "min":
+					return math.MinInt
+				}
+				return 0
+			},
+			FlowKey: ginqueue.ByHeader("X-Client"),
+		})
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 8)
+		huge := strings.Repeat("x", 1<<20)
+		send := func(id int, prio, client string) {
+			go func() {
+				req := httptest.NewRequest(http.MethodGet, fmt.Sprintf("/?id=%d", id), nil)
+				req.Header.Set("X-Priority", prio)
+				req.Header.Set("X-Client", client)
+				w := httptest.NewRecorder()
+				r.ServeHTTP(w, req)
+				out <- result{id: id, code: w.Code}
+			}()
+			synctest.Wait()
+		}
+		send(0, "", "a")
+		send(1, "min", huge)
+		send(2, "min", huge)
+		send(3, "min", huge) // the 1 MiB key's flow is at its cap of 2
+		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable}, <-out)
+		send(4, "max", "\xff\xfe\xfd")
+		send(5, "", "b")
+		assert.Equal(t, []ginqueue.PriorityCount{{math.MaxInt, 1}, {0, 1}, {math.MinInt, 2}}, q.Stats().QueuedByPriority)
+		assert.Equal(t, 0, <-g.started)
+		for _, id := range []int{4, 5, 1, 2} {
+			g.open(1)
+			assert.Equal(t, id, <-g.started)
+		}
+		g.open(1)
+		for range 5 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+	})
 }
