@@ -73,7 +73,8 @@ const localKey = "local"
 type Backend struct {
 	rdb     redis.UniversalClient
 	opts    Options
-	keys    []string // the keys of scriptKeys, in order
+	keys    []string // the keys of every script, in the order of scripts.go
+	keyArgs []any    // len(keys), then keys: the middle of an EVALSHA
 	streams string   // prefix of the grant stream keys
 	replica string   // 16 hex chars; every lease id starts with it
 	stream  string   // this replica's grant stream
@@ -175,6 +176,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d"} {
 		b.keys = append(b.keys, prefix+k)
 	}
+	b.keyArgs = append(b.keyArgs, len(b.keys))
+	for _, k := range b.keys {
+		b.keyArgs = append(b.keyArgs, k)
+	}
 	b.streams = prefix + "g:"
 	b.stream = b.streams + b.replica
 	return b, nil
@@ -229,13 +234,21 @@ func prioKey(p int) string {
 }
 
 // call runs one script, bounded by CallTimeout and not by the request: a
-// request that leaves mid-call learns the outcome and undoes it.
-func (b *Backend) call(s *redis.Script, args ...any) (any, error) {
+// request that leaves mid-call learns the outcome and undoes it. The command
+// is built as one slice (no per-key conversions, as Script.Run would do).
+func (b *Backend) call(s *script, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
 	defer cancel()
-	argv := make([]any, 0, len(b.base)+len(args))
+	argv := make([]any, 0, 2+len(b.keyArgs)+len(b.base)+len(args))
+	argv = append(argv, "evalsha", s.sha)
+	argv = append(argv, b.keyArgs...)
 	argv = append(append(argv, b.base...), args...)
-	return s.Run(ctx, b.rdb, b.keys, argv...).Result()
+	res, err := b.rdb.Do(ctx, argv...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", s.src
+		res, err = b.rdb.Do(ctx, argv...).Result()
+	}
+	return res, err
 }
 
 // Acquire implements ginqueue.Backend. It returns ginqueue.ErrQueueFull,

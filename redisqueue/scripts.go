@@ -1,6 +1,18 @@
 package redisqueue
 
-import "github.com/redis/go-redis/v9"
+import (
+	"crypto/sha1"
+	"encoding/hex"
+)
+
+// script is a Lua script and its SHA1. Backend.call runs it with EVALSHA
+// and, if Redis does not know it yet (NOSCRIPT), with EVAL.
+type script struct{ src, sha string }
+
+func newScript(src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(h[:])}
+}
 
 // The Redis data of one Name. Every key carries the hash tag {Name}, so all
 // of them live in one Redis Cluster slot and each script touches one node.
@@ -20,7 +32,7 @@ import "github.com/redis/go-redis/v9"
 // Invariants, kept by every script: a lease id is in at most one of h and
 // w; w and q agree (a member of q whose w entry differs is stale and is
 // skipped); len(h) <= limit after promote. Time is redis.call('TIME'), read
-// once per script; since Redis 5 scripts replicate their effects, so that
+// at most once per script and only when needed; since Redis 5 scripts replicate their effects, so that
 // is deterministic on replicas. New builds KEYS in this order.
 
 // prelude is shared by every script. ARGV[1] is the limit, ARGV[2] the lease
@@ -29,12 +41,20 @@ const prelude = `
 local H, Q, W, WE, SEQ, R, D = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local limit = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- now is Redis's clock in ms, read on first use: the common paths of
+-- acquire and release never need it, and TIME is a call of its own.
+local now
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 
 -- drop waiters whose replica stopped refreshing them
 local function expire_waiters()
-  local gone = redis.call('ZRANGEBYSCORE', WE, '-inf', now, 'LIMIT', 0, 256)
+  local gone = redis.call('ZRANGEBYSCORE', WE, '-inf', clock(), 'LIMIT', 0, 256)
   for _, id in ipairs(gone) do
     local m = redis.call('HGET', W, id)
     if m then
@@ -49,7 +69,7 @@ end
 -- grant notice on its replica's stream
 local function promote()
   if redis.call('ZCARD', Q) == 0 then return end
-  redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
   local n = redis.call('ZCARD', H)
   while n < limit do
     local p = redis.call('ZPOPMIN', Q)
@@ -86,16 +106,24 @@ end
 // acquireScript: ARGV[4] max queue, ARGV[5] lease id, ARGV[6] priority key.
 // Returns 1 granted, 0 queued, -1 queue full. Idempotent: an id already
 // holding or queued gets its state back, so a retried call changes nothing.
-var acquireScript = redis.NewScript(prelude + `
+var acquireScript = newScript(prelude + `
 local maxq, id = tonumber(ARGV[4]), ARGV[5]
-if redis.call('ZSCORE', H, id) then return 1 end
-if redis.call('HEXISTS', W, id) == 1 then return 0 end
 local n = redis.call('ZCARD', H)
+local qn = redis.call('ZCARD', Q)
+-- The common case: a free slot and nobody waiting. A retried call finds
+-- its id here or in w only when the slots are full or someone waits, so
+-- the checks below are not needed here; ZADD of a held id only moves its
+-- expiry.
+if n < limit and qn == 0 then
+  redis.call('ZADD', H, clock() + ttl, id)
+  return 1
+end
+if redis.call('ZSCORE', H, id) then return 1 end
+if qn > 0 and redis.call('HEXISTS', W, id) == 1 then return 0 end
 if n >= limit then
-  redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
   n = redis.call('ZCARD', H)
 end
-local qn = redis.call('ZCARD', Q)
 if qn > 0 and n < limit then
   -- slots freed by expired leases: serve the waiters first
   promote()
@@ -104,7 +132,7 @@ if qn > 0 and n < limit then
 end
 -- a slot is taken at once only when nobody waits, so nobody is overtaken
 if n < limit and qn == 0 then
-  redis.call('ZADD', H, now + ttl, id)
+  redis.call('ZADD', H, clock() + ttl, id)
   return 1
 end
 if qn >= maxq then
@@ -114,12 +142,12 @@ end
 local m = ARGV[6] .. string.format('%016x', redis.call('INCR', SEQ)) .. id
 redis.call('ZADD', Q, 0, m)
 redis.call('HSET', W, id, m)
-redis.call('ZADD', WE, now + ttl, id)
+redis.call('ZADD', WE, clock() + ttl, id)
 return 0
 `)
 
 // leaveScript: ARGV[4...] lease ids to release or cancel. Idempotent.
-var leaveScript = redis.NewScript(prelude + `
+var leaveScript = newScript(prelude + `
 leave(4)
 return 1
 `)
@@ -136,8 +164,9 @@ return 1
 // someone else; the limit is exceeded until this request ends). Waiter
 // status: 0 queued (refreshed), 1 granted (the notice may be lost), -1 lost
 // (not in Redis: enqueue again).
-var syncScript = redis.NewScript(prelude + `
+var syncScript = newScript(prelude + `
 local rep, decl, nh = ARGV[4], ARGV[5], tonumber(ARGV[6])
+clock()
 local dead = redis.call('ZRANGEBYSCORE', R, '-inf', now, 'LIMIT', 0, 64)
 for _, r in ipairs(dead) do
   redis.call('ZREM', R, r)
@@ -187,7 +216,7 @@ return out
 
 // byeScript: ARGV[4] replica id, ARGV[5...] lease ids to leave. Run by Close
 // once nothing is held here.
-var byeScript = redis.NewScript(prelude + `
+var byeScript = newScript(prelude + `
 leave(5)
 local rep = ARGV[4]
 redis.call('ZREM', R, rep)
