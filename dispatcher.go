@@ -19,16 +19,17 @@ import (
 //     the mutex, which keeps an unsaturated throttle nearly free.
 //   - Otherwise the request parks on a waiter; every decision about waiters is
 //     made under mu. Release hands its slot straight to the head waiter
-//     (closing its ready channel) in the releasing goroutine: one wake-up per
+//     (a send on its ready channel) in the releasing goroutine: one wake-up per
 //     hand-off, where a separate dispatcher goroutine would cost two.
 //   - One timer, armed for the oldest waiter's deadline, expires waiters. All
 //     waiters share QueueTimeout, so arrival order is deadline order and the
 //     timer only ever needs the head. The timer runs a function (AfterFunc),
 //     so an idle dispatcher owns no goroutine at all.
 //
-// A waiter's fate (granted, timed out, closed) is decided once, under mu; its
-// goroutine learns it from w.state after <-w.ready, which the close of ready
-// makes safe to read without the lock.
+// A waiter's fate (granted, timed out, evicted, closed) is decided once, under
+// mu, and sent on its ready channel; its goroutine reads w.state after the
+// receive, which the send happens before. Waiters are pooled: a queued
+// request allocates nothing once the pool is warm.
 type dispatcher struct {
 	// grants counts every slot ever granted (low 63 bits) and carries
 	// slowBit; releases counts every slot ever given back. Running is
@@ -58,6 +59,7 @@ type dispatcher struct {
 	timer   *time.Timer   // AfterFunc(expire); nil when QueueTimeout is 0
 	timerAt int64         // deadline the timer is armed for; 0 when disarmed
 	idle    chan struct{} // closed when running reaches 0; nil unless draining
+	waiters sync.Pool     // of *waiter; see newWaiter
 
 	// Mirrors of the waitroom for Stats, which must not wait for mu. They are
 	// written under mu by settle and read without it.
@@ -94,9 +96,9 @@ const (
 type waiter struct {
 	inAll, inLevel, inFlow links // see waitroom
 	flow                   *flow
-	arrived                int64 // nanoseconds since dispatcher.epoch
-	ready                  chan struct{}
-	state                  waiterState // guarded by dispatcher.mu until ready is closed
+	arrived                int64         // nanoseconds since dispatcher.epoch
+	ready                  chan struct{} // capacity 1: one wake-up per use
+	state                  waiterState   // guarded by dispatcher.mu until the wake-up is received
 }
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
@@ -183,38 +185,64 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		d.mu.Unlock()
 		return Ticket{}, err
 	}
-	w := &waiter{ready: make(chan struct{}), arrived: d.now()}
+	w := d.newWaiter()
 	d.push(w, a)
 	d.settle()
 	d.mu.Unlock()
 
 	select {
 	case <-w.ready:
-		return Ticket{}, w.err()
+		err := w.err()
+		d.waiters.Put(w)
+		return Ticket{}, err
 	case <-ctx.Done():
 	}
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	err := ctx.Err()
 	switch w.state {
 	case waiting:
 		d.room.remove(w)
 		d.settle()
-		return Ticket{}, ctx.Err()
 	case granted:
 		// The grant and the hang-up came in the same instant. Nobody will run
 		// on this slot: take the grant back, so it counts neither as served
 		// nor as running, and hand the slot to the next waiter.
+		<-w.ready
 		d.grants.Add(^uint64(0))
 		d.grantLocked()
 		d.settle()
-		return Ticket{}, ctx.Err()
+	default:
+		// Timed out, evicted or closed first: that outcome stands.
+		<-w.ready
+		err = w.err()
 	}
-	// Timed out or closed first: that outcome stands.
-	return Ticket{}, w.err()
+	d.waiters.Put(w)
+	return Ticket{}, err
 }
 
-// err is the result of a waiter whose ready channel is closed.
+// newWaiter takes a waiter from the pool, arrived now. A waiter goes back to
+// the pool only when its wake-up, if any, has been received and it is on no
+// list, so a pooled waiter is referenced by nobody. Requires d.mu.
+func (d *dispatcher) newWaiter() *waiter {
+	w, _ := d.waiters.Get().(*waiter)
+	if w == nil {
+		w = &waiter{ready: make(chan struct{}, 1)}
+	}
+	w.state = waiting
+	w.arrived = d.now()
+	return w
+}
+
+// wake gives a waiter that has left the room its fate. The send never blocks:
+// ready has room for one, and a waiter is woken once per use. Requires d.mu.
+func (d *dispatcher) wake(w *waiter, st waiterState) {
+	w.state = st
+	w.ready <- struct{}{}
+}
+
+// err is the result of a woken waiter.
 func (w *waiter) err() error {
 	switch w.state {
 	case granted:
@@ -257,14 +285,12 @@ func (d *dispatcher) grantLocked() {
 			if d.deadline(w) <= now {
 				// Its deadline passed and the timer has not fired yet (a
 				// loaded machine): it gets its 408, not the slot.
-				w.state = timedOut
-				close(w.ready)
+				d.wake(w, timedOut)
 				continue
 			}
 		}
 		d.grants.Add(1)
-		w.state = granted
-		close(w.ready)
+		d.wake(w, granted)
 	}
 	if d.idle != nil && d.running(d.grants.Load()) == 0 {
 		close(d.idle)
@@ -324,8 +350,7 @@ func (d *dispatcher) deadline(w *waiter) int64 { return w.arrived + int64(d.limi
 // finish removes a waiting w and wakes it with its fate. Requires d.mu.
 func (d *dispatcher) finish(w *waiter, st waiterState) {
 	d.room.remove(w)
-	w.state = st
-	close(w.ready)
+	d.wake(w, st)
 }
 
 // arm sets the timer to fire at deadline. Requires d.mu.
