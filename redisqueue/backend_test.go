@@ -39,6 +39,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"unknown policy", good, redisqueue.Options{Name: "a", OnRedisDown: 7}, "Options.OnRedisDown"},
 		{"negative local limit", good, redisqueue.Options{Name: "a", LocalLimit: -1}, "Options.LocalLimit"},
 		{"negative local queue", good, redisqueue.Options{Name: "a", LocalQueue: -1}, "Options.LocalQueue"},
+		{"negative failure threshold", good, redisqueue.Options{Name: "a", FailureThreshold: -1}, "Options.FailureThreshold"},
 		{"nil client", nil, redisqueue.Options{Name: "a"}, "nil"},
 		{"client without context timeouts", plain, redisqueue.Options{Name: "a"}, "ContextTimeoutEnabled"},
 	}

@@ -278,3 +278,77 @@ func TestRedisDownAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestOneFailedCallDoesNotMarkRedisDown: a call that times out gives its
+// own request OnRedisDown within one call timeout, but the replica turns to
+// OnRedisDown only after FailureThreshold failures in a row (the maintainer
+// probes at once after a failure, so that happens within that many call
+// timeouts even without traffic).
+func TestOneFailedCallDoesNotMarkRedisDown(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
+	const callTimeout = 100 * time.Millisecond
+	o := redisqueue.Options{Name: newName(t), CallTimeout: callTimeout, LeaseTTL: 10 * time.Second,
+		TickInterval: 2 * time.Second, OnRedisDown: redisqueue.FailClosed}
+	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 2}, o)
+	ctl := newClient(t, srv.addr())
+	ctx := context.Background()
+	acquire := func() (time.Duration, error) {
+		start := time.Now()
+		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		if err == nil {
+			b.Release(tk)
+		}
+		return time.Since(start), err
+	}
+	// Warm the connections, so that the pause, not a dial, is what fails.
+	if _, err := acquire(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A blip: Redis answers nothing for 1.5 call timeouts.
+	if err := ctl.Do(ctx, "CLIENT", "PAUSE", (3 * callTimeout / 2).Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := acquire()
+	if !errors.Is(err, redisqueue.ErrUnavailable) || d > callTimeout+50*time.Millisecond {
+		t.Fatalf("during the pause: got %v after %v, want ErrUnavailable within one call timeout", err, d)
+	}
+	time.Sleep(callTimeout) // the pause ends
+	if d, err := acquire(); err != nil {
+		t.Fatalf("after a one-call blip: got %v after %v, want a slot (TickInterval is %v: marked down by one failure?)", err, d, o.TickInterval)
+	}
+
+	// Gone for good (a long pause): marked down within FailureThreshold
+	// call timeouts of the first failure, without further requests.
+	if err := ctl.Do(ctx, "CLIENT", "PAUSE", 1500, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquire(); !errors.Is(err, redisqueue.ErrUnavailable) {
+		t.Fatalf("during the long pause: got %v, want ErrUnavailable", err)
+	}
+	time.Sleep(time.Duration(redisqueue.DefaultFailureThreshold)*callTimeout + 100*time.Millisecond)
+	if d, err := acquire(); !errors.Is(err, redisqueue.ErrUnavailable) || d > callTimeout/2 {
+		t.Fatalf("once marked down: got %v after %v, want ErrUnavailable at once", err, d)
+	}
+	// Back: the probe (every TickInterval while down) marks it up.
+	eventually(t, 2*o.TickInterval+time.Second, "Redis not marked up again", func() bool {
+		_, err := acquire()
+		return err == nil
+	})
+}
+
+// startBackends2 is startBackends on the Redis at addr.
+func startBackends2(t *testing.T, addr string, l ginqueue.Limits, o redisqueue.Options) *redisqueue.Backend {
+	t.Helper()
+	b, err := redisqueue.New(newClient(t, addr), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}

@@ -189,14 +189,24 @@ func (b *Backend) maintain() {
 			return
 		}
 		if !b.down.Load() {
-			b.flushPending()
+			b.mu.Lock()
+			flush := !b.flushing && len(b.pending) > 0
+			if flush {
+				b.flushing = true
+			}
+			b.mu.Unlock()
+			if flush {
+				b.flushPending()
+			}
 		}
 		every := refresh
 		if queued || b.down.Load() {
 			every = tick
 		}
 		now := time.Now()
-		if !now.Before(last.Add(every)) {
+		// A call failed but Redis is not marked down: probe at once.
+		probe := !b.down.Load() && b.fails.Load() > 0
+		if probe || !now.Before(last.Add(every)) {
 			_ = b.sync(false)
 			last = now
 			if b.down.Load() {
@@ -241,7 +251,11 @@ func (b *Backend) sync(first bool) error {
 
 	res, err := b.call(syncScript, args...)
 	if err != nil {
-		b.markDown()
+		if first {
+			// Start: nothing was heard from Redis yet; do not wait for
+			// more failures before OnRedisDown applies.
+			b.markDown()
+		}
 		return err
 	}
 	out, _ := res.([]any)
@@ -288,13 +302,12 @@ func (b *Backend) sync(first bool) error {
 	return nil
 }
 
-// flushPending retries the pending releases and cancels in one call.
+// flushPending sends up to 1000 pending releases and cancels in one call.
+// The caller has set b.flushing, which it clears. If ids remain pending
+// (they came during the call, or the call failed), it wakes the maintainer
+// to send them.
 func (b *Backend) flushPending() {
 	b.mu.Lock()
-	if len(b.pending) == 0 {
-		b.mu.Unlock()
-		return
-	}
 	ids := make([]uint64, 0, len(b.pending))
 	args := make([]any, 0, len(b.pending))
 	for id := range b.pending {
@@ -305,17 +318,21 @@ func (b *Backend) flushPending() {
 		}
 	}
 	b.mu.Unlock()
-	if _, err := b.call(leaveScript, args...); err != nil {
-		b.markDown()
-		return
+	var err error
+	if len(ids) > 0 {
+		_, err = b.call(leaveScript, args...)
 	}
 	b.mu.Lock()
-	for _, id := range ids {
-		delete(b.pending, id)
+	b.flushing = false
+	if err == nil {
+		for _, id := range ids {
+			delete(b.pending, id)
+		}
 	}
 	b.idleCheckLocked()
+	more := len(b.pending) > 0
 	b.mu.Unlock()
-	if len(ids) == 1000 {
+	if more {
 		b.wake()
 	}
 }

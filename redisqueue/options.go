@@ -43,6 +43,8 @@ const (
 	DefaultLeaseTTL     = 15 * time.Second
 	DefaultCallTimeout  = 150 * time.Millisecond
 	DefaultTickInterval = 500 * time.Millisecond
+
+	DefaultFailureThreshold = 3
 )
 
 // Options configure a Backend. Only Name is required; every other zero field
@@ -68,10 +70,24 @@ type Options struct {
 	LeaseTTL time.Duration
 
 	// CallTimeout bounds every Redis call that a request waits for. A call
-	// that takes longer counts as Redis being down: OnRedisDown applies at
-	// once, and a release or cancel is retried in the background. Zero means
-	// DefaultCallTimeout (150 ms). Negative is refused.
+	// that fails or takes longer counts as a failure: the request that made
+	// it gets OnRedisDown at once, a release or cancel is retried in the
+	// background, and FailureThreshold failures in a row mark Redis down for
+	// the whole replica. Zero means DefaultCallTimeout (150 ms). Negative is
+	// refused.
 	CallTimeout time.Duration
+
+	// FailureThreshold is how many calls in a row must fail, with no call
+	// succeeding between them, before this replica marks Redis down and
+	// turns every request to OnRedisDown until a probe answers. After a
+	// failure short of it, the maintainer probes Redis at once, so a Redis
+	// that is gone is marked down within FailureThreshold call timeouts
+	// even without traffic, while one slow call in a burst is not enough.
+	// The request whose call failed gets OnRedisDown either way. Zero means
+	// DefaultFailureThreshold (3); 1 marks Redis down at the first failure.
+	// Negative is refused. A Redis that does not answer at Start is marked
+	// down at once.
+	FailureThreshold int
 
 	// TickInterval is the period of the safety net: while this replica has
 	// requests waiting, it asks Redis for their state this often, which
@@ -115,6 +131,8 @@ func (o Options) compile() (Options, error) {
 		return o, fmt.Errorf("redisqueue: Options.OnRedisDown must be FailOpen or FailClosed, got %v", o.OnRedisDown)
 	case o.LocalLimit < 0:
 		return o, fmt.Errorf("redisqueue: Options.LocalLimit must not be negative, got %d", o.LocalLimit)
+	case o.FailureThreshold < 0:
+		return o, fmt.Errorf("redisqueue: Options.FailureThreshold must not be negative, got %d", o.FailureThreshold)
 	case o.LocalQueue < 0:
 		return o, fmt.Errorf("redisqueue: Options.LocalQueue must not be negative, got %d", o.LocalQueue)
 	}
@@ -126,6 +144,9 @@ func (o Options) compile() (Options, error) {
 	}
 	if o.CallTimeout == 0 {
 		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.FailureThreshold == 0 {
+		o.FailureThreshold = DefaultFailureThreshold
 	}
 	if o.TickInterval == 0 {
 		o.TickInterval = min(DefaultTickInterval, o.LeaseTTL/3)

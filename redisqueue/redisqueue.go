@@ -86,7 +86,8 @@ type Backend struct {
 
 	nextID atomic.Uint64
 	served atomic.Uint64
-	down   atomic.Bool // Redis is considered unreachable; see markDown
+	down   atomic.Bool  // Redis is considered unreachable; see markDown
+	fails  atomic.Int32 // consecutive failed calls; see failed
 
 	kick   chan struct{} // wakes the maintainer; capacity 1
 	stop   chan struct{} // closed by Close
@@ -101,6 +102,7 @@ type Backend struct {
 	waiters  map[uint64]*waiter  // ids sent to Redis whose grant is awaited here
 	held     map[uint64]struct{} // ids holding a slot here, not released yet
 	pending  map[uint64]struct{} // ids to release or cancel; retried until Redis answers
+	flushing bool                // a leave call for pending ids is in flight; see flushPending
 	downCh   chan struct{}       // closed when Redis goes down; replaced when it is back
 	idle     chan struct{}       // closed when held and pending are empty; nil unless draining
 	replicas int                 // live replicas Redis last reported; 0 until it answers
@@ -248,6 +250,11 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 		argv[0], argv[1] = "eval", s.src
 		res, err = b.rdb.Do(ctx, argv...).Result()
 	}
+	if err != nil {
+		b.failed()
+	} else {
+		b.fails.Store(0)
+	}
 	return res, err
 }
 
@@ -288,9 +295,10 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 
 		res, err := b.call(acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio)
 		if err != nil {
-			// The script may have run: undo it in the background.
+			// The script may have run: undo it in the background. This
+			// request gets OnRedisDown now; the replica turns to it only
+			// after Options.FailureThreshold failures in a row.
 			b.abandon(w)
-			b.markDown()
 			return b.fallback(ctx, a, deadline, err)
 		}
 		switch res.(int64) {
@@ -398,19 +406,22 @@ func (b *Backend) abandon(w *waiter) bool {
 	return true
 }
 
-// leave releases or cancels id in Redis now, or in the background when
-// Redis is down or the call fails.
+// leave releases or cancels id in Redis. When no leave call is in flight,
+// it makes one now, carrying every pending id with its own; otherwise id
+// joins the pending ids and leave returns at once: the call in flight has
+// them sent as soon as it returns. Under concurrent releases, one call
+// thus gives back many slots. Ids whose call fails stay pending and are
+// retried in the background.
 func (b *Backend) leave(id uint64) {
-	if !b.down.Load() {
-		if _, err := b.call(leaveScript, b.leaseID(id)); err == nil {
-			return
-		}
-		b.markDown()
-	}
 	b.mu.Lock()
 	b.pending[id] = struct{}{}
+	if b.flushing || b.down.Load() {
+		b.mu.Unlock()
+		return
+	}
+	b.flushing = true
 	b.mu.Unlock()
-	b.wake()
+	b.flushPending()
 }
 
 // wake nudges the maintainer without blocking.
@@ -419,6 +430,19 @@ func (b *Backend) wake() {
 	case b.kick <- struct{}{}:
 	default:
 	}
+}
+
+// failed counts a failed call. Options.FailureThreshold failures in a row,
+// with no successful call between them, mark Redis down; before that, a
+// probe is made at once, so that a Redis that is really gone is marked down
+// within FailureThreshold call timeouts even with no other traffic, and one
+// slow call under a burst does not turn the whole replica to OnRedisDown.
+func (b *Backend) failed() {
+	if int(b.fails.Add(1)) >= b.opts.FailureThreshold {
+		b.markDown()
+		return
+	}
+	b.wake()
 }
 
 // markDown records that Redis did not answer: new arrivals and waiters turn
@@ -502,9 +526,12 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 }
 
 // Release implements ginqueue.Backend. It gives the slot back in Redis with
-// one call bounded by CallTimeout; if that fails, or Redis is known to be
-// down, the release is retried in the background until Redis answers (or,
-// after Close, until LeaseTTL has passed: the lease has expired by then).
+// one call bounded by CallTimeout, or, when another release's call is in
+// flight, returns at once and the slot goes back with the next call, which
+// carries every release that came meanwhile. If the call fails, or Redis is
+// known to be down, the release is retried in the background until Redis
+// answers (or, after Close, until LeaseTTL has passed: the lease has expired
+// by then).
 func (b *Backend) Release(t ginqueue.Ticket) {
 	if t.Key == localKey {
 		b.mu.Lock()
