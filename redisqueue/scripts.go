@@ -69,8 +69,12 @@ end
 -- grant notice on its replica's stream
 local function promote()
   if redis.call('ZCARD', Q) == 0 then return end
-  redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
   local n = redis.call('ZCARD', H)
+  if n >= limit then
+    -- expired leases count only when they stand in the way
+    redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
+    n = redis.call('ZCARD', H)
+  end
   while n < limit do
     local p = redis.call('ZPOPMIN', Q)
     if #p == 0 then return end
@@ -79,7 +83,7 @@ local function promote()
     if redis.call('HGET', W, id) == m then
       redis.call('HDEL', W, id)
       redis.call('ZREM', WE, id)
-      redis.call('ZADD', H, now + ttl, id)
+      redis.call('ZADD', H, clock() + ttl, id)
       redis.call('XADD', ARGV[3] .. string.sub(id, 1, 16), 'MAXLEN', '~', 1000, '*', 'g', id)
       n = n + 1
     end
