@@ -15,9 +15,18 @@ func (r *Results) value(metric, variant string) (float64, bool) {
 	return x, ok && !math.IsNaN(x)
 }
 
-// computeBars checks ginqueue's figures against the bars of issue 3. Each
-// Figure is built from the run's own numbers.
+// computeBars checks ginqueue's figures against the bars of issues 3 to 7.
+// Each Figure is built from the run's own numbers.
 func computeBars(r *Results) []Bar {
+	bars := issue3Bars(r)
+	for i := range bars {
+		bars[i].Issue = 3
+	}
+	return append(bars, featureBars(r)...)
+}
+
+// issue3Bars compares ginqueue with bare gin and its peers.
+func issue3Bars(r *Results) []Bar {
 	var bars []Bar
 	ratio := func(name, metric, other string, limit float64, atMost bool) {
 		g, ok1 := r.value(metric, GinQueue)
@@ -105,4 +114,64 @@ func (r *Results) format(metric string, x float64) string {
 		return fmt.Sprint(x)
 	}
 	return formatValue(row.Format, x)
+}
+
+// costBar compares subject with base on metric: the cost ratio is
+// subject/base where lower is better (time per operation) and base/subject
+// where higher is better (a rate), so that 1.10× reads "10% dearer" either
+// way. It passes at most limit.
+func (r *Results) costBar(issue int, name, metric, subject, base string, limit float64) Bar {
+	b := Bar{Issue: issue, Name: name}
+	s, ok1 := r.value(metric, subject)
+	o, ok2 := r.value(metric, base)
+	row := r.Row(metric)
+	if !ok1 || !ok2 || s <= 0 || o <= 0 || row == nil {
+		return b
+	}
+	q := s / o
+	if row.Higher {
+		q = o / s
+	}
+	b.Measured, b.Pass = true, q <= limit
+	b.Figure = fmt.Sprintf("%s vs %s %s: %.2f× the cost (≤ %.2f×)", r.format(metric, s), base, r.format(metric, o), q, limit)
+	return b
+}
+
+// absoluteBar checks the figure of metric for variant against limit: at
+// most limit, or at least where atLeast is set.
+func (r *Results) absoluteBar(issue int, name, metric, variant string, limit float64, atLeast bool) Bar {
+	b := Bar{Issue: issue, Name: name}
+	x, ok := r.value(metric, variant)
+	if !ok {
+		return b
+	}
+	b.Measured, b.Pass = true, x <= limit
+	word := "limit"
+	if atLeast {
+		b.Pass, word = x >= limit, "at least"
+	}
+	b.Figure = fmt.Sprintf("%s (%s %s)", r.format(metric, x), word, r.format(metric, limit))
+	return b
+}
+
+// featureBars are the bars of issues 4 to 7: each feature against plain
+// ginqueue measured in the same rounds, and the Redis backend's figures.
+func featureBars(r *Results) []Bar {
+	flows := groupDigits(r.Plan.Flows)
+	bars := []Bar{
+		r.costBar(4, "Priority + FlowKey: uncontended ns/op ≤ 1.3× plain (route only)", MFRoute, PrioFlows, Plain, 1.3),
+		r.costBar(4, "Priority + FlowKey: uncontended ns/op ≤ 1.3× plain (request)", MFRequest, PrioFlows, Plain, 1.3),
+		r.costBar(4, "Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain", MFHandoff, PrioFlows, Plain, 1.3),
+		r.costBar(4, "Priority + FlowKey: growth over "+flows+" flows (deepest ÷ shallowest) ≤ 1.3× plain's", MFGrowthFlat, PrioFlows, Plain, 1.3),
+		r.absoluteBar(5, "acquire+release round trip p50 ≤ 200 µs", MRedisRoundTripP50, RedisColumn, 200e3, false),
+		r.absoluteBar(5, "acquire+release round trip p99 ≤ 500 µs", MRedisRoundTripP99, RedisColumn, 500e3, false),
+		r.absoluteBar(5, "≥ 15,000 acquire+release pairs/s, 8 clients, uncontended", MRedisPairs, RedisColumn, 15000, true),
+		r.absoluteBar(5, "hand-off across backends p50 ≤ 300 µs", MRedisHandoffP50, RedisColumn, 300e3, false),
+		r.costBar(6, "ServerTiming + promqueue: uncontended ns/op ≤ 1.15× plain (route only)", MFRoute, Observed, Plain, 1.15),
+		r.costBar(6, "ServerTiming + promqueue: uncontended ns/op ≤ 1.15× plain (request)", MFRequest, Observed, Plain, 1.15),
+		r.costBar(7, "Adaptive: uncontended ns/op ≤ 1.2× fixed (route only)", MFRoute, AdaptiveCol, Plain, 1.2),
+		r.costBar(7, "Adaptive: uncontended ns/op ≤ 1.2× fixed (request)", MFRequest, AdaptiveCol, Plain, 1.2),
+		r.costBar(7, "Adaptive: saturated hand-off, time per request ≤ 1.2× fixed", MFHandoff, AdaptiveCol, Plain, 1.2),
+	}
+	return bars
 }

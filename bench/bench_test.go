@@ -23,3 +23,17 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Run(v.ID, BenchHandoff(v))
 	}
 }
+
+// BenchmarkFeature is section 10: plain ginqueue and ginqueue with one
+// feature on, uncontended and in the saturated hand-off.
+func BenchmarkFeature(b *testing.B) {
+	for _, v := range FeatureVariants(FullPlan().Flows, true) {
+		b.Run("route/"+v.ID, BenchUncontendedRoute(v))
+	}
+	for _, v := range FeatureVariants(FullPlan().Flows, true) {
+		b.Run("request/"+v.ID, BenchUncontendedRequest(v))
+	}
+	for _, v := range FeatureVariants(FullPlan().Flows, false) {
+		b.Run("handoff/"+v.ID, BenchHandoff(v))
+	}
+}

@@ -12,6 +12,13 @@
 //     count of waiters and a per-request context timeout;
 //   - seed: a Go port of the seed lesson's queueThrottle (see seed.go).
 //
+// Two more sections measure ginqueue against itself and its Redis backend:
+// features.go runs the harnesses of metrics 1, 2 and 7 on ginqueue with
+// Priority + FlowKey, ServerTiming + a scraped promqueue Collector, or an
+// adaptive limit, against plain ginqueue (section 10); redis.go measures the
+// redisqueue backend against the Redis at REDIS_ADDR, or says plainly that
+// none answered (section 11).
+//
 // The metrics are described on their functions in metrics.go; Run runs them
 // all, alternating the variants within each round, and WriteMarkdown and
 // WriteTimelineSVG render the result. The module is separate from ginqueue so

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -69,6 +70,49 @@ func TestHarnesses(t *testing.T) {
 	}
 }
 
+// TestFeatureVariants: every feature variant serves a lone request, the
+// metrics variant with its Server-Timing header, and the feature variants
+// go through the growth harness with their flows and priorities.
+func TestFeatureVariants(t *testing.T) {
+	for _, spread := range []bool{true, false} {
+		for _, v := range FeatureVariants(10, spread) {
+			t.Run(fmt.Sprintf("%s/spread=%v", v.ID, spread), func(t *testing.T) {
+				h, stop := v.New(HandoffLimits, noContent)
+				defer stop()
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, v.request(3, 4))
+				if w.Code != http.StatusNoContent {
+					t.Errorf("status %d, want 204", w.Code)
+				}
+				if st := w.Header().Get("Server-Timing"); (v.Name == Observed) != (st != "") {
+					t.Errorf("Server-Timing %q", st)
+				}
+				if c, err := GrowthCost(v, 10, 20*time.Millisecond); err != nil || c <= 0 {
+					t.Errorf("GrowthCost = %v, %v", c, err)
+				}
+			})
+		}
+	}
+}
+
+// TestFeatureRequest: client c is flow c mod flows, and its requests cycle
+// through the priorities.
+func TestFeatureRequest(t *testing.T) {
+	v := FeatureVariants(10, true)[1]
+	rs := v.requests(13)
+	if len(rs) != priorityClasses {
+		t.Fatalf("%d requests, want %d", len(rs), priorityClasses)
+	}
+	for i, r := range rs {
+		if f, p := r.Header.Get(headerFlow), r.Header.Get(headerPriority); f != "3" || p != fmt.Sprint(i) {
+			t.Errorf("request %d: flow %q priority %q, want 3 and %d", i, f, p, i)
+		}
+	}
+	if n := len(Variants()[1].requests(0)); n != 1 {
+		t.Errorf("a table variant cycles through %d requests, want 1", n)
+	}
+}
+
 func slicesMin(ds []time.Duration) time.Duration {
 	m := ds[0]
 	for _, d := range ds {
@@ -91,6 +135,19 @@ func fakeResults() *Results {
 	set(MHandoff, true, FormatRate, map[string]float64{GinQueue: 900, Chi: 1000, XSync: 800, Seed: 40})
 	set(MGrantP99, false, FormatDuration, map[string]float64{GinQueue: 150e3, Chi: 20e3})
 	set(MOwnMemory, false, FormatBytes, map[string]float64{GinQueue: 192})
+	r.FeatureVariants = FeatureVariants(100, true)
+	feature := func(metric string, higher bool, f Format, vals map[string]float64) {
+		row := newRow(metric, "", higher, f)
+		row.Values = vals
+		r.FeatureRows = append(r.FeatureRows, row)
+	}
+	feature(MFRoute, false, FormatDuration, map[string]float64{Plain: 100, PrioFlows: 120, Observed: 120, AdaptiveCol: 110})
+	feature(MFRouteA, false, FormatCount, map[string]float64{Plain: 0, PrioFlows: 0, Observed: 1, AdaptiveCol: 0})
+	feature(MFHandoff, true, FormatRate, map[string]float64{Plain: 1000, PrioFlows: 700, Observed: 990, AdaptiveCol: 900})
+	r.Redis = RedisReport{Measured: true, Version: "7.0.0", Rows: []Row{
+		{Metric: MRedisRoundTripP50, Format: FormatDuration, Values: map[string]float64{RedisColumn: 150e3}},
+		{Metric: MRedisPairs, Format: FormatRate, Higher: true, Values: map[string]float64{RedisColumn: 12000}},
+	}}
 	r.Bars = computeBars(r)
 	return r
 }
@@ -104,6 +161,16 @@ func TestBars(t *testing.T) {
 		"grant latency p99 ≤ 100 µs":                      {true, false},
 		"ginqueue's own structures ≤ 256 B per waiter":    {true, true},
 		"schedule efficiency ≥ the best peer's":           {false, false},
+		// 1.2× and 1000/700 = 1.43× the cost of plain.
+		"Priority + FlowKey: uncontended ns/op ≤ 1.3× plain (route only)":        {true, true},
+		"Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain":  {true, false},
+		"Priority + FlowKey: uncontended ns/op ≤ 1.3× plain (request)":           {false, false},
+		"ServerTiming + promqueue: uncontended ns/op ≤ 1.15× plain (route only)": {true, false},
+		"Adaptive: uncontended ns/op ≤ 1.2× fixed (route only)":                  {true, true},
+		"Adaptive: saturated hand-off, time per request ≤ 1.2× fixed":            {true, true}, // 1.11×
+		"acquire+release round trip p50 ≤ 200 µs":                                {true, true},
+		"≥ 15,000 acquire+release pairs/s, 8 clients, uncontended":               {true, false},
+		"hand-off across backends p50 ≤ 300 µs":                                  {false, false},
 	}
 	seen := 0
 	for _, b := range r.Bars {
@@ -129,12 +196,38 @@ func TestWriteMarkdown(t *testing.T) {
 	md := b.String()
 	for _, s := range []string{
 		"| 1a. uncontended, route only | lower | 40 ns (0.67×) | 46 ns (0.77×) | 90 ns (1.50×) | 60 ns (1.00×) |",
-		"| hand-off throughput ≥ 1.0× the best peer | 900/s vs best peer chi Throttle 1,000/s: 0.90× | no |",
+		"| 3 | hand-off throughput ≥ 1.0× the best peer | 900/s vs best peer chi Throttle 1,000/s: 0.90× | no |",
+		"| 4 | Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain | 700/s vs plain ginqueue 1,000/s: 1.43× the cost (≤ 1.30×) | no |",
+		"| 5 | ≥ 15,000 acquire+release pairs/s, 8 clients, uncontended | 12,000/s (at least 15,000/s) | no |",
+		"| 10a. uncontended, route only | lower | 100 ns (1.00×) | 120 ns (1.20×) | 120 ns (1.20×) | 110 ns (1.10×) |",
+		"| 10a. uncontended, route only: allocs | lower | 0 | 0 | 1 | 0 |",
+		"| 11a. acquire+release round trip p50 | lower | 150.0 µs |",
+		"(version 7.0.0)",
 		"](" + ChartPath + ")",
 		"make bench",
 		"benchstat@" + BenchstatVersion,
 	} {
 		if !strings.Contains(md, s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+}
+
+// TestWriteMarkdownNoRedis: without a Redis the section says so and the
+// Redis bars read "not measured".
+func TestWriteMarkdownNoRedis(t *testing.T) {
+	r := fakeResults()
+	r.Redis = RedisReport{Why: "No Redis answered at REDIS_ADDR."}
+	r.Bars = computeBars(r)
+	var b bytes.Buffer
+	if err := WriteMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"## 11. redisqueue: one limit for a fleet, on Redis\n\nNo Redis answered at REDIS_ADDR.\n",
+		"| 5 | acquire+release round trip p50 ≤ 200 µs | – | not measured |",
+	} {
+		if !strings.Contains(b.String(), s) {
 			t.Errorf("report lacks %q", s)
 		}
 	}

@@ -112,15 +112,15 @@ func BenchUncontendedRoute(v Variant) func(*testing.B) {
 	return func(b *testing.B) {
 		h, stop := v.New(UncontendedLimits, noContent)
 		defer stop()
-		var bad atomic.Int64
+		var bad, clients atomic.Int64
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			reqs := v.requests(int(clients.Add(1) - 1))
 			w := newDiscardWriter()
-			for pb.Next() {
+			for i := 0; pb.Next(); i++ {
 				w.reset()
-				h.ServeHTTP(w, req)
+				h.ServeHTTP(w, reqs[i%len(reqs)])
 				if w.status() != http.StatusNoContent {
 					bad.Add(1)
 				}
@@ -138,12 +138,13 @@ func BenchUncontendedRequest(v Variant) func(*testing.B) {
 	return func(b *testing.B) {
 		h, stop := v.New(UncontendedLimits, noContent)
 		defer stop()
-		var bad atomic.Int64
+		var bad, clients atomic.Int64
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				req := httptest.NewRequest(http.MethodGet, "/", nil)
+			client := int(clients.Add(1) - 1)
+			for i := 0; pb.Next(); i++ {
+				req := v.request(client, i)
 				w := httptest.NewRecorder()
 				h.ServeHTTP(w, req)
 				if w.Code != http.StatusNoContent {
@@ -167,17 +168,17 @@ func BenchHandoff(v Variant) func(*testing.B) {
 			c.Status(http.StatusNoContent)
 		})
 		defer stop()
-		var bad atomic.Int64
+		var bad, clients atomic.Int64
 		procs := runtime.GOMAXPROCS(0)
 		b.SetParallelism((handoffGoroutines + procs - 1) / procs)
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			reqs := v.requests(int(clients.Add(1) - 1))
 			w := newDiscardWriter()
-			for pb.Next() {
+			for i := 0; pb.Next(); i++ {
 				w.reset()
-				h.ServeHTTP(w, req)
+				h.ServeHTTP(w, reqs[i%len(reqs)])
 				if w.status() != http.StatusNoContent {
 					bad.Add(1)
 				}
@@ -483,9 +484,13 @@ func GrowthCost(v Variant, depth int, window time.Duration) (time.Duration, erro
 	hc := counted(h, &entered)
 	var halt atomic.Bool
 	var wg sync.WaitGroup
-	for range clients {
+	for client := range clients {
 		wg.Go(func() {
-			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			// One request per client, so that a deep queue holds no more
+			// requests than the table's variants hold: a feature variant's
+			// client keeps one priority class, and the lower classes wait
+			// behind the higher ones, which keeps the queue as deep.
+			req := v.request(client, client)
 			w := newDiscardWriter()
 			for !halt.Load() {
 				w.reset()

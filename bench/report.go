@@ -40,12 +40,14 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 	}
 	p("| run | %s, %d rounds (%d for the seed port), Go benchmarks at -benchtime %s |", r.Took.Round(time.Second), r.Plan.Rounds, r.Plan.SlowRounds, r.Plan.BenchTime)
 	p("")
-	p("## Bars of issue 3")
+	p("## Bars")
 	p("")
-	p("Computed from the table below by the suite, not typed.")
+	p("The bars the issues set, computed from the tables below by the suite, not typed. Issue 3 compares ginqueue with bare")
+	p("gin and its peers; issues 4, 6 and 7 compare ginqueue with a feature on against plain ginqueue measured in the same")
+	p("rounds (section 10); issue 5 is the Redis backend (section 11).")
 	p("")
-	p("| bar | ginqueue's figure | cleared |")
-	p("|---|---|---|")
+	p("| issue | bar | figure | cleared |")
+	p("|---|---|---|---|")
 	for _, bar := range r.Bars {
 		verdict, fig := "no", bar.Figure
 		switch {
@@ -54,7 +56,7 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 		case bar.Pass:
 			verdict = "yes"
 		}
-		p("| %s | %s | %s |", bar.Name, fig, verdict)
+		p("| %d | %s | %s | %s |", bar.Issue, bar.Name, fig, verdict)
 	}
 	p("")
 	p("## Results")
@@ -115,6 +117,8 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 			p("- %s", e)
 		}
 	}
+	writeFeatures(p, r)
+	writeRedis(p, r)
 	p("")
 	p("## The seed burst")
 	p("")
@@ -167,11 +171,33 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 	p("   per variant, the variants alternating; the ratio to bare is the median of the per-round ratios. This is the")
 	p("   real-world answer to metric 1.")
 	p("9. **Seed burst**: above.")
+	p("10. **Features**: the harnesses of metrics 1, 2 and 7 on ginqueue with one feature on, against plain ginqueue, the")
+	p("   columns alternating within each round. Every column sends the same requests: client *c* is flow *c* mod %s", groupDigits(r.Plan.Flows))
+	p("   (header X-Flow) and its requests cycle through priorities 0, 1, 2 (header X-Priority). *Priority + FlowKey* reads")
+	p("   both (Config.Priority, Config.FlowKey = ByHeader); both run only when a request has to wait, so the uncontended")
+	p("   rows show what the feature costs when it is configured but idle, and the hand-off and growth rows what it costs")
+	p("   in use. *ServerTiming + promqueue* sets Config.ServerTiming and registers a promqueue Collector whose registry is")
+	p("   gathered every %v while the benchmark runs, far more often than any Prometheus scrapes: the worst case.", ScrapeInterval)
+	p("   *Adaptive* sets Config.Adaptive (gradient) with MinLimit %d and MaxLimit %d around the uncontended limit of %d,",
+		max(1, UncontendedLimits.MaxConcurrent/2), 2*UncontendedLimits.MaxConcurrent, UncontendedLimits.MaxConcurrent)
+	p("   which two benchmark goroutines never reach; in the hand-off MinLimit = MaxLimit = %d, so that every sample, window", HandoffLimits.MaxConcurrent)
+	p("   and update runs while the limit stays the fixed one, and the row compares cost, not limits. 10d runs the")
+	p("   growth harness with a fixed priority per client (client mod 3), so the lower classes wait behind the higher")
+	p("   ones and the queue stays as deep; its ratio row divides the deepest by the shallowest, as in metric 7.")
+	p("11. **Redis**: the redisqueue backend against the Redis at REDIS_ADDR, each backend on its own go-redis client")
+	p("   (ContextTimeoutEnabled), under a Name made fresh for the run whose keys are deleted at the end. 11a: one client,")
+	p("   %s acquire+release pairs one at a time on a limit never reached, after a tenth as many to warm up; beside it,", groupDigits(r.Plan.RedisPairs))
+	p("   two PINGs, the floor of two script calls. 11b: %d goroutines on one backend doing pairs for %d windows of %v,", redisClients, r.Plan.RedisWindows, r.Plan.RedisWindow)
+	p("   the median window. 11c: two backends with a limit of 1; A holds the slot while a request on B waits in Redis,")
+	p("   then A releases; from the start of A's Release to B's Acquire returning, %d times. 11d: the deltas of INFO cpu", r.Plan.RedisHandoffs)
+	p("   (used_cpu_sys + used_cpu_user) and INFO commandstats (EVALSHA, EVAL) over 11b, divided by its pairs; they count")
+	p("   whatever else that Redis served meanwhile.")
 	p("")
 	p("## Reproduce")
 	p("")
 	p("```sh")
 	p("make bench        # the whole suite; rewrites BENCHMARKS.md and %s (a few minutes)", ChartPath)
+	p("                  # section 11 needs a Redis at REDIS_ADDR (default %s), e.g. redis-server --port 6379 --save ''", DefaultRedisAddr)
 	p("make bench-smoke  # every measurement once on tiny sizes; writes nothing (CI runs it)")
 	p("```")
 	p("")
@@ -180,11 +206,84 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 	p("")
 	p("```sh")
 	p("cd bench")
-	p("go test -run '^$' -bench 'Uncontended|Handoff' -count 10 . > old.txt")
+	p("go test -run '^$' -bench 'Uncontended|Handoff|Feature' -count 10 . > old.txt")
 	p("# change ginqueue, then")
-	p("go test -run '^$' -bench 'Uncontended|Handoff' -count 10 . > new.txt")
+	p("go test -run '^$' -bench 'Uncontended|Handoff|Feature' -count 10 . > new.txt")
 	p("go run golang.org/x/perf/cmd/benchstat@%s old.txt new.txt", BenchstatVersion)
 	p("```")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeFeatures renders section 10: a column per feature variant, each cell
+// with its ratio to the plain column.
+func writeFeatures(p func(string, ...any), r *Results) {
+	if len(r.FeatureRows) == 0 {
+		return
+	}
+	p("")
+	p("## 10. Features: what Priority + FlowKey, metrics and the adaptive limit cost")
+	p("")
+	p("ginqueue with one feature on against plain ginqueue (FIFO, fixed limit), measured in the same rounds. In brackets:")
+	p("the figure over the plain column's.")
+	p("")
+	head, sep := "| metric | better |", "|---|---|"
+	for _, v := range r.FeatureVariants {
+		head += " " + v.Name + " |"
+		sep += "---|"
+	}
+	p("%s", head)
+	p("%s", sep)
+	for _, row := range r.FeatureRows {
+		better := "lower"
+		if row.Higher {
+			better = "higher"
+		}
+		metric := row.Metric
+		if row.Unit != "" {
+			metric += " (" + row.Unit + ")"
+		}
+		base, hasBase := row.Values[Plain]
+		line := "| " + metric + " | " + better + " |"
+		for _, v := range r.FeatureVariants {
+			x, ok := row.Values[v.Name]
+			cell := "–"
+			if ok && !math.IsNaN(x) {
+				cell = formatValue(row.Format, x)
+				if hasBase && base > 0 && row.Format != FormatCount {
+					cell += fmt.Sprintf(" (%.2f×)", x/base)
+				}
+			}
+			line += " " + cell + " |"
+		}
+		p("%s", line)
+	}
+}
+
+// writeRedis renders section 11, or says plainly why it was not measured.
+func writeRedis(p func(string, ...any), r *Results) {
+	rep := r.Redis
+	p("")
+	p("## 11. redisqueue: one limit for a fleet, on Redis")
+	p("")
+	if !rep.Measured {
+		if rep.Why != "" {
+			p("%s", rep.Why)
+		} else {
+			p("Not measured in this run.")
+		}
+		return
+	}
+	p("The redisqueue backend against a real Redis (version %s) on this machine, over loopback. A shared Redis serves", rep.Version)
+	p("other clients too; their load shows in these figures, most in 11d.")
+	p("")
+	p("| metric | better | figure |")
+	p("|---|---|---|")
+	for _, row := range rep.Rows {
+		better := "lower"
+		if row.Higher {
+			better = "higher"
+		}
+		p("| %s | %s | %s |", row.Metric, better, formatValue(row.Format, row.Values[RedisColumn]))
+	}
 }

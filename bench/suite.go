@@ -35,6 +35,14 @@ type Plan struct {
 	LoopbackWindow   time.Duration
 	BurstWork        time.Duration
 	BurstTimeout     time.Duration
+	// Flows is how many flows the feature variants' clients spread over.
+	Flows int
+	// Redis measurements (section 11): pairs timed one at a time, windows
+	// of 8 concurrent clients, hand-offs between two backends.
+	RedisPairs    int
+	RedisWindow   time.Duration
+	RedisWindows  int
+	RedisHandoffs int
 }
 
 // FullPlan is the plan of `make bench`: a few minutes on a 2-core machine.
@@ -55,6 +63,11 @@ func FullPlan() Plan {
 		LoopbackWindow:   600 * time.Millisecond,
 		BurstWork:        200 * time.Millisecond,
 		BurstTimeout:     5 * time.Second,
+		Flows:            10_000,
+		RedisPairs:       5_000,
+		RedisWindow:      time.Second,
+		RedisWindows:     3,
+		RedisHandoffs:    500,
 	}
 }
 
@@ -78,6 +91,11 @@ func SmokePlan() Plan {
 		LoopbackWindow:   50 * time.Millisecond,
 		BurstWork:        10 * time.Millisecond,
 		BurstTimeout:     250 * time.Millisecond,
+		Flows:            100,
+		RedisPairs:       20,
+		RedisWindow:      50 * time.Millisecond,
+		RedisWindows:     1,
+		RedisHandoffs:    5,
 	}
 }
 
@@ -120,6 +138,7 @@ func (r Row) Best(vs []Variant) (name string, value float64, ok bool) {
 
 // Bar is one bar of the issue, checked against the figures.
 type Bar struct {
+	Issue    int // the issue that set the bar
 	Name     string
 	Figure   string // what ginqueue measured, with the comparison
 	Pass     bool
@@ -150,13 +169,21 @@ type Results struct {
 	Timelines []Timeline
 	Bars      []Bar
 	Errors    []string // measurements that failed, by variant
+	// FeatureVariants head the columns of FeatureRows: plain ginqueue and
+	// ginqueue with one feature on (section 10).
+	FeatureVariants []Variant
+	FeatureRows     []Row
+	// Redis is section 11, the redisqueue backend on a real Redis.
+	Redis RedisReport
 }
 
-// Row returns the row named metric, or nil.
+// Row returns the row named metric, in any table, or nil.
 func (r *Results) Row(metric string) *Row {
-	for i := range r.Rows {
-		if r.Rows[i].Metric == metric {
-			return &r.Rows[i]
+	for _, rows := range [][]Row{r.Rows, r.FeatureRows, r.Redis.Rows} {
+		for i := range rows {
+			if rows[i].Metric == metric {
+				return &rows[i]
+			}
 		}
 	}
 	return nil
@@ -226,15 +253,14 @@ func Run(plan Plan, log io.Writer) (*Results, error) {
 	r := &runner{plan: plan, vs: Variants(), log: log, res: &Results{
 		Machine: DescribeMachine(), Plan: plan, Date: start.UTC(), Variants: Variants(),
 	}}
-	r.uncontended()
-	r.handoff()
-	r.schedule()
-	r.grant()
-	r.timeout()
-	r.memory()
-	r.growth()
-	r.loopback()
-	r.burst()
+	for _, section := range []func(){
+		r.uncontended, r.handoff, r.schedule, r.grant, r.timeout, r.memory, r.growth, r.loopback, r.burst,
+		r.features, r.redis,
+	} {
+		t := time.Now()
+		section()
+		r.logf("  (%v)", time.Since(t).Round(100*time.Millisecond))
+	}
 	r.res.Took = time.Since(start)
 	r.res.Machine.LoadAfter = loadAverage()
 	r.res.Bars = computeBars(r.res)
@@ -324,9 +350,16 @@ const (
 	MBurstLast           = "9. seed burst: last response"
 )
 
-// gobench runs one Go benchmark per variant per round and keeps the median
-// ns/op and allocs/op.
+// gobench runs one Go benchmark per variant per round and adds the median
+// ns/op and allocs/op to the table.
 func (r *runner) gobench(metric, allocsMetric string, higherRate bool, vs []Variant, bench func(Variant) func(*testing.B)) {
+	row, arow := r.gobenchRows(metric, allocsMetric, higherRate, vs, bench)
+	r.res.Rows = append(r.res.Rows, row, arow)
+}
+
+// gobenchRows runs one Go benchmark per variant per round and returns the
+// median ns/op (or its inverse, a rate) and allocs/op.
+func (r *runner) gobenchRows(metric, allocsMetric string, higherRate bool, vs []Variant, bench func(Variant) func(*testing.B)) (Row, Row) {
 	ns := map[string][]float64{}
 	allocs := map[string][]float64{}
 	r.rounds(vs, func(_ int, v Variant) {
@@ -356,7 +389,7 @@ func (r *runner) gobench(metric, allocsMetric string, higherRate bool, vs []Vari
 		// the benchmark's own machinery; a tenth is the resolution kept.
 		arow.Values[name] = math.Round(median(allocs[name])*10) / 10
 	}
-	r.res.Rows = append(r.res.Rows, row, arow)
+	return row, arow
 }
 
 func (r *runner) uncontended() {
@@ -478,32 +511,39 @@ func (r *runner) memory() {
 
 func (r *runner) growth() {
 	r.logf("7. growth with queue depth")
-	depths := r.plan.GrowthDepths
+	r.res.Rows = append(r.res.Rows, r.growthRows(MGrowthPrefix, MGrowthFlat, throttling(r.vs), r.plan.GrowthDepths)...)
+}
+
+// growthRows measures GrowthCost at each depth for each variant, at most 3
+// rounds, and returns a row per depth (named prefix + depth) and the row
+// flat, the deepest over the shallowest.
+func (r *runner) growthRows(prefix, flatMetric string, vs []Variant, depths []int) []Row {
 	xs := map[int]map[string][]float64{}
 	for _, d := range depths {
 		xs[d] = map[string][]float64{}
 	}
 	saved := r.plan.Rounds
 	r.plan.Rounds = min(saved, 3)
-	r.rounds(throttling(r.vs), func(_ int, v Variant) {
+	r.rounds(vs, func(_ int, v Variant) {
 		for _, d := range depths {
 			c, err := GrowthCost(v, d, r.plan.GrowthWindow)
 			if err != nil {
-				r.fail(v, MGrowthPrefix+fmt.Sprint(d), err)
+				r.fail(v, prefix+groupDigits(d), err)
 				continue
 			}
 			xs[d][v.Name] = append(xs[d][v.Name], float64(c))
 		}
 	})
 	r.plan.Rounds = saved
-	flat := newRow(MGrowthFlat, "ratio", false, FormatRatio)
+	var rows []Row
+	flat := newRow(flatMetric, "ratio", false, FormatRatio)
 	first, last := depths[0], depths[len(depths)-1]
 	for _, d := range depths {
-		row := newRow(MGrowthPrefix+groupDigits(d), "per request", false, FormatDuration)
+		row := newRow(prefix+groupDigits(d), "per request", false, FormatDuration)
 		for name, x := range xs[d] {
 			row.Values[name] = median(x)
 		}
-		r.res.Rows = append(r.res.Rows, row)
+		rows = append(rows, row)
 	}
 	for name := range xs[last] {
 		a, b := median(xs[first][name]), median(xs[last][name])
@@ -511,7 +551,7 @@ func (r *runner) growth() {
 			flat.Values[name] = b / a
 		}
 	}
-	r.res.Rows = append(r.res.Rows, flat)
+	return append(rows, flat)
 }
 
 func (r *runner) loopback() {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -37,6 +38,33 @@ type Variant struct {
 	// at once where the variant can do so (ginqueue, seed), so a harness never
 	// waits for a deep queue to drain through a slow throttle.
 	New func(l Limits, h gin.HandlerFunc) (http.Handler, func())
+	// Request builds the seq-th request of one client (a goroutine of a
+	// harness). Nil means GET / with no headers. The feature variants send
+	// the headers their Priority and FlowKey read (see featureRequest).
+	Request func(client, seq int) *http.Request
+}
+
+// request is the seq-th request of client for v.
+func (v Variant) request(client, seq int) *http.Request {
+	if v.Request != nil {
+		return v.Request(client, seq)
+	}
+	return httptest.NewRequest(http.MethodGet, "/", nil)
+}
+
+// requests prebuilds the requests that one client of v cycles through: one
+// for the table's variants, one per priority class for the feature
+// variants.
+func (v Variant) requests(client int) []*http.Request {
+	n := 1
+	if v.Request != nil {
+		n = priorityClasses
+	}
+	rs := make([]*http.Request, n)
+	for i := range rs {
+		rs[i] = v.request(client, i)
+	}
+	return rs
 }
 
 // Names of the variants, as they head the report's columns.
