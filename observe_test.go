@@ -259,3 +259,19 @@ func TestWaitHistogram(t *testing.T) {
 		assert.EqualValues(t, 3, h.Counts[len(h.Counts)-1])
 	})
 }
+
+// The preset Server-Timing of a request that did not wait is never written
+// into by a handler that adds its own entry.
+func TestServerTimingPresetIsNotShared(t *testing.T) {
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, ServerTiming: true})
+	r := newEngine(q.Handler(), func(c *gin.Context) {
+		c.Writer.Header().Add("Server-Timing", "db;dur=1")
+		c.Writer.Header()["Server-Timing"][1] = "db;dur=2" // a handler that edits in place
+		c.Status(http.StatusOK)
+	})
+	for range 3 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		assert.Equal(t, []string{"queue;dur=0", "db;dur=2"}, w.Header().Values("Server-Timing"))
+	}
+}

@@ -30,7 +30,15 @@ type waitroom struct {
 	high   levelHeap // highest priority at high.items[0]
 	low    levelHeap // lowest priority at low.items[0]
 	seed   maphash.Seed
+
+	// Emptied flows and levels kept for reuse, so that flows that come and
+	// go as their only waiter is served allocate nothing; at most maxSpare
+	// of each, and only small maps, so spares hold little memory.
+	spareFlows  []*flow
+	spareLevels []*level
 }
+
+const maxSpare = 64
 
 // level is the waiters of one priority.
 type level struct {
@@ -40,6 +48,7 @@ type level struct {
 	all    wlist // this level's waiters, in arrival order
 	n      int
 	idx    [2]int // positions in waitroom.high and waitroom.low
+	peak   int    // the most flows this level has had at once
 }
 
 // flow is the waiters of one flow key at one level, in arrival order.
@@ -87,7 +96,7 @@ func (r *waitroom) flowLen(prio int, key string) int {
 func (r *waitroom) push(w *waiter, prio int, key string) {
 	l := r.levels[prio]
 	if l == nil {
-		l = &level{prio: prio, flows: map[string]*flow{}}
+		l = r.newLevel(prio)
 		r.levels[prio] = l
 		r.high.push(l)
 		r.low.push(l)
@@ -95,8 +104,9 @@ func (r *waitroom) push(w *waiter, prio int, key string) {
 	key = r.flowKey(key)
 	f := l.flows[key]
 	if f == nil {
-		f = &flow{key: key, lvl: l}
+		f = r.newFlow(key, l)
 		l.flows[key] = f
+		l.peak = max(l.peak, len(l.flows))
 		if l.cursor == nil {
 			f.prev, f.next = f, f
 			l.cursor = f
@@ -138,13 +148,40 @@ func (r *waitroom) remove(w *waiter) {
 			f.prev.next = f.next
 			f.next.prev = f.prev
 		}
-		f.prev, f.next = nil, nil
+		if len(r.spareFlows) < maxSpare {
+			*f = flow{}
+			r.spareFlows = append(r.spareFlows, f)
+		}
 	}
 	if l.n == 0 {
 		delete(r.levels, l.prio)
 		r.high.remove(l)
 		r.low.remove(l)
+		if len(r.spareLevels) < maxSpare && l.peak <= maxSpare {
+			*l = level{flows: l.flows} // empty: every flow was deleted
+			r.spareLevels = append(r.spareLevels, l)
+		}
 	}
+}
+
+func (r *waitroom) newFlow(key string, l *level) *flow {
+	if n := len(r.spareFlows); n > 0 {
+		f := r.spareFlows[n-1]
+		r.spareFlows = r.spareFlows[:n-1]
+		f.key, f.lvl = key, l
+		return f
+	}
+	return &flow{key: key, lvl: l}
+}
+
+func (r *waitroom) newLevel(prio int) *level {
+	if n := len(r.spareLevels); n > 0 {
+		l := r.spareLevels[n-1]
+		r.spareLevels = r.spareLevels[:n-1]
+		l.prio = prio
+		return l
+	}
+	return &level{prio: prio, flows: map[string]*flow{}}
 }
 
 // next removes and returns the waiter to grant next: the highest priority,
