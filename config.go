@@ -96,7 +96,9 @@ type Config struct {
 
 	// ServerTiming adds "Server-Timing: queue;dur=<ms>" to served responses,
 	// before the handler writes, so browsers' developer tools show the time
-	// spent queued. False means no header.
+	// spent queued. False means no header. For a request that did not wait
+	// the header's value slice is shared between responses, to save an
+	// allocation: Add to it or Set it, but do not write into its elements.
 	ServerTiming bool
 
 	// RejectEarly answers 503 at once to an arrival whose expected wait (its
