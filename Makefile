@@ -48,3 +48,7 @@ soak-smoke:
 fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzSchedule$$' -fuzztime 20s .
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigValidate$$' -fuzztime 10s .
+
+# Runs the adaptive-limit simulation and draws docs/adaptive.svg from it.
+adaptive-chart:
+	csv=$$(mktemp) && ADAPTIVE_CSV=$$csv $(GO) test -run TestAdaptiveLimitFollowsCapacity -count=1 . && (cd bench && $(GO) run ./cmd/adaptivechart -csv $$csv -out ../docs/adaptive.svg); rc=$$?; rm -f $$csv; exit $$rc
