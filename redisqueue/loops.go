@@ -12,35 +12,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// read is the grant reader: one goroutine per Backend, blocked in XREAD on
-// this replica's grant stream over a connection of its own, so that it never
+// read is the notice reader: one goroutine per Backend, blocked in BLPOP on
+// this replica's notice list over a connection of its own, so that it never
 // takes one from the pool that requests use. It hands each notice to the
-// local waiter. Close closes the connection, which ends the blocked read.
+// local waiter. Close closes the connection, which ends the blocked pop.
+//
+// A popped notice is gone from Redis: if the connection breaks between the
+// pop and its reply, the notice is lost, and the safety-net tick finds the
+// grant or the eviction instead.
 func (b *Backend) read() {
 	defer close(b.readDn)
-	last := "0-0"
 	for {
 		c, err := b.readerClient()
 		if err == nil {
-			var res []redis.XStream
-			res, err = c.XRead(context.Background(), &redis.XReadArgs{
-				Streams: []string{b.stream, last},
-				Count:   256,
-				Block:   2 * time.Second,
-			}).Result()
+			var res []string
+			res, err = c.BLPop(context.Background(), 2*time.Second, b.list).Result()
 			if err == nil {
-				woke := false
-				for _, s := range res {
-					for _, m := range s.Messages {
-						last = m.ID
-						if v, ok := m.Values["g"].(string); ok && b.granted(v) {
-							woke = true
-						}
-					}
-				}
-				if woke {
-					// Let the waiters just woken run on this P before the
-					// next XREAD's write and read: that saves a hop to
+				if len(res) == 2 && b.notice(res[1]) {
+					// Let the waiter just woken run on this P before the
+					// next BLPOP's write and read: that saves a hop to
 					// another P (tens of µs) on the hand-off path.
 					runtime.Gosched()
 				}
@@ -55,10 +45,6 @@ func (b *Backend) read() {
 			return
 		default:
 		}
-		// The connection broke, or Redis restarted or failed over: a new
-		// stream may have ids below last. Reading old notices again is
-		// harmless (ids not waiting here are ignored).
-		last = "0-0"
 		b.dropReader(c)
 		select {
 		case <-b.stop:
@@ -89,7 +75,7 @@ func (b *Backend) readerClient() (*redis.Client, error) {
 		src = c
 	case *redis.ClusterClient:
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
-		node, err := c.MasterForKey(ctx, b.stream)
+		node, err := c.MasterForKey(ctx, b.list)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -126,22 +112,29 @@ func (b *Backend) dropReader(c *redis.Client) {
 	_ = c.Close()
 }
 
-// granted hands the slot of lease to its local waiter and reports whether
-// one was woken. A lease that no longer waits here was abandoned, and its
-// leave, already sent or pending, runs after this grant in Redis and frees
-// the slot.
-func (b *Backend) granted(lease string) bool {
+// notice acts on one notice from Redis and reports whether a waiter was
+// woken: a lease id is a grant, "!" and a lease id an eviction. A lease that
+// no longer waits here was abandoned: for a grant, its leave, already sent
+// or pending, runs after the grant in Redis and frees the slot; an evicted
+// lease holds nothing.
+func (b *Backend) notice(n string) bool {
+	lease, evicted := strings.CutPrefix(n, "!")
 	id, ok := b.parseLease(lease)
 	if !ok {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if w := b.waiters[id]; w != nil && w.state == waiting {
-		b.grantLocked(w)
-		return true
+	w := b.waiters[id]
+	if w == nil || w.state != waiting {
+		return false
 	}
-	return false
+	if evicted {
+		b.finishLocked(w, evictedOut)
+	} else {
+		b.grantLocked(w)
+	}
+	return true
 }
 
 // parseLease is the inverse of leaseID for this replica's leases.
@@ -294,9 +287,9 @@ func (b *Backend) sync(first bool) error {
 		case 1:
 			b.grantLocked(w)
 		case -1:
-			w.state = lost
-			delete(b.waiters, id)
-			close(w.ready)
+			b.finishLocked(w, lost)
+		case -2:
+			b.finishLocked(w, evictedOut)
 		}
 	}
 	return nil

@@ -11,8 +11,8 @@
 //
 // Each acquire and each release is one atomic Lua script on Redis. A request
 // that must wait learns of its grant from a push: the script that frees a
-// slot appends a notice to a stream of the waiter's replica, which one
-// goroutine per Backend reads with XREAD BLOCK on a connection of its own. A
+// slot pushes a notice onto a list of the waiter's replica, which one
+// goroutine per Backend pops with BLPOP on a connection of its own. A
 // slow safety-net tick catches a lost notice. Slots are leases that the
 // replica refreshes; a replica that dies loses its slots within
 // Options.LeaseTTL. See the README for failure behaviour.
@@ -43,6 +43,10 @@ var ErrUnavailable = errors.New("redisqueue: redis unavailable")
 // returns it too, wrapping ginqueue.ErrQueueFull, when the conflict is found
 // only after Redis came back.
 var ErrConflict = errors.New("redisqueue: limits disagree with another replica")
+
+// errEvicted is what a waiter gets when an arrival of higher priority took
+// its place in the full global queue: a Queue answers it as queue full.
+var errEvicted = fmt.Errorf("redisqueue: an arrival of higher priority took this place in the full queue: %w", ginqueue.ErrQueueFull)
 
 // unavailableError is what FailClosed answers: ErrUnavailable, queue full,
 // and the cause.
@@ -75,9 +79,9 @@ type Backend struct {
 	opts    Options
 	keys    []string // the keys of every script, in the order of scripts.go
 	keyArgs []any    // len(keys), then keys: the middle of an EVALSHA
-	streams string   // prefix of the grant stream keys
+	lists   string   // prefix of the notice list keys
 	replica string   // 16 hex chars; every lease id starts with it
-	stream  string   // this replica's grant stream
+	list    string   // this replica's notice list
 
 	// Fixed by Start.
 	limits ginqueue.Limits
@@ -125,11 +129,12 @@ type waiter struct {
 type waitState uint8
 
 const (
-	waiting   waitState = iota
-	granted             // a slot is held under this id; it is in Backend.held
-	lost                // Redis no longer knows the id: enqueue again
-	closedOut           // Close answered it
-	abandoned           // its request left; a leave is under way
+	waiting    waitState = iota
+	granted              // a slot is held under this id; it is in Backend.held
+	lost                 // Redis no longer knows the id: enqueue again
+	closedOut            // Close answered it
+	evictedOut           // an arrival of higher priority took its place in Redis
+	abandoned            // its request left; a leave is under way
 )
 
 // New returns a Backend that keeps its slots and queue in Redis through rdb,
@@ -175,15 +180,16 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		downCh:  make(chan struct{}),
 	}
 	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
-	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d"} {
+	b.lists = prefix + "g:"
+	b.list = b.lists + b.replica
+	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d", "ev"} {
 		b.keys = append(b.keys, prefix+k)
 	}
+	b.keys = append(b.keys, b.list)
 	b.keyArgs = append(b.keyArgs, len(b.keys))
 	for _, k := range b.keys {
 		b.keyArgs = append(b.keyArgs, k)
 	}
-	b.streams = prefix + "g:"
-	b.stream = b.streams + b.replica
 	return b, nil
 }
 
@@ -206,7 +212,7 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 	b.started = true
 	b.limits = l
 	b.decl = fmt.Sprintf("MaxConcurrent=%d MaxQueue=%d", l.MaxConcurrent, l.MaxQueue)
-	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.streams}
+	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists}
 	b.mu.Unlock()
 
 	err := b.sync(true)
@@ -258,12 +264,14 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 	return res, err
 }
 
-// Acquire implements ginqueue.Backend. It returns ginqueue.ErrQueueFull,
-// ginqueue.ErrQueueTimeout (after Limits.QueueTimeout, measured here),
-// ginqueue.ErrClosed, ctx.Err() when ctx ends first, or while Redis is down
-// what OnRedisDown says: a local grant (FailOpen) or an error wrapping
-// ErrUnavailable and ginqueue.ErrQueueFull (FailClosed). A request never
-// waits longer than QueueTimeout plus one CallTimeout.
+// Acquire implements ginqueue.Backend. It returns ginqueue.ErrQueueFull
+// (for a waiter whose place in the full global queue an arrival of higher
+// priority took, an error wrapping it), ginqueue.ErrQueueTimeout (after
+// Limits.QueueTimeout, measured here), ginqueue.ErrClosed, ctx.Err() when
+// ctx ends first, or while Redis is down what OnRedisDown says: a local
+// grant (FailOpen) or an error wrapping ErrUnavailable and
+// ginqueue.ErrQueueFull (FailClosed). A request never waits longer than
+// QueueTimeout plus one CallTimeout.
 func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
 	var deadline time.Time
 	if b.limits.QueueTimeout > 0 {
@@ -370,6 +378,8 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
 		}
 		return ginqueue.Ticket{}, nil, true
+	case evictedOut:
+		return ginqueue.Ticket{}, errEvicted, false
 	}
 	return ginqueue.Ticket{}, ginqueue.ErrClosed, false
 }
@@ -379,6 +389,14 @@ func (b *Backend) grantLocked(w *waiter) {
 	w.state = granted
 	delete(b.waiters, w.id)
 	b.held[w.id] = struct{}{}
+	close(w.ready)
+}
+
+// finishLocked ends w's wait with st, which holds nothing in Redis. Requires
+// b.mu and w.state == waiting.
+func (b *Backend) finishLocked(w *waiter, st waitState) {
+	w.state = st
+	delete(b.waiters, w.id)
 	close(w.ready)
 }
 

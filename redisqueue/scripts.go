@@ -27,7 +27,15 @@ func newScript(src string) *script {
 //	seq  STRING arrival counter
 //	r    ZSET   replica id → replica expiry: the live replicas
 //	d    HASH   replica id → the limits it declared
-//	g:R  STREAM grant notices for replica R (R = first 16 chars of a lease id)
+//	ev   ZSET   lease id → expiry: waiters evicted by an arrival of higher
+//	            priority, kept a lease TTL so that the safety net can tell
+//	            an eviction from a loss when the notice did not arrive
+//	g:R  LIST   notices for replica R (R = first 16 chars of a lease id):
+//	            a lease id (granted), or "!" and a lease id (evicted);
+//	            RPUSHed by the scripts, BLPOPed by R's reader. KEYS[9] is
+//	            the calling replica's own list; other replicas' lists are
+//	            named from ARGV[3], since which replica a notice goes to is
+//	            known only inside the script (same hash tag, same slot).
 //
 // Invariants, kept by every script: a lease id is in at most one of h and
 // w; w and q agree (a member of q whose w entry differs is stale and is
@@ -36,9 +44,9 @@ func newScript(src string) *script {
 // is deterministic on replicas. New builds KEYS in this order.
 
 // prelude is shared by every script. ARGV[1] is the limit, ARGV[2] the lease
-// TTL in ms, ARGV[3] the prefix of the grant stream keys.
+// TTL in ms, ARGV[3] the prefix of the notice list keys.
 const prelude = `
-local H, Q, W, WE, SEQ, R, D = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local H, Q, W, WE, SEQ, R, D, EV, G = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local limit = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 -- now is Redis's clock in ms, read on first use: the common paths of
@@ -65,8 +73,13 @@ local function expire_waiters()
   end
 end
 
+-- push a notice to the replica of lease id
+local function notify(id, what)
+  redis.call('RPUSH', ARGV[3] .. string.sub(id, 1, 16), what)
+end
+
 -- while a slot is free, move the head waiter to the holders and push it a
--- grant notice on its replica's stream
+-- grant notice on its replica's list
 local function promote()
   if redis.call('ZCARD', Q) == 0 then return end
   local n = redis.call('ZCARD', H)
@@ -84,7 +97,7 @@ local function promote()
       redis.call('HDEL', W, id)
       redis.call('ZREM', WE, id)
       redis.call('ZADD', H, clock() + ttl, id)
-      redis.call('XADD', ARGV[3] .. string.sub(id, 1, 16), 'MAXLEN', '~', 1000, '*', 'g', id)
+      notify(id, id)
       n = n + 1
     end
   end
@@ -108,7 +121,8 @@ end
 `
 
 // acquireScript: ARGV[4] max queue, ARGV[5] lease id, ARGV[6] priority key.
-// Returns 1 granted, 0 queued, -1 queue full. Idempotent: an id already
+// Returns 1 granted, 0 queued, -1 queue full. A full queue evicts a waiter
+// of lower priority, if any, to make room; see below. Idempotent: an id already
 // holding or queued gets its state back, so a retried call changes nothing.
 var acquireScript = newScript(prelude + `
 local maxq, id = tonumber(ARGV[4]), ARGV[5]
@@ -141,7 +155,22 @@ if n < limit and qn == 0 then
 end
 if qn >= maxq then
   expire_waiters()
-  if redis.call('ZCARD', Q) >= maxq then return -1 end
+  -- Full: an arrival of higher priority takes the place of the newest
+  -- waiter of the lowest priority present, the lexically largest member of
+  -- q; an arrival of that priority or lower is refused.
+  while redis.call('ZCARD', Q) >= maxq do
+    local last = redis.call('ZRANGE', Q, -1, -1)
+    if #last == 0 or string.sub(last[1], 1, 16) <= ARGV[6] then return -1 end
+    local m = last[1]
+    local vid = string.sub(m, 33)
+    redis.call('ZREM', Q, m)
+    if redis.call('HGET', W, vid) == m then
+      redis.call('HDEL', W, vid)
+      redis.call('ZREM', WE, vid)
+      redis.call('ZADD', EV, clock() + ttl, vid)
+      notify(vid, '!' .. vid)
+    end
+  end
 end
 local m = ARGV[6] .. string.format('%016x', redis.call('INCR', SEQ)) .. id
 redis.call('ZADD', Q, 0, m)
@@ -166,8 +195,8 @@ return 1
 // 2 reclaimed (Redis had lost the lease, as after a restart, and a slot was
 // free: the request is running, so count it), -1 lost (the slot went to
 // someone else; the limit is exceeded until this request ends). Waiter
-// status: 0 queued (refreshed), 1 granted (the notice may be lost), -1 lost
-// (not in Redis: enqueue again).
+// status: 0 queued (refreshed), 1 granted (the notice may be lost), -2
+// evicted (likewise), -1 lost (not in Redis: enqueue again).
 var syncScript = newScript(prelude + `
 local rep, decl, nh = ARGV[4], ARGV[5], tonumber(ARGV[6])
 clock()
@@ -187,8 +216,12 @@ if redis.call('HGET', D, rep) ~= decl then
   redis.call('HSET', D, rep, decl)
 end
 redis.call('ZADD', R, now + ttl, rep)
-for _, k in ipairs({R, D, SEQ}) do redis.call('PEXPIRE', k, 10 * ttl) end
+for _, k in ipairs({R, D, SEQ, EV}) do redis.call('PEXPIRE', k, 10 * ttl) end
 redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', EV, '-inf', now)
+-- a reader that stopped reading must not let its list grow without bound:
+-- notices dropped here are caught by this very safety net
+redis.call('LTRIM', G, -1000, -1)
 expire_waiters()
 local out = {1, redis.call('ZCARD', R)}
 for i = 7, 6 + nh do
@@ -211,6 +244,8 @@ for i = 7 + nh, #ARGV do
   elseif redis.call('HEXISTS', W, id) == 1 then
     redis.call('ZADD', WE, now + ttl, id)
     out[#out + 1] = 0
+  elseif redis.call('ZSCORE', EV, id) then
+    out[#out + 1] = -2
   else
     out[#out + 1] = -1
   end
@@ -225,6 +260,6 @@ leave(5)
 local rep = ARGV[4]
 redis.call('ZREM', R, rep)
 redis.call('HDEL', D, rep)
-redis.call('DEL', ARGV[3] .. rep)
+redis.call('DEL', G)
 return 1
 `)
