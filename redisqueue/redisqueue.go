@@ -683,7 +683,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	close(b.stop)
 	if r != nil {
-		_ = r.Close() // unblocks XREAD
+		_ = r.Close() // unblocks BLPOP
 	}
 	<-b.readDn
 	b.mu.Lock()
