@@ -38,10 +38,10 @@ func newScript(src string) *script {
 //	            known only inside the script (same hash tag, same slot).
 //
 // Invariants, kept by every script: a lease id is in at most one of h and
-// w; w and q agree (a member of q whose w entry differs is stale and is
-// skipped); len(h) <= limit after promote. Time is redis.call('TIME'), read
-// at most once per script and only when needed; since Redis 5 scripts replicate their effects, so that
-// is deterministic on replicas. New builds KEYS in this order.
+// w; w and q agree (a member of q whose w entry is gone is stale and is
+// skipped); len(h) <= limit. Time is redis.call('TIME'), read at most once
+// per script and only when needed; since Redis 5 scripts replicate their
+// effects, so that is deterministic on replicas. New builds KEYS in this order.
 
 // prelude is shared by every script. ARGV[1] is the limit, ARGV[2] the lease
 // TTL in ms, ARGV[3] the prefix of the notice list keys.
@@ -78,8 +78,25 @@ local function notify(id, what)
   redis.call('RPUSH', ARGV[3] .. string.sub(id, 1, 16), what)
 end
 
--- while a slot is free, move the head waiter to the holders and push it a
--- grant notice on its replica's list
+-- pop the head waiter into the holders and push it a grant notice on its
+-- replica's list; false when the queue is empty. A popped member whose w
+-- entry is gone is stale and is dropped (HDEL both checks and removes: an
+-- id is enqueued at most once, so its w entry, if any, is this member).
+local function grant_head()
+  while true do
+    local p = redis.call('ZPOPMIN', Q)
+    if #p == 0 then return false end
+    local id = string.sub(p[1], 33)
+    if redis.call('HDEL', W, id) == 1 then
+      redis.call('ZREM', WE, id)
+      redis.call('ZADD', H, clock() + ttl, id)
+      notify(id, id)
+      return true
+    end
+  end
+end
+
+-- while a slot is free, move the head waiter to the holders
 local function promote()
   if redis.call('ZCARD', Q) == 0 then return end
   local n = redis.call('ZCARD', H)
@@ -88,26 +105,24 @@ local function promote()
     redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
     n = redis.call('ZCARD', H)
   end
-  while n < limit do
-    local p = redis.call('ZPOPMIN', Q)
-    if #p == 0 then return end
-    local m = p[1]
-    local id = string.sub(m, 33)
-    if redis.call('HGET', W, id) == m then
-      redis.call('HDEL', W, id)
-      redis.call('ZREM', WE, id)
-      redis.call('ZADD', H, clock() + ttl, id)
-      notify(id, id)
-      n = n + 1
-    end
+  while n < limit and grant_head() do
+    n = n + 1
   end
 end
 
--- give back the slot or the queue place of each id; unknown ids are fine
+-- give back the slot or the queue place of each id; unknown ids are fine.
+-- Each slot given back goes to the head waiter, if any: since len(h) <=
+-- limit, a slot removed is a slot free, and counting them spares the
+-- ZCARDs of promote on the hand-off path (each Redis call inside a script
+-- costs several µs when Redis wakes from idle). A slot freed by an expired
+-- lease is filled by the next acquire or sync instead.
 local function leave(from)
+  local freed = 0
   for i = from, #ARGV do
     local id = ARGV[i]
-    if redis.call('ZREM', H, id) == 0 then
+    if redis.call('ZREM', H, id) == 1 then
+      freed = freed + 1
+    else
       local m = redis.call('HGET', W, id)
       if m then
         redis.call('ZREM', Q, m)
@@ -116,7 +131,9 @@ local function leave(from)
       end
     end
   end
-  promote()
+  while freed > 0 and grant_head() do
+    freed = freed - 1
+  end
 end
 `
 
