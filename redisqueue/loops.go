@@ -266,16 +266,22 @@ func (b *Backend) sync(first bool) error {
 		}
 		return err
 	}
+	if len(out) < 3 {
+		return fmt.Errorf("redisqueue: unexpected sync reply %v", res)
+	}
 	b.markUp()
+	if l, ok := out[2].(int64); ok {
+		b.limit.Store(l)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.conflict = nil
 	b.replicas = int(out[1].(int64))
 	for i, id := range ids {
-		if 2+i >= len(out) {
+		if 3+i >= len(out) {
 			break
 		}
-		st := out[2+i].(int64)
+		st := out[3+i].(int64)
 		if i < nh {
 			continue // holders: lost or reclaimed leases need nothing from us
 		}

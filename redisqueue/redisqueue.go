@@ -90,6 +90,7 @@ type Backend struct {
 
 	nextID atomic.Uint64
 	served atomic.Uint64
+	limit  atomic.Int64 // the fleet's limit as last seen in a reply from Redis
 	down   atomic.Bool  // Redis is considered unreachable; see markDown
 	fails  atomic.Int32 // consecutive failed calls; see failed
 
@@ -185,7 +186,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d", "ev"} {
 		b.keys = append(b.keys, prefix+k)
 	}
-	b.keys = append(b.keys, b.list)
+	b.keys = append(b.keys, b.list, prefix+"l")
 	b.keyArgs = append(b.keyArgs, len(b.keys))
 	for _, k := range b.keys {
 		b.keyArgs = append(b.keyArgs, k)
@@ -213,6 +214,7 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 	b.limits = l
 	b.decl = fmt.Sprintf("MaxConcurrent=%d MaxQueue=%d", l.MaxConcurrent, l.MaxQueue)
 	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists}
+	b.limit.Store(int64(l.MaxConcurrent))
 	b.mu.Unlock()
 
 	err := b.sync(true)
@@ -302,6 +304,10 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		b.mu.Unlock()
 
 		res, err := b.call(acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio)
+		var outcome int64
+		if err == nil {
+			outcome, err = b.acquireReply(res)
+		}
 		if err != nil {
 			// The script may have run: undo it in the background. This
 			// request gets OnRedisDown now; the replica turns to it only
@@ -309,7 +315,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			b.abandon(w)
 			return b.fallback(ctx, a, deadline, err)
 		}
-		switch res.(int64) {
+		switch outcome {
 		case 0:
 			b.mu.Lock()
 			w.queued = true
@@ -341,6 +347,21 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		}
 		// Lost by Redis (restarted, flushed): enqueue again with a new id.
 	}
+}
+
+// acquireReply reads the acquire script's reply, {outcome, limit}, and
+// notes the limit.
+func (b *Backend) acquireReply(res any) (int64, error) {
+	r, _ := res.([]any)
+	if len(r) == 2 {
+		outcome, ok1 := r[0].(int64)
+		limit, ok2 := r[1].(int64)
+		if ok1 && ok2 {
+			b.limit.Store(limit)
+			return outcome, nil
+		}
+	}
+	return 0, fmt.Errorf("redisqueue: unexpected acquire reply %v", res)
 }
 
 // wait waits for w's grant. again reports that Acquire must go on: with
@@ -489,13 +510,14 @@ func (b *Backend) markUp() {
 	b.mu.Unlock()
 }
 
-// newLocal builds the FailOpen fallback, sized as Options.LocalLimit says.
-// Requires b.mu.
+// newLocal builds the FailOpen fallback, sized as Options.LocalLimit says:
+// by default from the fleet's limit as last seen, which SetLimit may have
+// moved from MaxConcurrent. Requires b.mu.
 func (b *Backend) newLocal() ginqueue.Backend {
 	n := max(b.replicas, 1)
 	limit, queue := b.opts.LocalLimit, b.opts.LocalQueue
 	if limit == 0 {
-		limit = (b.limits.MaxConcurrent + n - 1) / n
+		limit = (int(b.limit.Load()) + n - 1) / n
 	}
 	if queue == 0 {
 		queue = (b.limits.MaxQueue + n - 1) / n
@@ -582,13 +604,17 @@ func (b *Backend) idleCheckLocked() {
 
 // Stats implements ginqueue.Backend with this replica's view: Running and
 // Queued count the requests of this process (local fallback included),
-// Limit is the global MaxConcurrent. GlobalStats asks Redis for the fleet's.
+// Limit is the fleet's limit as last seen: MaxConcurrent until SetLimit
+// moves it, then the value of the last acquire, sync or SetLimit reply from
+// Redis (a change made on another replica shows here at this replica's next
+// acquire or sync, within LeaseTTL/3). GlobalStats asks Redis for the
+// fleet's.
 func (b *Backend) Stats() ginqueue.BackendStats {
 	b.mu.Lock()
 	s := ginqueue.BackendStats{
 		Running: len(b.held),
 		Queued:  len(b.waiters),
-		Limit:   b.limits.MaxConcurrent,
+		Limit:   int(b.limit.Load()),
 		Served:  b.served.Load(),
 	}
 	locals := b.locals
@@ -606,6 +632,7 @@ type GlobalStats struct {
 	Running  int // slots held, by every replica
 	Queued   int // waiters, on every replica
 	Replicas int // replicas that heartbeat within LeaseTTL (dead ones may linger until the next heartbeat)
+	Limit    int // the fleet's limit: what SetLimit set, or this replica's MaxConcurrent if it was never set
 }
 
 // GlobalStats asks Redis for the slots held and the waiters of the whole
@@ -613,16 +640,22 @@ type GlobalStats struct {
 // the Redis error, if any; it is safe for concurrent use.
 func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
 	var h, q, r *redis.IntCmd
+	var l *redis.StringCmd
 	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		h = p.ZCard(ctx, b.keys[0])
 		q = p.ZCard(ctx, b.keys[1])
 		r = p.ZCard(ctx, b.keys[5])
+		l = p.HGet(ctx, b.keys[9], "n")
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return GlobalStats{}, err
 	}
-	return GlobalStats{Running: int(h.Val()), Queued: int(q.Val()), Replicas: int(r.Val())}, nil
+	limit, err := l.Int()
+	if err != nil {
+		limit = b.limits.MaxConcurrent
+	}
+	return GlobalStats{Running: int(h.Val()), Queued: int(q.Val()), Replicas: int(r.Val()), Limit: limit}, nil
 }
 
 // Drain implements ginqueue.Backend: it returns once every slot granted here

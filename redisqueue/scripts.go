@@ -36,19 +36,38 @@ func newScript(src string) *script {
 //	            the calling replica's own list; other replicas' lists are
 //	            named from ARGV[3], since which replica a notice goes to is
 //	            known only inside the script (same hash tag, same slot).
+//	l    HASH   the fleet's limit, set by SetLimit; absent, the declared
+//	            MaxConcurrent (ARGV[1]) is the limit. n: the limit; d: the
+//	            limits declared by the replica that set it (a replica that
+//	            declares others, once no replica of those is live, deletes
+//	            l); o: present while the holders may outnumber the limit
+//	            (SetLimit lowered it below them). KEYS[10].
 //
 // Invariants, kept by every script: a lease id is in at most one of h and
 // w; w and q agree (a member of q whose w entry is gone is stale and is
-// skipped); len(h) <= limit. Time is redis.call('TIME'), read at most once
+// skipped); len(h) <= limit unless l has o. The limit is read inside each
+// script, at most once, so every replica sees a change at once and no two
+// scripts disagree. Time is redis.call('TIME'), read at most once
 // per script and only when needed; since Redis 5 scripts replicate their
 // effects, so that is deterministic on replicas. New builds KEYS in this order.
 
-// prelude is shared by every script. ARGV[1] is the limit, ARGV[2] the lease
-// TTL in ms, ARGV[3] the prefix of the notice list keys.
+// prelude is shared by every script. ARGV[1] is the declared MaxConcurrent,
+// ARGV[2] the lease TTL in ms, ARGV[3] the prefix of the notice list keys.
 const prelude = `
-local H, Q, W, WE, SEQ, R, D, EV, G = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local limit = tonumber(ARGV[1])
+local H, Q, W, WE, SEQ, R, D, EV, G, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local ttl = tonumber(ARGV[2])
+-- limit is the fleet's limit, over whether holders may outnumber it; both
+-- read from l on first use (lim()), since a release with nobody to promote
+-- needs neither.
+local limit, over
+local function lim()
+  if not limit then
+    local v = redis.call('HMGET', L, 'n', 'o')
+    limit = tonumber(v[1]) or tonumber(ARGV[1])
+    over = v[2]
+  end
+  return limit
+end
 -- now is Redis's clock in ms, read on first use: the common paths of
 -- acquire and release never need it, and TIME is a call of its own.
 local now
@@ -100,7 +119,7 @@ end
 local function promote()
   if redis.call('ZCARD', Q) == 0 then return end
   local n = redis.call('ZCARD', H)
-  if n >= limit then
+  if n >= lim() then
     -- expired leases count only when they stand in the way
     redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
     n = redis.call('ZCARD', H)
@@ -115,7 +134,9 @@ end
 -- limit, a slot removed is a slot free, and counting them spares the
 -- ZCARDs of promote on the hand-off path (each Redis call inside a script
 -- costs several µs when Redis wakes from idle). A slot freed by an expired
--- lease is filled by the next acquire or sync instead.
+-- lease is filled by the next acquire or sync instead. After SetLimit
+-- lowered the limit below the holders (o), that count would be wrong: the
+-- holders are counted instead, and the flag dropped once they fit.
 local function leave(from)
   local freed = 0
   for i = from, #ARGV do
@@ -131,6 +152,16 @@ local function leave(from)
       end
     end
   end
+  if freed == 0 then return end
+  lim()
+  if over then
+    if redis.call('ZCARD', H) <= limit then
+      redis.call('HDEL', L, 'o')
+      over = false
+    end
+    promote()
+    return
+  end
   while freed > 0 and grant_head() do
     freed = freed - 1
   end
@@ -138,11 +169,13 @@ end
 `
 
 // acquireScript: ARGV[4] max queue, ARGV[5] lease id, ARGV[6] priority key.
-// Returns 1 granted, 0 queued, -1 queue full. A full queue evicts a waiter
+// Returns {outcome, limit}: outcome 1 granted, 0 queued, -1 queue full;
+// limit the fleet's limit it went by. A full queue evicts a waiter
 // of lower priority, if any, to make room; see below. Idempotent: an id already
 // holding or queued gets its state back, so a retried call changes nothing.
 var acquireScript = newScript(prelude + `
 local maxq, id = tonumber(ARGV[4]), ARGV[5]
+lim()
 local n = redis.call('ZCARD', H)
 local qn = redis.call('ZCARD', Q)
 -- The common case: a free slot and nobody waiting. A retried call finds
@@ -151,10 +184,10 @@ local qn = redis.call('ZCARD', Q)
 -- expiry.
 if n < limit and qn == 0 then
   redis.call('ZADD', H, clock() + ttl, id)
-  return 1
+  return {1, limit}
 end
-if redis.call('ZSCORE', H, id) then return 1 end
-if qn > 0 and redis.call('HEXISTS', W, id) == 1 then return 0 end
+if redis.call('ZSCORE', H, id) then return {1, limit} end
+if qn > 0 and redis.call('HEXISTS', W, id) == 1 then return {0, limit} end
 if n >= limit then
   redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
   n = redis.call('ZCARD', H)
@@ -168,7 +201,7 @@ end
 -- a slot is taken at once only when nobody waits, so nobody is overtaken
 if n < limit and qn == 0 then
   redis.call('ZADD', H, clock() + ttl, id)
-  return 1
+  return {1, limit}
 end
 if qn >= maxq then
   expire_waiters()
@@ -177,7 +210,7 @@ if qn >= maxq then
   -- q; an arrival of that priority or lower is refused.
   while redis.call('ZCARD', Q) >= maxq do
     local last = redis.call('ZRANGE', Q, -1, -1)
-    if #last == 0 or string.sub(last[1], 1, 16) <= ARGV[6] then return -1 end
+    if #last == 0 or string.sub(last[1], 1, 16) <= ARGV[6] then return {-1, limit} end
     local m = last[1]
     local vid = string.sub(m, 33)
     redis.call('ZREM', Q, m)
@@ -193,7 +226,7 @@ local m = ARGV[6] .. string.format('%016x', redis.call('INCR', SEQ)) .. id
 redis.call('ZADD', Q, 0, m)
 redis.call('HSET', W, id, m)
 redis.call('ZADD', WE, clock() + ttl, id)
-return 0
+return {0, limit}
 `)
 
 // leaveScript: ARGV[4...] lease ids to release or cancel. Idempotent.
@@ -208,7 +241,10 @@ return 1
 //
 // Returns {0, other replica, its limits} when a live replica of the same
 // Name declared other limits (nothing else is done), or {1, live replicas,
-// one status per holder id, one per waiter id}. Holder status: 1 refreshed,
+// the fleet's limit, one status per holder id, one per waiter id}. A
+// replica that declares limits while l was set by a replica of other
+// limits (none is live, or this would be a conflict) deletes l: a fleet
+// started again with other limits starts from its own MaxConcurrent. Holder status: 1 refreshed,
 // 2 reclaimed (Redis had lost the lease, as after a restart, and a slot was
 // free: the request is running, so count it), -1 lost (the slot went to
 // someone else; the limit is exceeded until this request ends). Waiter
@@ -231,16 +267,21 @@ if redis.call('HGET', D, rep) ~= decl then
     end
   end
   redis.call('HSET', D, rep, decl)
+  local ld = redis.call('HGET', L, 'd')
+  if ld and ld ~= decl then redis.call('DEL', L) end
 end
 redis.call('ZADD', R, now + ttl, rep)
-for _, k in ipairs({R, D, SEQ, EV}) do redis.call('PEXPIRE', k, 10 * ttl) end
+for _, k in ipairs({R, D, SEQ, EV, L}) do redis.call('PEXPIRE', k, 10 * ttl) end
 redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+if lim() and over and redis.call('ZCARD', H) <= limit then
+  redis.call('HDEL', L, 'o')
+end
 redis.call('ZREMRANGEBYSCORE', EV, '-inf', now)
 -- a reader that stopped reading must not let its list grow without bound:
 -- notices dropped here are caught by this very safety net
 redis.call('LTRIM', G, -1000, -1)
 expire_waiters()
-local out = {1, redis.call('ZCARD', R)}
+local out = {1, redis.call('ZCARD', R), limit}
 for i = 7, 6 + nh do
   local id = ARGV[i]
   if redis.call('ZSCORE', H, id) then
@@ -268,6 +309,28 @@ for i = 7 + nh, #ARGV do
   end
 end
 return out
+`)
+
+// setLimitScript: ARGV[4] the new limit, ARGV[5] the caller's declared
+// limits. Lowering preempts nobody: if the holders outnumber the new limit,
+// o is set and no one is admitted until they fit. Raising grants waiters at
+// once, in the order of q, with notices as for any grant. Returns the
+// limit.
+var setLimitScript = newScript(prelude + `
+local n = tonumber(ARGV[4])
+redis.call('HSET', L, 'n', n, 'd', ARGV[5])
+redis.call('PEXPIRE', L, 10 * ttl)
+limit = n
+redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
+if redis.call('ZCARD', H) > n then
+  redis.call('HSET', L, 'o', 1)
+  over = '1'
+else
+  redis.call('HDEL', L, 'o')
+  over = false
+  promote()
+end
+return n
 `)
 
 // byeScript: ARGV[4] replica id, ARGV[5...] lease ids to leave. Run by Close
