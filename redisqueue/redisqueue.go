@@ -15,7 +15,8 @@
 // goroutine per Backend pops with BLPOP on a connection of its own. A
 // slow safety-net tick catches a lost notice. Slots are leases that the
 // replica refreshes; a replica that dies loses its slots within
-// Options.LeaseTTL. See the README for failure behaviour.
+// Options.LeaseTTL. SetLimit moves the limit of the whole fleet at run time.
+// See the README for failure behaviour.
 package redisqueue
 
 import (
