@@ -184,11 +184,11 @@ func (l *limiter) update(gen uint64, avg time.Duration) {
 		l.probing = false
 		l.limit = l.saved
 		l.newGen()
-		l.apply()
+		_ = l.apply()
 		return
 	}
-	if avg < l.noLoad {
-		l.noLoad = avg
+	if l.noLoad == 0 || avg < l.noLoad {
+		l.noLoad = avg // never measured (a probe was cut short), or faster
 	}
 	if l.windows++; l.windows >= l.cfg.ProbeEvery {
 		l.startProbe()
@@ -216,7 +216,7 @@ func (l *limiter) update(gen uint64, avg time.Duration) {
 		}
 	}
 	l.limit = min(max(next, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
-	l.apply()
+	_ = l.apply()
 }
 
 // startProbe holds the limit at MinLimit for one short window. Requires l.mu.
@@ -236,16 +236,17 @@ func (l *limiter) newGen() {
 	l.acc.Store(0)
 }
 
-// apply gives the limit to the Backend and sizes the next window. Requires
-// l.mu.
-func (l *limiter) apply() {
+// apply gives the limit to the Backend and sizes the next window. A Backend
+// that fails to take it keeps its old limit; the next window tries again.
+// Requires l.mu.
+func (l *limiter) apply() error {
 	n := int(math.Round(l.limit))
 	w := l.cfg.Window
 	if w == 0 {
 		w = min(max(n, 10), 200)
 	}
 	l.window.Store(uint64(w))
-	_ = l.target.SetLimit(n)
+	return l.target.SetLimit(n)
 }
 
 // noLoadLatency is the measured no-load latency; zero until measured.
@@ -255,19 +256,26 @@ func (l *limiter) noLoadLatency() time.Duration {
 	return l.noLoad
 }
 
-// set moves the limit to n, within MinLimit and MaxLimit, and goes on from
-// there.
+// set moves the limit to n, within MinLimit and MaxLimit, at once (ending a
+// probe in progress), and goes on from there. It returns the Backend's error,
+// and then changes nothing.
 func (l *limiter) set(n int) error {
 	if n < 1 || n > maxLimit {
 		return fmt.Errorf("ginqueue: limit must be in [1, %d], got %d", maxLimit, n)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	old := l.limit
 	l.limit = min(max(float64(n), float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
-	if l.probing {
-		l.saved = l.limit
-		return nil
+	if err := l.apply(); err != nil {
+		l.limit = old
+		return err
 	}
-	l.apply()
+	if l.probing {
+		// The caller's limit wins over a probe in progress; no-load latency
+		// is measured at the next probe, or taken from the next window.
+		l.probing = false
+		l.newGen()
+	}
 	return nil
 }

@@ -199,3 +199,29 @@ func TestAdaptiveLimitFollowsCapacity(t *testing.T) {
 		require.NoError(t, os.WriteFile(csv, []byte(data), 0o644))
 	}
 }
+
+// failingSetter is a Backend whose limit cannot change right now.
+type failingSetter struct {
+	ginqueue.Backend
+	fail bool
+}
+
+func (f *failingSetter) SetLimit(n int) error {
+	if f.fail {
+		return fmt.Errorf("backend down")
+	}
+	return f.Backend.(ginqueue.LimitSetter).SetLimit(n)
+}
+
+// With Adaptive on, SetLimit returns the Backend's error and keeps nothing.
+func TestAdaptiveSetLimitReportsBackendError(t *testing.T) {
+	b := &failingSetter{Backend: ginqueue.NewMemoryBackend()}
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, Backend: b, Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 1, MaxLimit: 50}})
+	require.NoError(t, q.SetLimit(8))
+	assert.Equal(t, 8, q.Stats().Limit)
+	b.fail = true
+	assert.ErrorContains(t, q.SetLimit(20), "backend down")
+	b.fail = false
+	require.NoError(t, q.SetLimit(9))
+	assert.Equal(t, 9, q.Stats().Limit)
+}
