@@ -43,7 +43,8 @@ func (a Algorithm) String() string {
 // zero value is usable: Gradient between 1 and 1000 slots.
 //
 // Samples are the handler times of served requests (the rest of the chain
-// after the throttle); 408, 503 and canceled requests are not samples. Every
+// after the throttle), those that panic included; 408, 503 and canceled
+// requests are not samples. Every
 // Window samples the limit is recomputed. The no-load latency is measured at
 // the start and every ProbeEvery windows by holding the limit at MinLimit for
 // one short window, and lowered whenever a window is faster.
@@ -117,8 +118,8 @@ const probeSamples = 10
 // limiter moves a Backend's limit from handler latencies.
 //
 // The request path only loads gen and adds to acc: acc packs the samples of
-// the current window, a count in the top 16 bits and a sum of nanoseconds in
-// the low 48. The request whose add completes the window takes it (CAS to
+// the current window, a count in the top 16 bits and a sum of microseconds
+// in the low 48 (a sample is capped at 2^32 µs, about 71 minutes). The request whose add completes the window takes it (CAS to
 // zero) and runs update; everything else happens under mu, once per window.
 type limiter struct {
 	cfg    AdaptiveConfig
@@ -161,15 +162,15 @@ func (l *limiter) sample(gen uint64, d time.Duration) {
 	if gen != l.gen.Load() {
 		return
 	}
-	ns := uint64(min(max(d, 0), time.Duration(accSum>>16)))
-	v := l.acc.Add(accCount | ns)
+	us := min(uint64(max(d, 0)/time.Microsecond), accSum>>16)
+	v := l.acc.Add(accCount | us)
 	n := v / accCount
 	// The first add to find the window full takes it; if another add slips
 	// in between, the CAS fails and the next add tries again.
 	if n < l.window.Load() || !l.acc.CompareAndSwap(v, 0) {
 		return
 	}
-	l.update(gen, time.Duration((v&accSum)/n))
+	l.update(gen, time.Duration((v&accSum)/n)*time.Microsecond)
 }
 
 // update ends a window of samples whose mean is avg.

@@ -174,11 +174,11 @@ func (c Config) limits() Limits {
 
 // retryAfterHeader renders d as whole seconds, rounded up, at least one.
 func retryAfterHeader(d time.Duration) string {
-	secs := int64((d + time.Second - 1) / time.Second)
-	if secs < 1 {
-		secs = 1
+	secs := int64(d / time.Second)
+	if d%time.Second != 0 {
+		secs++
 	}
-	return fmt.Sprint(secs)
+	return fmt.Sprint(max(secs, 1))
 }
 
 // ByClientIP is a Config.FlowKey that puts each client address in its own

@@ -1,8 +1,10 @@
 package ginqueue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,12 +33,17 @@ import (
 // receive, which the send happens before. Waiters are pooled: a queued
 // request allocates nothing once the pool is warm.
 type dispatcher struct {
-	// grants counts every slot ever granted (low 63 bits) and carries
-	// slowBit; releases counts every slot ever given back. Running is
-	// grants - releases. While slowBit is clear nobody waits, the dispatcher
-	// is open and nobody drains, so Acquire is one CAS on grants and Release
-	// one Add on releases, without mu. While it is set, grants changes only
-	// under mu, and a CAS based on a word read before the bit was set fails.
+	// grants counts the slots taken by arrivals that found one free (low 63
+	// bits) and carries slowBit; releases counts the slots given back, less
+	// those handed straight to a waiter (a hand-off takes one back off
+	// releases). Running is grants - releases, in modular arithmetic.
+	// accepted counts the hand-offs their waiter kept; Served is grants +
+	// accepted, a sum of two counters that only grow, so it never goes down.
+	// While slowBit is clear nobody waits, the dispatcher is open and nobody
+	// drains, so Acquire is one CAS on grants and Release one Add on
+	// releases, without mu. While it is set, grants and the hand-offs change
+	// only under mu, and a CAS based on a word read before the bit was set
+	// fails.
 	//
 	// A release and a parking waiter race like this: Release adds to
 	// releases, then reads slowBit; the waiter sets slowBit, then reads
@@ -45,6 +52,7 @@ type dispatcher struct {
 	// sees the freed slot and takes it instead of parking. No wake-up is lost.
 	grants   atomic.Uint64
 	releases atomic.Uint64
+	accepted atomic.Uint64
 	limit    atomic.Int64 // current number of slots, >= 1
 
 	mu sync.Mutex
@@ -74,8 +82,10 @@ const (
 	grantMask uint64 = slowBit - 1
 )
 
-// running is the number of slots held now. Without mu it may be stale, but
-// only ever too high (releases only grow), which is the safe direction.
+// running is the number of slots held now, from a grants word g read just
+// before. Without mu it may be stale in either direction (releases is read
+// after g): the fast path is safe anyway because its CAS fails if grants
+// moved, and Stats clamps a transient negative value to 0.
 func (d *dispatcher) running(g uint64) int64 {
 	return int64(g&grantMask - d.releases.Load())
 }
@@ -193,6 +203,9 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	select {
 	case <-w.ready:
 		err := w.err()
+		if err == nil {
+			d.accepted.Add(1)
+		}
 		d.waiters.Put(w)
 		return Ticket{}, err
 	case <-ctx.Done():
@@ -207,10 +220,10 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		d.settle()
 	case granted:
 		// The grant and the hang-up came in the same instant. Nobody will run
-		// on this slot: take the grant back, so it counts neither as served
-		// nor as running, and hand the slot to the next waiter.
+		// on this slot: give it back (it was never counted as served) and
+		// hand it to the next waiter.
 		<-w.ready
-		d.grants.Add(^uint64(0))
+		d.releases.Add(1)
 		d.grantLocked()
 		d.settle()
 	default:
@@ -256,8 +269,13 @@ func (w *waiter) err() error {
 	}
 }
 
+// load is the running and queued counts, without Stats' other work.
+func (d *dispatcher) load() (running, queued int) {
+	return int(max(d.running(d.grants.Load()), 0)), int(d.queuedN.Load())
+}
+
 // served is the number of grants so far, without Stats' other work.
-func (d *dispatcher) served() uint64 { return d.grants.Load() & grantMask }
+func (d *dispatcher) served() uint64 { return d.grants.Load()&grantMask + d.accepted.Load() }
 
 // Release implements Backend.
 func (d *dispatcher) Release(Ticket) {
@@ -289,7 +307,7 @@ func (d *dispatcher) grantLocked() {
 				continue
 			}
 		}
-		d.grants.Add(1)
+		d.releases.Add(^uint64(0)) // the slot goes to w: running + 1
 		d.wake(w, granted)
 	}
 	if d.idle != nil && d.running(d.grants.Load()) == 0 {
@@ -345,7 +363,13 @@ func (d *dispatcher) push(w *waiter, a Arrival) {
 }
 
 // deadline is when w times out, in nanoseconds since epoch.
-func (d *dispatcher) deadline(w *waiter) int64 { return w.arrived + int64(d.limits.QueueTimeout) }
+// It saturates: a QueueTimeout of centuries means never, not the past.
+func (d *dispatcher) deadline(w *waiter) int64 {
+	if t := int64(d.limits.QueueTimeout); w.arrived > math.MaxInt64-t {
+		return math.MaxInt64
+	}
+	return w.arrived + int64(d.limits.QueueTimeout)
+}
 
 // finish removes a waiting w and wakes it with its fate. Requires d.mu.
 func (d *dispatcher) finish(w *waiter, st waiterState) {
@@ -406,16 +430,17 @@ func (d *dispatcher) Stats() BackendStats {
 		Running: int(max(d.running(g), 0)),
 		Queued:  int(d.queuedN.Load()),
 		Limit:   int(d.limit.Load()),
-		Served:  g & grantMask,
+		Served:  g&grantMask + d.accepted.Load(),
 	}
 	if o := d.oldestAt.Load(); o != 0 {
 		st.OldestWait = time.Duration(d.now() - (o - 1))
 	}
 	if d.prioDirty.Load() && d.mu.TryLock() {
-		split := d.room.byPriority()
-		d.prioSnap.Store(&split)
+		split := d.room.byPriority() // O(P) under the lock ...
 		d.prioDirty.Store(false)
 		d.mu.Unlock()
+		slices.SortFunc(split, func(a, b PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) }) // ... the sort outside
+		d.prioSnap.Store(&split)
 	}
 	if p := d.prioSnap.Load(); p != nil && st.Queued > 0 {
 		st.QueuedByPriority = slices.Clone(*p)

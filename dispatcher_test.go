@@ -2,6 +2,7 @@ package ginqueue
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -80,6 +81,7 @@ func TestGrantRacingHangUpHandsSlotOn(t *testing.T) {
 				d.grantLocked()
 				d.settle()
 				cancel()
+				assert.EqualValues(t, 1, d.Stats().Served, "a grant counts as served only once its waiter keeps it")
 				d.mu.Unlock()
 
 				err = <-first
@@ -248,6 +250,71 @@ func TestLateTimerDoesNotGrantExpiredWaiter(t *testing.T) {
 		assert.ErrorIs(t, <-old, ErrQueueTimeout)
 		assert.NoError(t, <-young)
 		assert.Equal(t, 1, d.Stats().Running)
+		d.Release(Ticket{})
+	})
+}
+
+// The race the fast path must not lose: an arrival fails the fast path (the
+// only slot is held), the slot is released before the arrival takes the
+// lock, and the arrival must then take the slot instead of parking for ever.
+func TestReleaseBetweenFastPathAndParking(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
+		require.True(t, d.tryFast())
+		require.False(t, d.tryFast())
+		d.Release(Ticket{}) // slowBit is clear: the fast release path
+		done := make(chan error, 1)
+		go func() {
+			_, err := d.acquireSlow(context.Background(), Arrival{})
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		default:
+			t.Fatal("parked with a free slot")
+		}
+		assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+	})
+}
+
+// Two goroutines share one slot with no timeout, in real time: a lost
+// wake-up would hang them.
+func TestPingPongNeverHangs(t *testing.T) {
+	d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2})
+	done := make(chan struct{}, 2)
+	for range 2 {
+		go func() {
+			for range 20_000 {
+				if _, err := d.Acquire(context.Background(), Arrival{}); err != nil {
+					break
+				}
+				d.Release(Ticket{})
+			}
+			done <- struct{}{}
+		}()
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a waiter was never woken")
+		}
+	}
+	assert.EqualValues(t, 40_000, d.Stats().Served)
+}
+
+// A QueueTimeout of centuries means "never", not a deadline in the past.
+func TestHugeQueueTimeoutNeverFires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: math.MaxInt64})
+		_, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+		w := acquireAsync(d, context.Background())
+		time.Sleep(100 * time.Millisecond)
+		d.Release(Ticket{})
+		assert.NoError(t, <-w)
 		d.Release(Ticket{})
 	})
 }

@@ -25,9 +25,10 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// StatusClientClosedRequest is the status recorded (never sent) for a
-// request whose client hung up while it waited, so access logs can tell it
-// apart. It is nginx's 499.
+// StatusClientClosedRequest is the status recorded for a request whose
+// client hung up while it waited, so access logs can tell it apart; no body
+// is written, and the status line goes only to a connection that is already
+// gone. It is nginx's 499.
 const StatusClientClosedRequest = 499
 
 // Outcome is what became of one request that passed through a Queue.
@@ -40,10 +41,11 @@ const (
 	OutcomeServed Outcome = iota
 	// OutcomeQueueFull: no free slot and no waiting place; 503.
 	OutcomeQueueFull
-	// OutcomeQueueTimeout: waited QueueTimeout without a slot; 408.
+	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
+	// request context's deadline passed while it waited; 408.
 	OutcomeQueueTimeout
-	// OutcomeCanceled: the client hung up while waiting; nothing is written,
-	// 499 is recorded.
+	// OutcomeCanceled: the client hung up while waiting (its request context
+	// was canceled); no body is written, 499 is recorded.
 	OutcomeCanceled
 	// OutcomeClosed: the Queue was closed before the request got a slot; 503.
 	OutcomeClosed
@@ -173,14 +175,16 @@ func NewQueue(cfg Config) (*Queue, error) {
 		timeout:      cfg.QueueTimeout,
 	}
 	q.fast, _ = b.(*dispatcher)
-	q.drain.rate(time.Now(), 0) // the base of the first drain rate
+	now := time.Now()
+	q.drain.rate(now, 0) // the base of the first drain rate
+	q.waits.start(now)
 	if cfg.Adaptive != nil {
 		ls, ok := b.(LimitSetter)
 		if !ok {
 			_ = b.Close()
 			return nil, fmt.Errorf("ginqueue: Config.Adaptive needs a Backend that implements LimitSetter; %T does not", b)
 		}
-		q.adaptive = newLimiter(*cfg.Adaptive, cfg.MaxConcurrent, ls, func() int { return b.Stats().Running })
+		q.adaptive = newLimiter(*cfg.Adaptive, cfg.MaxConcurrent, ls, func() int { r, _, _ := q.load(); return r })
 	}
 	q.handler = q.serve
 	return q, nil
@@ -267,6 +271,17 @@ func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
 	return t, wait, err
 }
 
+// load is the Backend's running and queued counts and its served count,
+// cheaply for the in-memory one (no split by priority, no allocation).
+func (q *Queue) load() (running, queued int, served uint64) {
+	if q.fast != nil {
+		running, queued = q.fast.load()
+		return running, queued, q.fast.served()
+	}
+	b := q.backend.Stats()
+	return b.Running, b.Queued, b.Served
+}
+
 // served is the Backend's served count, cheaply for the in-memory one.
 func (q *Queue) served() uint64 {
 	if q.fast != nil {
@@ -281,29 +296,29 @@ var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", 
 // expectedWait is how long an arrival now would wait: its place in the
 // queue over the measured drain rate. Zero while nothing has finished.
 func (q *Queue) expectedWait(now time.Time) time.Duration {
-	b := q.backend.Stats()
-	rate, ok := q.drain.rate(now, b.Served-uint64(b.Running))
+	running, queued, served := q.load()
+	rate, ok := q.drain.rate(now, served-uint64(running))
 	if !ok {
 		return 0
 	}
 	if rate <= 0 {
 		return time.Duration(math.MaxInt64)
 	}
-	return time.Duration(float64(b.Queued+1) / rate * float64(time.Second))
+	return time.Duration(float64(queued+1) / rate * float64(time.Second))
 }
 
 // retryAfterNow is the Retry-After for a request turned away now: the time
 // the queue needs to drain at the measured rate, in whole seconds within
 // [1, 60]; Config.RetryAfter until a request has finished.
 func (q *Queue) retryAfterNow() string {
-	b := q.backend.Stats()
-	rate, ok := q.drain.rate(time.Now(), b.Served-uint64(b.Running))
+	running, queued, served := q.load()
+	rate, ok := q.drain.rate(time.Now(), served-uint64(running))
 	if !ok {
 		return q.retryAfter
 	}
 	secs := 60.0
 	if rate > 0 {
-		secs = min(max(math.Ceil(float64(b.Queued+1)/rate), 1), 60)
+		secs = min(max(math.Ceil(float64(queued+1)/rate), 1), 60)
 	}
 	return strconv.Itoa(int(secs))
 }
@@ -365,11 +380,14 @@ func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
 // outcomeOf maps an Acquire error to its outcome.
 func outcomeOf(err error) Outcome {
 	switch {
-	case errors.Is(err, ErrQueueTimeout):
+	case errors.Is(err, ErrQueueTimeout), errors.Is(err, context.DeadlineExceeded):
+		// A deadline on the request's context (a timeout middleware, say)
+		// that passes in the queue is a queue timeout: the client is still
+		// there and gets its 408.
 		return OutcomeQueueTimeout
 	case errors.Is(err, ErrClosed):
 		return OutcomeClosed
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
 		return OutcomeCanceled
 	}
 	return OutcomeQueueFull

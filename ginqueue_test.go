@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -526,7 +527,10 @@ func TestSeedScenario(t *testing.T) {
 // per request, handlers ran only for served requests, counters add up.
 func TestRandomSchedules(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	if env := os.Getenv("GINQUEUE_SEED"); env != "" { // to replay a failure
+		fmt.Sscan(env, &seed)
+	}
+	t.Logf("seed %d (GINQUEUE_SEED=%d replays it)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	for run := range 60 {
 		p := randomPlan(rng)

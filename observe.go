@@ -50,6 +50,14 @@ type fineWindow struct {
 	n             uint64
 }
 
+// start opens the window when the Queue is built, so that requests served
+// before the first wait is recorded count too.
+func (r *waitRecorder) start(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rotate(now, 0)
+}
+
 // record adds the wait of one request that went through the queue and was
 // served; served is the Queue's served counter now.
 func (r *waitRecorder) record(wait time.Duration, now time.Time, served uint64) {

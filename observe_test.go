@@ -275,3 +275,64 @@ func TestServerTimingPresetIsNotShared(t *testing.T) {
 		assert.Equal(t, []string{"queue;dur=0", "db;dur=2"}, w.Header().Values("Server-Timing"))
 	}
 }
+
+// A deadline on the request's context that passes in the queue (a timeout
+// middleware in front) is a queue timeout: 408, not a hang-up.
+func TestRequestDeadlineInQueueIsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+		g := newGate()
+		r := newEngine(q.Handler(), g.handler)
+		out := make(chan result, 2)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		send(r, ctx, 1, t0, out)
+		res := <-out
+		assert.Equal(t, result{id: 1, code: http.StatusRequestTimeout, header: res.header, at: 50 * time.Millisecond}, res)
+		g.open(1)
+		<-out
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.QueueTimeout)
+		assert.Zero(t, st.Canceled)
+	})
+}
+
+// Requests that ran at once count as zero waits: with most requests on the
+// fast path, the median wait is zero.
+func TestPercentilesCountFastPathAsZero(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+		r := newEngine(q.Handler(), sleeper(10*time.Millisecond))
+		out := make(chan result, 2)
+		burst(r, 2, 0, out) // one waits 10 ms
+		<-out
+		<-out
+		for range 8 { // eight run at once
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		}
+		st := q.Stats()
+		assert.Zero(t, st.WaitP50)
+		assert.Zero(t, st.WaitP90)
+		assert.InEpsilon(t, 10*time.Millisecond, st.WaitP99, 0.1)
+	})
+}
+
+// A response an earlier middleware already wrote is left alone by a
+// rejection: the outcome is counted, nothing more is written.
+func TestRejectionAfterAnEarlierWrite(t *testing.T) {
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 0})
+	require.NoError(t, q.Close())
+	r := gin.New()
+	r.Use(func(c *gin.Context) { c.String(http.StatusOK, "early"); c.Next() }, q.Handler())
+	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "late") })
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, "early", w.Body.String())
+	assert.Empty(t, w.Header().Get("Retry-After"))
+	assert.EqualValues(t, 1, q.Stats().Closed)
+}

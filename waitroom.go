@@ -208,7 +208,8 @@ func (r *waitroom) victim(prio int) *waiter {
 	return r.low.items[0].all.last
 }
 
-// byPriority lists the number of waiters per priority, highest first.
+// byPriority lists the number of waiters per priority, in no order (the
+// caller sorts it, outside the lock).
 func (r *waitroom) byPriority() []PriorityCount {
 	if r.n == 0 {
 		return nil
@@ -216,11 +217,6 @@ func (r *waitroom) byPriority() []PriorityCount {
 	out := make([]PriorityCount, 0, len(r.levels))
 	for _, l := range r.levels {
 		out = append(out, PriorityCount{Priority: l.prio, Queued: l.n})
-	}
-	for i := 1; i < len(out); i++ { // few levels: insertion sort
-		for j := i; j > 0 && out[j].Priority > out[j-1].Priority; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
 	}
 	return out
 }
