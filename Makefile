@@ -38,7 +38,7 @@ lint:
 # Load, faults and a Close in the middle over loopback, in-memory then Redis
 # backend; checks nothing is lost or leaked and rewrites RELIABILITY.md.
 soak:
-	cd soak && $(GO) run . -duration 150s -out ../RELIABILITY.md
+	cd soak && $(GO) run . -duration 140s -out ../RELIABILITY.md
 
 # Ten seconds of the same, for CI; writes nothing.
 soak-smoke:
