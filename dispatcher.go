@@ -50,6 +50,9 @@ type dispatcher struct {
 	// releases. Atomics are sequentially consistent, so at least one of them
 	// sees the other: either the releaser takes mu and grants, or the waiter
 	// sees the freed slot and takes it instead of parking. No wake-up is lost.
+	// TestReleaseBetweenFastPathAndParking and TestPingPongNeverHangs catch a
+	// waiter that skips its second look; the order of the two steps inside
+	// Release (add, then read) is argued here, not tested.
 	grants   atomic.Uint64
 	releases atomic.Uint64
 	accepted atomic.Uint64
