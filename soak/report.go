@@ -16,7 +16,7 @@ is failing. This is what is tested, how to run it, and what the last run saw.
 
 | what | where | runs in |
 |---|---|---|
-| Load, faults and a Close in the middle, over real HTTP on 127.0.0.1, in-memory and Redis backends in turn, priorities and flows on: keep-alive and short-lived connections, random handler times (0–20 ms), client hang-ups (5%), client timeouts (3%), panicking handlers (2%), the Queue shut down and replaced twice while requests are in flight. Checks: every request has exactly one outcome (the response its client read, or its client's own hang-up) and the server's OnOutcome agrees with the client; running never exceeds the limit; the counters equal the outcomes; goroutines and heap come back to where they started, within the margins shown. | ` + "`soak/`" + ` | ` + "`make soak`" + ` (about 2.5 minutes); CI runs 10 seconds of it |
+| Load, faults and a Close in the middle, over real HTTP on 127.0.0.1, in-memory and Redis backends in turn, priorities and flows on: keep-alive and short-lived connections, random handler times (0–20 ms), client hang-ups (5%), client timeouts (3%), panicking handlers (2%), the Queue shut down and replaced twice while requests are in flight. Checks: every request has exactly one outcome (the response its client read, or its client's own hang-up) and the server's OnOutcome agrees with the client; running never exceeds the limit; the counters equal the outcomes; goroutines and heap come back to where they started, within the margins shown. | ` + "`soak/`" + ` | ` + "`make soak`" + ` (140 s of load, under 3 minutes in all); CI runs 10 seconds of it |
 | A schedule fuzzer: bytes become arrivals with priorities and flows, hang-ups, releases, time passing, limit changes and a Close, played against the dispatcher in fake time; after every step: at most one outcome per arrival and exactly one at the end, Stats equal to the holders and waiters, the queue and every flow within their bounds, nobody waiting while a slot is free, FIFO within a priority and flow, a timeout exactly QueueTimeout after arrival. | ` + "`FuzzSchedule`" + ` in fuzz_test.go | seed corpus in ` + "`make test`" + `; CI fuzzes it for 20 s |
 | The config validator: any Config either builds a working Queue or is refused with an error that names a Config field; nothing panics. | ` + "`FuzzConfigValidate`" + ` | seed corpus in ` + "`make test`" + `; CI fuzzes it for 10 s |
 | Randomized schedules through the middleware (arrivals, hang-ups, timeouts, panics, closes, priorities, flows): running <= limit, queue <= MaxQueue, FIFO per class, one outcome per request, counters add up. | ` + "`TestRandomSchedules`" + ` | ` + "`make test`" + ` |
@@ -25,7 +25,7 @@ is failing. This is what is tested, how to run it, and what the last run saw.
 
 ## How to run it
 
-    make soak                                   # about 2.5 minutes, rewrites this file
+    make soak                                   # 140 s of load, rewrites this file
     cd soak && go run . -duration 20s           # a shorter run, prints only
     go test -run '^$' -fuzz FuzzSchedule -fuzztime 5m .
 
