@@ -74,10 +74,17 @@ type dispatcher struct {
 
 	// Mirrors of the waitroom for Stats, which must not wait for mu. They are
 	// written under mu by settle and read without it.
-	queuedN   atomic.Int64
-	oldestAt  atomic.Int64 // arrival of the oldest waiter + 1; 0 when none
-	prioDirty atomic.Bool  // the waitroom changed since prioSnap was taken
-	prioSnap  atomic.Pointer[[]PriorityCount]
+	queuedN  atomic.Int64
+	oldestAt atomic.Int64  // arrival of the oldest waiter + 1; 0 when none
+	roomVer  atomic.Uint64 // room.ver as of the last settle
+	split    atomic.Pointer[prioSplit]
+}
+
+// prioSplit is the queued count per priority, sorted highest first, as of
+// room version ver. A newer split never gives way to an older one.
+type prioSplit struct {
+	ver    uint64
+	counts []PriorityCount
 }
 
 const (
@@ -328,10 +335,8 @@ func (d *dispatcher) settle() {
 	} else {
 		d.grants.And(^slowBit)
 	}
-	if int64(d.room.n) != d.queuedN.Load() {
-		d.queuedN.Store(int64(d.room.n))
-		d.prioDirty.Store(true)
-	}
+	d.queuedN.Store(int64(d.room.n))
+	d.roomVer.Store(d.room.ver)
 	oldest := int64(0)
 	if w := d.room.all.first; w != nil {
 		oldest = w.arrived + 1
@@ -428,25 +433,20 @@ func (d *dispatcher) SetLimit(n int) error {
 // (otherwise the last split is returned, which may lag by the operations in
 // flight).
 func (d *dispatcher) Stats() BackendStats {
-	g := d.grants.Load()
-	st := BackendStats{
-		Running: int(max(d.running(g), 0)),
-		Queued:  int(d.queuedN.Load()),
-		Limit:   int(d.limit.Load()),
-		Served:  g&grantMask + d.accepted.Load(),
-	}
+	running, queued := d.load()
+	st := BackendStats{Running: running, Queued: queued, Limit: int(d.limit.Load()), Served: d.served()}
 	if o := d.oldestAt.Load(); o != 0 {
 		st.OldestWait = time.Duration(d.now() - (o - 1))
 	}
-	if d.prioDirty.Load() && d.mu.TryLock() {
-		split := d.room.byPriority() // O(P) under the lock ...
-		d.prioDirty.Store(false)
+	if p := d.split.Load(); (p == nil || p.ver != d.roomVer.Load()) && d.mu.TryLock() {
+		next := &prioSplit{ver: d.room.ver, counts: d.room.byPriority()} // O(P) under the lock ...
 		d.mu.Unlock()
-		slices.SortFunc(split, func(a, b PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) }) // ... the sort outside
-		d.prioSnap.Store(&split)
+		slices.SortFunc(next.counts, func(a, b PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) }) // ... the sort outside
+		for p := d.split.Load(); (p == nil || p.ver < next.ver) && !d.split.CompareAndSwap(p, next); p = d.split.Load() {
+		}
 	}
-	if p := d.prioSnap.Load(); p != nil && st.Queued > 0 {
-		st.QueuedByPriority = slices.Clone(*p)
+	if p := d.split.Load(); p != nil && st.Queued > 0 {
+		st.QueuedByPriority = slices.Clone(p.counts)
 	}
 	return st
 }

@@ -140,8 +140,10 @@ func TestFullQueueEvictsLowestNewest(t *testing.T) {
 		sendAt(r, 5, 2, "", out) // evicts 3, the newest of priority 0
 		res = <-out
 		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable}, res)
-		sendAt(r, 6, 1, "", out) // evicts 2
+		assert.Equal(t, []ginqueue.PriorityCount{{2, 1}, {1, 1}, {0, 1}}, q.Stats().QueuedByPriority)
+		sendAt(r, 6, 1, "", out) // evicts 2: the queue length stays, its split does not
 		assert.Equal(t, 2, (<-out).id)
+		assert.Equal(t, []ginqueue.PriorityCount{{2, 1}, {1, 2}}, q.Stats().QueuedByPriority)
 		sendAt(r, 7, 1, "", out) // nobody below priority 1 is left: refused
 		assert.Equal(t, result{id: 7, code: http.StatusServiceUnavailable}, <-out)
 

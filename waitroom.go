@@ -25,6 +25,7 @@ import (
 type waitroom struct {
 	all wlist // every waiter, in arrival order (deadline order)
 	n   int
+	ver uint64 // counts pushes and removes: the split by priority changed
 
 	levels map[int]*level
 	high   levelHeap // highest priority at high.items[0]
@@ -124,6 +125,7 @@ func (r *waitroom) push(w *waiter, prio int, key string) {
 	l.n++
 	r.all.pushBack(w, inAll)
 	r.n++
+	r.ver++
 }
 
 // remove takes w out, wherever it is, and drops a flow or level it empties.
@@ -136,6 +138,7 @@ func (r *waitroom) remove(w *waiter) {
 	l.n--
 	r.all.remove(w, inAll)
 	r.n--
+	r.ver++
 	w.flow = nil
 	if f.n == 0 {
 		delete(l.flows, f.key)
