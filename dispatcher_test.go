@@ -321,3 +321,20 @@ func TestHugeQueueTimeoutNeverFires(t *testing.T) {
 		d.Release(Ticket{})
 	})
 }
+
+// The drain rate covers about ten seconds however often it is asked: a burst
+// of 100 finished requests 5 s ago still counts.
+func TestDrainRateCoversItsWindow(t *testing.T) {
+	var m drainMeter
+	t0 := time.Unix(0, 0)
+	m.rate(t0, 0)
+	done := uint64(100) // a burst in the first second
+	for at := time.Second; at <= 5*time.Second; at += 100 * time.Millisecond {
+		rate, ok := m.rate(t0.Add(at), done)
+		require.True(t, ok)
+		if at == 5*time.Second {
+			assert.InDelta(t, 140.0/5, rate, 1e-9, "the base must still be the sample at the start")
+		}
+		done++ // then 10 a second
+	}
+}

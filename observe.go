@@ -127,7 +127,7 @@ func (r *waitRecorder) percentiles(now time.Time, served uint64) (p50, p90, p99 
 		recorded += r.subs[i].n
 	}
 	total := served - oldest.servedAtStart
-	if total < recorded { // grants taken back after they were counted
+	if total < recorded { // a served count read before its wait was recorded
 		total = recorded
 	}
 	if total == 0 {
@@ -170,7 +170,7 @@ func (r *waitRecorder) histogram(served uint64) WaitHistogram {
 // path).
 type drainMeter struct {
 	mu      sync.Mutex
-	samples [16]drainSample // ring, guarded by mu
+	samples [drainWindow / drainSpacing]drainSample // ring, guarded by mu
 	next    int
 	n       int
 }
@@ -181,8 +181,10 @@ type drainSample struct {
 }
 
 const (
-	drainSpacing = 100 * time.Millisecond
-	drainWindow  = 10 * time.Second
+	drainWindow = 10 * time.Second
+	// drainSpacing spreads the ring's samples over the whole window: closer
+	// samples would push the older ones out and shorten it.
+	drainSpacing = drainWindow / 16
 )
 
 // rate returns finished requests per second over about the last ten
