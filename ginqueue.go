@@ -266,7 +266,8 @@ func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
 	now := time.Now()
 	wait := now.Sub(start)
 	if err == nil {
-		q.waits.record(wait, now, q.served())
+		_, _, served := q.load()
+		q.waits.record(wait, now, served)
 	}
 	return t, wait, err
 }
@@ -282,12 +283,12 @@ func (q *Queue) load() (running, queued int, served uint64) {
 	return b.Running, b.Queued, b.Served
 }
 
-// served is the Backend's served count, cheaply for the in-memory one.
-func (q *Queue) served() uint64 {
-	if q.fast != nil {
-		return q.fast.served()
-	}
-	return q.backend.Stats().Served
+// drainState is the queue's length and the rate at which it drains now;
+// ok is false until a request has finished.
+func (q *Queue) drainState(now time.Time) (queued int, rate float64, ok bool) {
+	running, queued, served := q.load()
+	rate, ok = q.drain.rate(now, served-uint64(running))
+	return queued, rate, ok
 }
 
 // errRejectedEarly is ErrQueueFull for RejectEarly.
@@ -296,8 +297,7 @@ var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", 
 // expectedWait is how long an arrival now would wait: its place in the
 // queue over the measured drain rate. Zero while nothing has finished.
 func (q *Queue) expectedWait(now time.Time) time.Duration {
-	running, queued, served := q.load()
-	rate, ok := q.drain.rate(now, served-uint64(running))
+	queued, rate, ok := q.drainState(now)
 	if !ok {
 		return 0
 	}
@@ -311,8 +311,7 @@ func (q *Queue) expectedWait(now time.Time) time.Duration {
 // the queue needs to drain at the measured rate, in whole seconds within
 // [1, 60]; Config.RetryAfter until a request has finished.
 func (q *Queue) retryAfterNow() string {
-	running, queued, served := q.load()
-	rate, ok := q.drain.rate(time.Now(), served-uint64(running))
+	queued, rate, ok := q.drainState(time.Now())
 	if !ok {
 		return q.retryAfter
 	}
@@ -437,7 +436,8 @@ func (q *Queue) SetLimit(n int) error {
 // served since the Queue was built; those that ran at once are in the first
 // bucket. It is what the promqueue collector exports.
 func (q *Queue) WaitHistogram() WaitHistogram {
-	return q.waits.histogram(q.served())
+	_, _, served := q.load()
+	return q.waits.histogram(served)
 }
 
 // StatusHandler returns a handler that writes Stats as JSON, for an
