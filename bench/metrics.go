@@ -112,21 +112,9 @@ func BenchUncontendedRoute(v Variant) func(*testing.B) {
 	return func(b *testing.B) {
 		h, stop := v.New(UncontendedLimits, noContent)
 		defer stop()
-		var bad, clients atomic.Int64
 		b.ReportAllocs()
 		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			reqs := v.requests(int(clients.Add(1) - 1))
-			w := newDiscardWriter()
-			for i := 0; pb.Next(); i++ {
-				w.reset()
-				h.ServeHTTP(w, reqs[i%len(reqs)])
-				if w.status() != http.StatusNoContent {
-					bad.Add(1)
-				}
-			}
-		})
-		if n := bad.Load(); n > 0 {
+		if n := serveParallel(b, v, h); n > 0 {
 			b.Fatalf("%s: %d requests not served", v.Name, n)
 		}
 	}
@@ -158,6 +146,25 @@ func BenchUncontendedRequest(v Variant) func(*testing.B) {
 	}
 }
 
+// serveParallel sends the variant's pre-built requests through h from every
+// b.RunParallel goroutine with a writer that allocates nothing, and returns
+// how many were not answered 204.
+func serveParallel(b *testing.B, v Variant, h http.Handler) int64 {
+	var bad, clients atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		reqs := v.requests(int(clients.Add(1) - 1))
+		w := newDiscardWriter()
+		for i := 0; pb.Next(); i++ {
+			w.reset()
+			h.ServeHTTP(w, reqs[i%len(reqs)])
+			if w.status() != http.StatusNoContent {
+				bad.Add(1)
+			}
+		}
+	})
+	return bad.Load()
+}
+
 // BenchHandoff is metric 2: 32 goroutines over 4 slots, handlers that spin
 // 2 µs, so nearly every request waits and is handed a slot. ns/op is the
 // inverse of the throughput.
@@ -168,24 +175,13 @@ func BenchHandoff(v Variant) func(*testing.B) {
 			c.Status(http.StatusNoContent)
 		})
 		defer stop()
-		var bad, clients atomic.Int64
 		procs := runtime.GOMAXPROCS(0)
 		b.SetParallelism((handoffGoroutines + procs - 1) / procs)
 		b.ReportAllocs()
 		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			reqs := v.requests(int(clients.Add(1) - 1))
-			w := newDiscardWriter()
-			for i := 0; pb.Next(); i++ {
-				w.reset()
-				h.ServeHTTP(w, reqs[i%len(reqs)])
-				if w.status() != http.StatusNoContent {
-					bad.Add(1)
-				}
-			}
-		})
+		n := serveParallel(b, v, h)
 		b.StopTimer()
-		if n := bad.Load(); n > 0 {
+		if n > 0 {
 			b.Fatalf("%s: %d requests not served", v.Name, n)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
