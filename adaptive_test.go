@@ -25,8 +25,7 @@ import (
 func TestSetLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: time.Minute})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 8)
 		burst(r, 5, 0, out)
 		assert.Equal(t, 0, <-g.started)

@@ -72,6 +72,12 @@ func (g *gate) open(n int) {
 	}
 }
 
+// gated is an engine whose route, behind q and gin.Recovery, is a new gate.
+func gated(q *ginqueue.Queue) (*gate, *gin.Engine) {
+	g := newGate()
+	return g, newEngine(q.Handler(), g.handler)
+}
+
 func newEngine(mw gin.HandlerFunc, h gin.HandlerFunc) *gin.Engine {
 	r := gin.New()
 	r.Use(gin.Recovery(), mw)
@@ -126,8 +132,7 @@ func TestFastPathAllocatesNothingExtra(t *testing.T) {
 func TestWaitersRunInArrivalOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 2, MaxQueue: 10, QueueTimeout: time.Minute})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 12)
 		for id := range 12 {
 			send(r, context.Background(), id, time.Now(), out)
@@ -161,8 +166,7 @@ func TestWaitersRunInArrivalOrder(t *testing.T) {
 func TestQueueFullAnswers503WithRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute, RetryAfter: 2500 * time.Millisecond})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 3)
 		t0 := time.Now()
 		for id := range 3 {
@@ -189,8 +193,7 @@ func TestQueueTimeoutAt408Deadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 250 * time.Millisecond
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 5, QueueTimeout: timeout})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 5)
 		t0 := time.Now()
 		send(r, context.Background(), 0, t0, out) // holds the slot
@@ -222,8 +225,7 @@ func TestQueueTimeoutAt408Deadline(t *testing.T) {
 func TestHangUpLeavesQueueAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 3)
 		t0 := time.Now()
 		send(r, context.Background(), 0, t0, out)
@@ -285,8 +287,7 @@ func TestCloseAndShutdown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 2, MaxQueue: 3, QueueTimeout: time.Minute})
 		require.NoError(t, err)
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 6)
 		t0 := time.Now()
 		for id := range 5 {
@@ -327,8 +328,7 @@ func TestCloseAndShutdown(t *testing.T) {
 func TestShutdownHonoursContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 1)
 		send(r, context.Background(), 0, time.Now(), out)
 		synctest.Wait()
@@ -444,8 +444,7 @@ func TestSkipAndHooks(t *testing.T) {
 			OnQueueTimeout: func(c *gin.Context) { timedOut.Add(1); c.JSON(http.StatusServiceUnavailable, gin.H{"error": "slow"}) },
 			OnClosed:       func(c *gin.Context) { closed.Add(1); c.String(http.StatusGone, "bye") },
 		})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		r.GET("/health", func(c *gin.Context) { c.String(http.StatusOK, "up") })
 		out := make(chan result, 4)
 		t0 := time.Now()

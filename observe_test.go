@@ -205,8 +205,7 @@ func TestOldestWaitAndStatusHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Minute,
 			Priority: byQueryPriority})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 4)
 		sendAt(r, 0, 0, "", out)
 		sendAt(r, 1, 2, "", out)
@@ -281,8 +280,7 @@ func TestServerTimingPresetIsNotShared(t *testing.T) {
 func TestRequestDeadlineInQueueIsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 2)
 		t0 := time.Now()
 		send(r, context.Background(), 0, t0, out)

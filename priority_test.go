@@ -46,8 +46,7 @@ func priorityQueue(t *testing.T, maxQueue, perFlow int) *ginqueue.Queue {
 func TestHigherPriorityRunsFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := priorityQueue(t, 60, 0)
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 52)
 		sendAt(r, 0, 0, "", out)
 		for id := 1; id <= 50; id++ {
@@ -82,8 +81,7 @@ func seq(from, to int) []int {
 func TestFlowsTakeTurns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := priorityQueue(t, 50, 0)
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 45)
 		sendAt(r, 0, 0, "hold", out)
 		for id := 1; id <= 40; id++ {
@@ -125,8 +123,7 @@ func TestFlowsTakeTurns(t *testing.T) {
 func TestFullQueueEvictsLowestNewest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := priorityQueue(t, 3, 0)
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 8)
 		sendAt(r, 0, 0, "", out) // runs
 		sendAt(r, 1, 1, "", out)
@@ -166,8 +163,7 @@ func TestFullQueueEvictsLowestNewest(t *testing.T) {
 func TestPerFlowCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := priorityQueue(t, 10, 2)
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 8)
 		sendAt(r, 0, 0, "A", out) // runs: a running request holds no place
 		sendAt(r, 1, 0, "A", out)
@@ -203,8 +199,7 @@ func TestOutcomesAtEveryPriority(t *testing.T) {
 			Priority: byQueryPriority, FlowKey: byQueryFlow,
 		})
 		require.NoError(t, err)
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 10)
 		sendAt(r, 0, 0, "", out)
 		t0 := time.Now()
@@ -289,8 +284,7 @@ func TestExtremeInputs(t *testing.T) {
 			},
 			FlowKey: ginqueue.ByHeader("X-Client"),
 		})
-		g := newGate()
-		r := newEngine(q.Handler(), g.handler)
+		g, r := gated(q)
 		out := make(chan result, 8)
 		huge := strings.Repeat("x", 1<<20)
 		send := func(id int, prio, client string) {
