@@ -3,9 +3,8 @@ package ginqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
-
-	"github.com/gin-gonic/gin"
 )
 
 // Errors a Backend returns from Acquire. The Queue turns each into its own
@@ -27,10 +26,27 @@ type Limits struct {
 	MaxQueuePerFlow int           // zero: no cap per flow
 }
 
-// config is l as a Config, for validation.
-func (l Limits) config() Config {
-	return Config{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout,
-		MaxQueuePerFlow: l.MaxQueuePerFlow, FlowKey: func(*gin.Context) string { return "" }}
+// Validate reports the first limit that cannot work, naming the Config
+// field it comes from; nil for usable limits. NewQueue checks them before
+// Backend.Start, and a Backend may check them again in Start.
+func (l Limits) Validate() error {
+	switch {
+	case l.MaxConcurrent < 1:
+		return fmt.Errorf("ginqueue: Config.MaxConcurrent must be at least 1, got %d", l.MaxConcurrent)
+	case l.MaxConcurrent > maxLimit:
+		return fmt.Errorf("ginqueue: Config.MaxConcurrent must be at most %d, got %d", maxLimit, l.MaxConcurrent)
+	case l.MaxQueue < 0:
+		return fmt.Errorf("ginqueue: Config.MaxQueue must not be negative, got %d", l.MaxQueue)
+	case l.MaxQueue > maxLimit:
+		return fmt.Errorf("ginqueue: Config.MaxQueue must be at most %d, got %d", maxLimit, l.MaxQueue)
+	case l.QueueTimeout < 0:
+		return fmt.Errorf("ginqueue: Config.QueueTimeout must not be negative, got %v", l.QueueTimeout)
+	case l.MaxQueuePerFlow < 0:
+		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow must not be negative, got %d", l.MaxQueuePerFlow)
+	case l.MaxQueuePerFlow > l.MaxQueue:
+		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow %d exceeds Config.MaxQueue %d", l.MaxQueuePerFlow, l.MaxQueue)
+	}
+	return nil
 }
 
 // Arrival describes a request asking for a slot. The zero value is a request

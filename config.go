@@ -135,23 +135,12 @@ func DefaultConfig() Config {
 // Validate reports the first field of c that cannot work, naming the field
 // and its value. It returns nil for a usable Config.
 func (c Config) Validate() error {
+	if err := c.limits().Validate(); err != nil {
+		return err
+	}
 	switch {
-	case c.MaxConcurrent < 1:
-		return fmt.Errorf("ginqueue: Config.MaxConcurrent must be at least 1, got %d", c.MaxConcurrent)
-	case c.MaxConcurrent > maxLimit:
-		return fmt.Errorf("ginqueue: Config.MaxConcurrent must be at most %d, got %d", maxLimit, c.MaxConcurrent)
-	case c.MaxQueue < 0:
-		return fmt.Errorf("ginqueue: Config.MaxQueue must not be negative, got %d", c.MaxQueue)
-	case c.MaxQueue > maxLimit:
-		return fmt.Errorf("ginqueue: Config.MaxQueue must be at most %d, got %d", maxLimit, c.MaxQueue)
-	case c.QueueTimeout < 0:
-		return fmt.Errorf("ginqueue: Config.QueueTimeout must not be negative, got %v", c.QueueTimeout)
 	case c.RetryAfter < 0:
 		return fmt.Errorf("ginqueue: Config.RetryAfter must not be negative, got %v", c.RetryAfter)
-	case c.MaxQueuePerFlow < 0:
-		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow must not be negative, got %d", c.MaxQueuePerFlow)
-	case c.MaxQueuePerFlow > c.MaxQueue:
-		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow %d exceeds Config.MaxQueue %d", c.MaxQueuePerFlow, c.MaxQueue)
 	case c.MaxQueuePerFlow > 0 && c.FlowKey == nil:
 		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow %d needs Config.FlowKey to tell flows apart", c.MaxQueuePerFlow)
 	case c.RejectEarly && (c.QueueTimeout == 0 || c.MaxQueue == 0):

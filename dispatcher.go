@@ -130,7 +130,7 @@ var _ Backend = (*dispatcher)(nil)
 
 // Start implements Backend.
 func (d *dispatcher) Start(l Limits) error {
-	if err := l.config().Validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	d.mu.Lock()

@@ -203,7 +203,7 @@ var _ ginqueue.Backend = (*Backend)(nil)
 // and OnRedisDown applies until it does; the declaration is then checked
 // when Redis answers. Start may be called once.
 func (b *Backend) Start(l ginqueue.Limits) error {
-	if err := (ginqueue.Config{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout}).Validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	b.mu.Lock()
