@@ -60,9 +60,11 @@ type Config struct {
 
 	// RetryAfter is the value of the Retry-After header on the default 503
 	// and 408 responses until a request has finished, rounded up to whole
-	// seconds; from then on the header is the time the queue needs to drain
-	// at the measured rate, within [1, 60] seconds. Zero means one second.
-	// Negative is refused.
+	// seconds. From then on the header is how long the slots need to serve
+	// everyone queued at the measured handler time (the limit over the mean
+	// time a request holds its slot, which idle periods do not change), in
+	// whole seconds, at least 1 and at most QueueTimeout, by when every
+	// current waiter has left. Zero means one second. Negative is refused.
 	RetryAfter time.Duration
 
 	// Priority ranks a request: when a slot frees, a waiter of a higher
@@ -101,9 +103,12 @@ type Config struct {
 	// allocation: Add to it or Set it, but do not write into its elements.
 	ServerTiming bool
 
-	// RejectEarly answers 503 at once to an arrival whose expected wait (its
-	// place in the queue over the measured drain rate) already exceeds
-	// QueueTimeout, instead of a 408 once the time is spent. False means
+	// RejectEarly answers 503 at once to an arrival whose expected wait
+	// already exceeds QueueTimeout, instead of a 408 once the time is spent.
+	// The expected wait counts only the waiters that would be served before
+	// the arrival (higher priorities, and the turns of other flows), at the
+	// rate the slots serve (the limit over the measured handler time); until
+	// a handler time is measured nobody is refused. False means
 	// every arrival that finds a place waits. It needs QueueTimeout and
 	// MaxQueue above zero.
 	RejectEarly bool

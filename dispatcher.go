@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,30 +34,36 @@ import (
 // receive, which the send happens before. Waiters are pooled: a queued
 // request allocates nothing once the pool is warm.
 type dispatcher struct {
-	// grants counts the slots taken by arrivals that found one free (low 63
-	// bits) and carries slowBit; releases counts the slots given back, less
-	// those handed straight to a waiter (a hand-off takes one back off
-	// releases). Running is grants - releases, in modular arithmetic.
-	// accepted counts the hand-offs their waiter kept; Served is grants +
-	// accepted, a sum of two counters that only grow, so it never goes down.
-	// While slowBit is clear nobody waits, the dispatcher is open and nobody
-	// drains, so Acquire is one CAS on grants and Release one Add on
-	// releases, without mu. While it is set, grants and the hand-offs change
-	// only under mu, and a CAS based on a word read before the bit was set
-	// fails.
+	// state is the one word every admission decision reads and changes:
+	// the slots held (low 32 bits), the limit (the next 31) and slowBit.
+	// Holding both counts and the bit in one word makes each decision one
+	// atomic step: a CAS that succeeds on state s admits exactly when s
+	// admits (slowBit clear, running < limit), whatever happened between
+	// the load and the CAS, since equal words mean equal counts, limit and
+	// bit. A hand-off by a releaser leaves running where it was (the
+	// release takes one, the grant adds one back), which is harmless for
+	// the same reason: the word only says what is true now.
 	//
-	// A release and a parking waiter race like this: Release adds to
-	// releases, then reads slowBit; the waiter sets slowBit, then reads
-	// releases. Atomics are sequentially consistent, so at least one of them
-	// sees the other: either the releaser takes mu and grants, or the waiter
-	// sees the freed slot and takes it instead of parking. No wake-up is lost.
-	// TestReleaseBetweenFastPathAndParking and TestPingPongNeverHangs catch a
-	// waiter that skips its second look; the order of the two steps inside
-	// Release (add, then read) is argued here, not tested.
-	grants   atomic.Uint64
-	releases atomic.Uint64
-	accepted atomic.Uint64
-	limit    atomic.Int64 // current number of slots, >= 1
+	// While slowBit is clear nobody waits, the dispatcher is open and nobody
+	// drains, so Acquire is one CAS and Release one Add, without mu. While
+	// it is set, slots are granted only under mu; Release still subtracts
+	// without mu and learns from the word its Add returns whether to take
+	// mu and hand the slot on. A parking waiter sets the bit with a CAS
+	// under mu and reads running from the same word, so a release lands
+	// either before that CAS (the waiter sees the free slot and takes it)
+	// or after (the releaser sees the bit and grants under mu): no wake-up
+	// is lost. TestInterleavings enumerates every order of these steps,
+	// SetLimit's included, and checks the limit after each.
+	state atomic.Uint64
+
+	// Counters that only grow, for Stats: fastServed counts the slots the
+	// fast path took, slowServed the grants kept through the slow path (a
+	// slot taken at once or a hand-off its waiter kept), finished the
+	// Releases. Served is fastServed + slowServed; running as Stats reports
+	// it is Served - finished, so Served >= Running in every snapshot.
+	fastServed atomic.Uint64
+	slowServed atomic.Uint64
+	finished   atomic.Uint64
 
 	mu sync.Mutex
 
@@ -72,33 +79,42 @@ type dispatcher struct {
 	idle    chan struct{} // closed when running reaches 0; nil unless draining
 	waiters sync.Pool     // of *waiter; see newWaiter
 
+	// step, when set, is called before each atomic step on state and
+	// before taking mu; the interleaving tests use it to enumerate the
+	// orders of those steps. Nil in production.
+	step func(step)
+
 	// Mirrors of the waitroom for Stats, which must not wait for mu. They are
 	// written under mu by settle and read without it.
 	queuedN  atomic.Int64
 	oldestAt atomic.Int64  // arrival of the oldest waiter + 1; 0 when none
 	roomVer  atomic.Uint64 // room.ver as of the last settle
-	split    atomic.Pointer[prioSplit]
+	snap     atomic.Pointer[roomSnap]
 }
 
-// prioSplit is the queued count per priority, sorted highest first, as of
-// room version ver. A newer split never gives way to an older one.
-type prioSplit struct {
+// roomSnap is the queue length and its split by priority (sorted highest
+// first) as of room version ver: one consistent view for Stats. A newer
+// snapshot never gives way to an older one.
+type roomSnap struct {
 	ver    uint64
+	queued int
 	counts []PriorityCount
 }
 
+// The fields of dispatcher.state.
 const (
-	slowBit   uint64 = 1 << 63
-	grantMask uint64 = slowBit - 1
+	slowBit    uint64 = 1 << 63
+	runMask    uint64 = 1<<32 - 1
+	limitShift        = 32
+	limitMask  uint64 = 1<<31 - 1 // after the shift; maxLimit fits
 )
 
-// running is the number of slots held now, from a grants word g read just
-// before. Without mu it may be stale in either direction (releases is read
-// after g): the fast path is safe anyway because its CAS fails if grants
-// moved, and Stats clamps a transient negative value to 0.
-func (d *dispatcher) running(g uint64) int64 {
-	return int64(g&grantMask - d.releases.Load())
-}
+// running and limitOf read the fields of a state word.
+func running(s uint64) int64 { return int64(s & runMask) }
+func limitOf(s uint64) int64 { return int64(s >> limitShift & limitMask) }
+
+// admits reports whether state s lets an arrival take a slot without mu.
+func admits(s uint64) bool { return s&slowBit == 0 && running(s) < limitOf(s) }
 
 // waiterState is the fate of a waiter. It leaves waiting exactly once.
 type waiterState uint8
@@ -137,7 +153,7 @@ func (d *dispatcher) Start(l Limits) error {
 	defer d.mu.Unlock()
 	d.limits = l
 	d.room = newWaitroom()
-	d.limit.Store(int64(l.MaxConcurrent))
+	d.state.Store(uint64(l.MaxConcurrent) << limitShift)
 	d.epoch = time.Now()
 	if l.QueueTimeout > 0 && l.MaxQueue > 0 {
 		d.timer = time.AfterFunc(time.Hour, d.expire)
@@ -148,21 +164,25 @@ func (d *dispatcher) Start(l Limits) error {
 
 // Acquire implements Backend.
 func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
-	if d.tryFast() {
+	if d.tryFast() != 0 {
 		return Ticket{}, nil
 	}
 	return d.acquireSlow(ctx, a)
 }
 
 // tryFast takes a slot without mu when one is free and slowBit is clear.
-func (d *dispatcher) tryFast() bool {
+// It returns how many slots the fast path has taken so far, this one
+// included, or 0 if it took none.
+func (d *dispatcher) tryFast() uint64 {
 	for {
-		g := d.grants.Load()
-		if g&slowBit != 0 || d.running(g) >= d.limit.Load() {
-			return false
+		d.at(stepFastLoad)
+		st := d.state.Load()
+		if !admits(st) {
+			return 0
 		}
-		if d.grants.CompareAndSwap(g, g+1) {
-			return true
+		d.at(stepFastCAS)
+		if d.state.CompareAndSwap(st, st+1) {
+			return d.fastServed.Add(1)
 		}
 	}
 }
@@ -170,40 +190,45 @@ func (d *dispatcher) tryFast() bool {
 // acquireSlow is Acquire when the fast path failed: take a slot under mu if
 // one is free and nobody waits, else wait for one.
 func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error) {
-	d.mu.Lock()
+	d.lock()
 	if d.closed {
 		d.mu.Unlock()
 		return Ticket{}, ErrClosed
 	}
 	for d.room.n == 0 {
-		g := d.grants.Load()
-		if g&slowBit == 0 {
-			// Announce that we may park, then look at the slots once more
-			// (see the race note on grants).
-			if !d.grants.CompareAndSwap(g, g|slowBit) {
-				continue // a fast path moved: look again
+		d.at(stepSlowLoad)
+		st := d.state.Load()
+		if st&slowBit == 0 {
+			// Announce that we may park; the word we set the bit in tells
+			// whether a slot is free (see the note on state).
+			d.at(stepSlowMark)
+			if !d.state.CompareAndSwap(st, st|slowBit) {
+				continue // a fast path or a release moved: look again
 			}
-			g |= slowBit
 		}
-		if d.running(g) < d.limit.Load() {
-			// A slot is free and nobody waits: take it.
-			d.grants.Add(1)
+		if running(st) < limitOf(st) {
+			// A slot is free and nobody waits: take it. Only releases can
+			// change state now, and they only free slots.
+			d.at(stepSlowTake)
+			d.state.Add(1)
 			d.settle()
 			d.mu.Unlock()
+			d.slowServed.Add(1)
 			return Ticket{}, nil
 		}
 		break
+	}
+	if err := ctx.Err(); err != nil {
+		// The client left before it could queue: take no place, and take
+		// none from anybody else.
+		d.settle()
+		d.mu.Unlock()
+		return Ticket{}, err
 	}
 	if !d.makeRoom(a) {
 		d.settle()
 		d.mu.Unlock()
 		return Ticket{}, ErrQueueFull
-	}
-	if err := ctx.Err(); err != nil {
-		// The client left before it could queue: take no place.
-		d.settle()
-		d.mu.Unlock()
-		return Ticket{}, err
 	}
 	w := d.newWaiter()
 	d.push(w, a)
@@ -214,14 +239,14 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	case <-w.ready:
 		err := w.err()
 		if err == nil {
-			d.accepted.Add(1)
+			d.slowServed.Add(1)
 		}
 		d.waiters.Put(w)
 		return Ticket{}, err
 	case <-ctx.Done():
 	}
 
-	d.mu.Lock()
+	d.lock()
 	defer d.mu.Unlock()
 	err := ctx.Err()
 	switch w.state {
@@ -233,7 +258,8 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		// on this slot: give it back (it was never counted as served) and
 		// hand it to the next waiter.
 		<-w.ready
-		d.releases.Add(1)
+		d.at(stepRelease)
+		d.state.Add(^uint64(0))
 		d.grantLocked()
 		d.settle()
 	default:
@@ -279,21 +305,24 @@ func (w *waiter) err() error {
 	}
 }
 
-// load is the running and queued counts, without Stats' other work.
-func (d *dispatcher) load() (running, queued int) {
-	return int(max(d.running(d.grants.Load()), 0)), int(d.queuedN.Load())
+// counts is what the Queue reads on its slow path, without Stats' other
+// work: the slots held, the waiters, and the fast and slow grants and the
+// releases so far. running is served - finished, read in that order, so it
+// is never above the served count and never negative.
+func (d *dispatcher) counts() (running, queued int, fast, slow, finished uint64) {
+	fast, slow = d.fastServed.Load(), d.slowServed.Load()
+	finished = d.finished.Load()
+	return int(max(int64(fast+slow-finished), 0)), int(d.queuedN.Load()), fast, slow, finished
 }
-
-// served is the number of grants so far, without Stats' other work.
-func (d *dispatcher) served() uint64 { return d.grants.Load()&grantMask + d.accepted.Load() }
 
 // Release implements Backend.
 func (d *dispatcher) Release(Ticket) {
-	d.releases.Add(1)
-	if d.grants.Load()&slowBit == 0 {
+	d.finished.Add(1)
+	d.at(stepRelease)
+	if d.state.Add(^uint64(0))&slowBit == 0 {
 		return
 	}
-	d.mu.Lock()
+	d.lock()
 	d.grantLocked()
 	d.settle()
 	d.mu.Unlock()
@@ -304,7 +333,7 @@ func (d *dispatcher) Release(Ticket) {
 // granted. Requires d.mu.
 func (d *dispatcher) grantLocked() {
 	now := int64(-1) // read the clock once, and only if a waiter is granted
-	for d.room.n > 0 && d.running(d.grants.Load()) < d.limit.Load() {
+	for d.room.n > 0 && d.grantable() {
 		w := d.room.next()
 		if d.timer != nil {
 			if now < 0 {
@@ -317,10 +346,11 @@ func (d *dispatcher) grantLocked() {
 				continue
 			}
 		}
-		d.releases.Add(^uint64(0)) // the slot goes to w: running + 1
+		d.at(stepGrantTake)
+		d.state.Add(1) // the slot goes to w
 		d.wake(w, granted)
 	}
-	if d.idle != nil && d.running(d.grants.Load()) == 0 {
+	if d.idle != nil && running(d.state.Load()) == 0 {
 		close(d.idle)
 		d.idle = nil
 	}
@@ -330,10 +360,11 @@ func (d *dispatcher) grantLocked() {
 // something needs the slow path, and refreshes the mirrors Stats reads.
 // Requires d.mu.
 func (d *dispatcher) settle() {
+	d.at(stepSettle)
 	if d.room.n > 0 || d.closed || d.idle != nil {
-		d.grants.Or(slowBit)
+		d.state.Or(slowBit)
 	} else {
-		d.grants.And(^slowBit)
+		d.state.And(^slowBit)
 	}
 	d.queuedN.Store(int64(d.room.n))
 	d.roomVer.Store(d.room.ver)
@@ -413,6 +444,14 @@ func (d *dispatcher) expire() {
 	d.settle()
 }
 
+// ahead is the number of waiters that would be served before an arrival a
+// that joined the queue now.
+func (d *dispatcher) ahead(a Arrival) int {
+	d.lock()
+	defer d.mu.Unlock()
+	return d.room.ahead(a.Priority, a.Flow)
+}
+
 // SetLimit implements LimitSetter. Raising the limit wakes waiters at once;
 // lowering it lets running requests finish and admits nobody until running
 // is below the new limit.
@@ -420,32 +459,46 @@ func (d *dispatcher) SetLimit(n int) error {
 	if n < 1 || n > maxLimit {
 		return fmt.Errorf("ginqueue: limit must be in [1, %d], got %d", maxLimit, n)
 	}
-	d.mu.Lock()
+	d.lock()
 	defer d.mu.Unlock()
-	d.limit.Store(int64(n))
+	d.at(stepSetLimit)
+	// Only SetLimit changes the limit field, under mu: adding the difference
+	// moves it without disturbing the other fields.
+	d.state.Add(uint64(int64(n)-limitOf(d.state.Load())) << limitShift)
 	d.grantLocked()
 	d.settle()
 	return nil
 }
 
-// Stats implements Backend. It never waits for mu: counts come from atomics,
-// and the split by priority is refreshed only if mu is free at that moment
-// (otherwise the last split is returned, which may lag by the operations in
-// flight).
+// Stats implements Backend. It never waits for mu: the counts come from
+// atomics, and Queued and its split by priority from one snapshot of the
+// room, refreshed when mu is free at one of a few tries (otherwise the
+// last snapshot is returned, which may lag by the operations in flight).
 func (d *dispatcher) Stats() BackendStats {
-	running, queued := d.load()
-	st := BackendStats{Running: running, Queued: queued, Limit: int(d.limit.Load()), Served: d.served()}
+	running, queued, fast, slow, _ := d.counts()
+	st := BackendStats{Running: running, Limit: int(limitOf(d.state.Load())), Served: fast + slow}
 	if o := d.oldestAt.Load(); o != 0 {
 		st.OldestWait = time.Duration(d.now() - (o - 1))
 	}
-	if p := d.split.Load(); (p == nil || p.ver != d.roomVer.Load()) && d.mu.TryLock() {
-		next := &prioSplit{ver: d.room.ver, counts: d.room.byPriority()} // O(P) under the lock ...
+	if queued == 0 {
+		return st // nobody waits: no split to agree with
+	}
+	p := d.snap.Load()
+	for try := 0; (p == nil || p.ver != d.roomVer.Load()) && try < 4; try++ {
+		if !d.mu.TryLock() {
+			runtime.Gosched()
+			continue
+		}
+		next := &roomSnap{ver: d.room.ver, queued: d.room.n, counts: d.room.byPriority()} // O(P) under the lock ...
 		d.mu.Unlock()
 		slices.SortFunc(next.counts, func(a, b PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) }) // ... the sort outside
-		for p := d.split.Load(); (p == nil || p.ver < next.ver) && !d.split.CompareAndSwap(p, next); p = d.split.Load() {
+		for p = d.snap.Load(); (p == nil || p.ver < next.ver) && !d.snap.CompareAndSwap(p, next); p = d.snap.Load() {
 		}
+		p = d.snap.Load()
+		break
 	}
-	if p := d.split.Load(); p != nil && st.Queued > 0 {
+	if p != nil && p.queued > 0 {
+		st.Queued = p.queued
 		st.QueuedByPriority = slices.Clone(p.counts)
 	}
 	return st
@@ -488,4 +541,49 @@ func (d *dispatcher) Drain(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// grantable reports whether a slot is free for a waiter. Requires d.mu.
+func (d *dispatcher) grantable() bool {
+	d.at(stepGrantRead)
+	st := d.state.Load()
+	return running(st) < limitOf(st)
+}
+
+// step names an atomic step for the interleaving tests.
+type step uint8
+
+const (
+	stepNone step = iota
+	stepStart
+	stepLock
+	stepFastLoad
+	stepFastCAS
+	stepRelease
+	stepSlowLoad
+	stepSlowMark
+	stepSlowTake
+	stepGrantRead
+	stepGrantTake
+	stepSettle
+	stepSetLimit
+)
+
+// at reports step s to the interleaving tests.
+func (d *dispatcher) at(s step) {
+	if d.step != nil {
+		d.step(s)
+	}
+}
+
+// lock takes mu, after telling the interleaving tests.
+func (d *dispatcher) lock() {
+	d.at(stepLock)
+	d.mu.Lock()
+}
+
+// slots is the number of slots held and the limit, for tests.
+func (d *dispatcher) slots() (run, limit int64) {
+	st := d.state.Load()
+	return running(st), limitOf(st)
 }

@@ -44,8 +44,9 @@ func TestFastPathNeverOvertakesWaiter(t *testing.T) {
 		waiter := acquireAsync(d, context.Background())
 		synctest.Wait()
 
-		d.releases.Add(1) // the first half of Release: the slot is free
-		assert.False(t, d.tryFast(), "an arrival overtook the waiter")
+		d.finished.Add(1) // the first half of Release: the slot is free
+		d.state.Add(^uint64(0))
+		assert.Zero(t, d.tryFast(), "an arrival overtook the waiter")
 		d.mu.Lock()
 		d.grantLocked() // the second half
 		d.settle()
@@ -77,7 +78,8 @@ func TestGrantRacingHangUpHandsSlotOn(t *testing.T) {
 				if cancelFirst {
 					cancel()
 				}
-				d.releases.Add(1) // Release, done by hand under the lock
+				d.finished.Add(1) // Release, done by hand under the lock
+				d.state.Add(^uint64(0))
 				d.grantLocked()
 				d.settle()
 				cancel()
@@ -171,7 +173,7 @@ func TestStressKeepsInvariants(t *testing.T) {
 	st := d.Stats()
 	assert.Equal(t, 0, st.Running)
 	assert.Equal(t, 0, st.Queued)
-	assert.Zero(t, d.grants.Load()&slowBit, "slowBit left set with nobody waiting")
+	assert.Zero(t, d.state.Load()&slowBit, "slowBit left set with nobody waiting")
 }
 
 // Flow and level state lives only while it has waiters: a million distinct
@@ -263,8 +265,8 @@ func TestLateTimerDoesNotGrantExpiredWaiter(t *testing.T) {
 func TestReleaseBetweenFastPathAndParking(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
-		require.True(t, d.tryFast())
-		require.False(t, d.tryFast())
+		require.NotZero(t, d.tryFast())
+		require.Zero(t, d.tryFast())
 		d.Release(Ticket{}) // slowBit is clear: the fast release path
 		done := make(chan error, 1)
 		go func() {

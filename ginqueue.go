@@ -127,7 +127,12 @@ type Queue struct {
 
 	waits    waitRecorder
 	drain    drainMeter
+	service  serviceMeter
 	adaptive *limiter // nil unless Config.Adaptive
+
+	// finished counts the requests that released their slot, for a Backend
+	// other than the in-memory one (which counts them itself).
+	finished atomic.Uint64
 
 	// counts of the rejections, by Outcome; the Backend counts Served, so
 	// that a request that runs writes nothing here.
@@ -184,7 +189,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 			_ = b.Close()
 			return nil, fmt.Errorf("ginqueue: Config.Adaptive needs a Backend that implements LimitSetter; %T does not", b)
 		}
-		q.adaptive = newLimiter(*cfg.Adaptive, cfg.MaxConcurrent, ls, func() int { r, _, _ := q.load(); return r })
+		q.adaptive = newLimiter(*cfg.Adaptive, cfg.MaxConcurrent, ls, func() int { return q.load().running })
 	}
 	q.handler = q.serve
 	return q, nil
@@ -193,6 +198,9 @@ func NewQueue(cfg Config) (*Queue, error) {
 // Handler returns the Queue's middleware. Every call returns the same
 // throttle: route groups that use it share the Queue's slots and queue.
 func (q *Queue) Handler() gin.HandlerFunc { return q.handler }
+
+// serviceEvery: one in this many requests served at once is timed.
+const serviceEvery = 16
 
 // serve is the middleware. It waits in the request's own goroutine and runs
 // the rest of the chain there, so the pooled gin.Context never leaves it.
@@ -203,13 +211,21 @@ func (q *Queue) serve(c *gin.Context) {
 	}
 	var t Ticket
 	var wait time.Duration
-	if q.fast == nil || !q.fast.tryFast() {
+	var n uint64 // slots the fast path took so far, this one included; 0 if not
+	if q.fast != nil {
+		n = q.fast.tryFast()
+	}
+	if n == 0 {
 		var err error
 		if t, wait, err = q.wait(c); err != nil {
 			q.reject(c, err, wait)
 			return
 		}
 	}
+	// The handler time of every request that waited, and of one in
+	// serviceEvery of the others (the first included), is a sample of how
+	// long a request holds its slot.
+	timed := n%serviceEvery == 1 || n == 0
 	if q.serverTiming {
 		if wait == 0 {
 			// Preset, so the fast path allocates nothing: len and cap 1, so
@@ -221,41 +237,58 @@ func (q *Queue) serve(c *gin.Context) {
 	}
 	// A deferred release gives the slot back even when a handler panics and
 	// gin.Recovery catches it further up.
-	if q.onOutcome == nil && q.adaptive == nil {
-		defer q.backend.Release(t)
+	if !timed && q.onOutcome == nil && q.adaptive == nil {
+		defer q.release(t)
 		c.Next()
 		return
 	}
 	var gen uint64
 	var start time.Time
 	if q.adaptive != nil {
-		gen, start = q.adaptive.begin(), time.Now()
+		gen = q.adaptive.begin()
 	}
-	defer q.done(c, t, wait, gen, start)
+	if timed || q.adaptive != nil {
+		start = time.Now()
+	}
+	defer q.done(c, t, wait, gen, start, timed)
 	c.Next()
 }
 
-// done ends a served request that has a hook or an adaptive limit: the
-// handler time becomes a sample, the slot is released, then OnOutcome runs,
-// so a hook that panics cannot keep the slot.
-func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, start time.Time) {
-	if q.adaptive != nil {
-		q.adaptive.sample(gen, time.Since(start))
+// done ends a served request that is timed, or has a hook or an adaptive
+// limit: the handler time becomes a sample, the slot is released, then
+// OnOutcome runs, so a hook that panics cannot keep the slot.
+func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, start time.Time, timed bool) {
+	if !start.IsZero() {
+		took := time.Since(start)
+		if q.adaptive != nil {
+			q.adaptive.sample(gen, took)
+		}
+		if timed {
+			q.service.sample(took)
+		}
 	}
-	q.backend.Release(t)
+	q.release(t)
 	if q.onOutcome != nil {
 		q.onOutcome(c, OutcomeServed, wait)
 	}
+}
+
+// release gives a slot back, counting it for a Backend that does not.
+func (q *Queue) release(t Ticket) {
+	if q.fast == nil {
+		q.finished.Add(1)
+	}
+	q.backend.Release(t)
 }
 
 // wait gets a slot for c from the Backend when the fast path could not. Only
 // a request that may have to wait pays for its priority, flow key and clock.
 func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
 	start := time.Now()
-	if q.rejectEarly && q.expectedWait(start) > q.timeout {
+	ctx, a := c.Request.Context(), q.arrival(c)
+	if q.rejectEarly && q.expectedWait(a) > q.timeout {
 		return Ticket{}, 0, errRejectedEarly
 	}
-	ctx, a := c.Request.Context(), q.arrival(c)
 	var t Ticket
 	var err error
 	if q.fast != nil {
@@ -266,60 +299,100 @@ func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
 	now := time.Now()
 	wait := now.Sub(start)
 	if err == nil {
-		_, _, served := q.load()
-		q.waits.record(wait, now, served)
+		fast, _ := q.progress()
+		q.waits.record(wait, now, fast)
 	}
 	return t, wait, err
 }
 
-// load is the Backend's running and queued counts and its served count,
-// cheaply for the in-memory one (no split by priority, no allocation).
-func (q *Queue) load() (running, queued int, served uint64) {
+// loadCounts is the Backend's slots and queue now.
+type loadCounts struct{ running, queued, limit int }
+
+// load reads the Backend's counts, cheaply for the in-memory one (no split
+// by priority, no allocation).
+func (q *Queue) load() loadCounts {
 	if q.fast != nil {
-		running, queued = q.fast.load()
-		return running, queued, q.fast.served()
+		var l loadCounts
+		l.running, l.queued, _, _, _ = q.fast.counts()
+		l.limit = int(limitOf(q.fast.state.Load()))
+		return l
 	}
 	b := q.backend.Stats()
-	return b.Running, b.Queued, b.Served
+	return loadCounts{running: b.Running, queued: b.Queued, limit: b.Limit}
 }
 
-// drainState is the queue's length and the rate at which it drains now;
-// ok is false until a request has finished.
-func (q *Queue) drainState(now time.Time) (queued int, rate float64, ok bool) {
-	running, queued, served := q.load()
-	rate, ok = q.drain.rate(now, served-uint64(running))
-	return queued, rate, ok
+// progress is how many requests were served without waiting (by the fast
+// path, which records no wait) and how many released their slot.
+func (q *Queue) progress() (fast, finished uint64) {
+	if q.fast != nil {
+		_, _, fast, _, finished = q.fast.counts()
+		return fast, finished
+	}
+	return 0, q.finished.Load()
 }
 
 // errRejectedEarly is ErrQueueFull for RejectEarly.
 var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", ErrQueueFull)
 
-// expectedWait is how long an arrival now would wait: its place in the
-// queue over the measured drain rate. Zero while nothing has finished.
-func (q *Queue) expectedWait(now time.Time) time.Duration {
-	queued, rate, ok := q.drainState(now)
+// expectedWait is how long an arrival a would wait if it joined the queue
+// now: the waiters served before it, plus itself, over the rate the slots
+// serve at (the limit over the measured handler time). Zero until a timed
+// request has finished, so nobody is refused on a guess.
+func (q *Queue) expectedWait(a Arrival) time.Duration {
+	perSlot, ok := q.service.mean()
 	if !ok {
 		return 0
 	}
-	if rate <= 0 {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(float64(queued+1) / rate * float64(time.Second))
+	l := q.load()
+	return drainTime(q.ahead(a, l.queued)+1, perSlot, l.limit)
 }
 
-// retryAfterNow is the Retry-After for a request turned away now: the time
-// the queue needs to drain at the measured rate, in whole seconds within
-// [1, 60]; Config.RetryAfter until a request has finished.
+// ahead is the number of waiters that would be served before a: exact for
+// the in-memory Backend (priorities and turns of flows included), and for
+// another Backend the waiters of a's priority or higher.
+func (q *Queue) ahead(a Arrival, queued int) int {
+	if q.fast != nil {
+		return q.fast.ahead(a)
+	}
+	split := q.backend.Stats().QueuedByPriority
+	if split == nil {
+		return queued
+	}
+	n := 0
+	for _, p := range split {
+		if p.Priority >= a.Priority {
+			n += p.Queued
+		}
+	}
+	return n
+}
+
+// drainTime is how long limit slots take to serve n requests of perSlot
+// each, saturating instead of overflowing.
+func drainTime(n int, perSlot time.Duration, limit int) time.Duration {
+	d := float64(n) * float64(perSlot) / float64(max(limit, 1))
+	if !(d < math.MaxInt64) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(d)
+}
+
+// retryAfterNow is the Retry-After for a request turned away now, in whole
+// seconds, at least one: how long the slots take to serve the queue at the
+// measured handler time, and never more than QueueTimeout, by which time
+// every waiter now has left. Config.RetryAfter until a timed request has
+// finished.
 func (q *Queue) retryAfterNow() string {
-	queued, rate, ok := q.drainState(time.Now())
+	perSlot, ok := q.service.mean()
 	if !ok {
 		return q.retryAfter
 	}
-	secs := 60.0
-	if rate > 0 {
-		secs = min(max(math.Ceil(float64(queued+1)/rate), 1), 60)
+	l := q.load()
+	d := drainTime(l.queued+1, perSlot, l.limit)
+	if q.timeout > 0 {
+		d = min(d, q.timeout)
 	}
-	return strconv.Itoa(int(secs))
+	return retryAfterHeader(d)
 }
 
 // serverTiming renders a queue wait as a Server-Timing value in ms.
@@ -408,8 +481,9 @@ func (q *Queue) Stats() Stats {
 		Closed:           q.counts[OutcomeClosed].Load(),
 		OldestWait:       b.OldestWait,
 	}
-	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, b.Served)
-	st.DrainRate, _ = q.drain.rate(now, b.Served-uint64(b.Running))
+	fast, finished := q.progress()
+	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, fast)
+	st.DrainRate, _ = q.drain.rate(now, finished)
 	if q.adaptive != nil {
 		st.NoLoadLatency = q.adaptive.noLoadLatency()
 	}
@@ -436,8 +510,8 @@ func (q *Queue) SetLimit(n int) error {
 // served since the Queue was built; those that ran at once are in the first
 // bucket. It is what the promqueue collector exports.
 func (q *Queue) WaitHistogram() WaitHistogram {
-	_, _, served := q.load()
-	return q.waits.histogram(served)
+	fast, _ := q.progress()
+	return q.waits.histogram(fast)
 }
 
 // StatusHandler returns a handler that writes Stats as JSON, for an

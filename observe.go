@@ -27,8 +27,10 @@ const (
 )
 
 // waitRecorder keeps the waits of served requests. Requests that ran at once
-// (the fast path) record nothing: their wait of zero is inferred from the
-// served counter, so the fast path writes nothing here.
+// (the fast path) record nothing: their wait of zero is counted from the
+// Backend's count of them, so the fast path writes nothing here. Every
+// bucket is that count, which only grows, plus recorded waits, which only
+// grow: no bucket ever goes down.
 type waitRecorder struct {
 	mu sync.Mutex
 	// All fields are guarded by mu.
@@ -43,9 +45,10 @@ type waitRecorder struct {
 }
 
 // fineWindow is the recorded waits of one sub-window on a log scale, and the
-// served counter when it began (to count the zero waits in it).
+// count of requests served at once when it began (to count the zero waits in
+// it).
 type fineWindow struct {
-	servedAtStart uint64
+	fastAtStart uint64
 	buckets       [fineBuckets]uint32
 	n             uint64
 }
@@ -59,8 +62,8 @@ func (r *waitRecorder) start(now time.Time) {
 }
 
 // record adds the wait of one request that went through the queue and was
-// served; served is the Queue's served counter now.
-func (r *waitRecorder) record(wait time.Duration, now time.Time, served uint64) {
+// served; fast is the count of requests served at once so far.
+func (r *waitRecorder) record(wait time.Duration, now time.Time, fast uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	secs := wait.Seconds()
@@ -71,7 +74,7 @@ func (r *waitRecorder) record(wait time.Duration, now time.Time, served uint64) 
 	r.coarse[i]++
 	r.sum += secs
 	r.n++
-	r.rotate(now, served)
+	r.rotate(now, fast)
 	w := &r.subs[r.cur]
 	w.buckets[fineIndex(wait)]++
 	w.n++
@@ -95,28 +98,29 @@ func fineValue(i int) time.Duration {
 }
 
 // rotate moves the window to now. Requires r.mu.
-func (r *waitRecorder) rotate(now time.Time, served uint64) {
+func (r *waitRecorder) rotate(now time.Time, fast uint64) {
 	if r.curStart.IsZero() || now.Sub(r.curStart) >= subWindows*subWindow {
 		r.subs = [subWindows]fineWindow{}
 		for i := range r.subs {
-			r.subs[i].servedAtStart = served
+			r.subs[i].fastAtStart = fast
 		}
 		r.cur, r.curStart = 0, now
 		return
 	}
 	for now.Sub(r.curStart) >= subWindow {
 		r.cur = (r.cur + 1) % subWindows
-		r.subs[r.cur] = fineWindow{servedAtStart: served}
+		r.subs[r.cur] = fineWindow{fastAtStart: fast}
 		r.curStart = r.curStart.Add(subWindow)
 	}
 }
 
 // percentiles returns the p50, p90 and p99 of the waits of the requests
-// served in the last minute, counting those that ran at once as zero.
-func (r *waitRecorder) percentiles(now time.Time, served uint64) (p50, p90, p99 time.Duration) {
+// served in the last minute, counting those that ran at once (fast so far)
+// as zero.
+func (r *waitRecorder) percentiles(now time.Time, fast uint64) (p50, p90, p99 time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.rotate(now, served)
+	r.rotate(now, fast)
 	oldest := &r.subs[(r.cur+1)%subWindows]
 	var merged [fineBuckets]uint64
 	var recorded uint64
@@ -126,14 +130,11 @@ func (r *waitRecorder) percentiles(now time.Time, served uint64) (p50, p90, p99 
 		}
 		recorded += r.subs[i].n
 	}
-	total := served - oldest.servedAtStart
-	if total < recorded { // a served count read before its wait was recorded
-		total = recorded
-	}
+	zeros := fast - oldest.fastAtStart
+	total := zeros + recorded
 	if total == 0 {
 		return 0, 0, 0
 	}
-	zeros := total - recorded
 	at := func(q float64) time.Duration {
 		rank := uint64(math.Ceil(q * float64(total)))
 		if rank <= zeros {
@@ -151,13 +152,13 @@ func (r *waitRecorder) percentiles(now time.Time, served uint64) (p50, p90, p99 
 	return at(0.50), at(0.90), at(0.99)
 }
 
-// histogram returns the cumulative histogram, with the requests that ran at
-// once in the first bucket; served is the Queue's served counter.
-func (r *waitRecorder) histogram(served uint64) WaitHistogram {
+// histogram returns the cumulative histogram, with the fast requests that
+// ran at once in the first bucket.
+func (r *waitRecorder) histogram(fast uint64) WaitHistogram {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := WaitHistogram{Count: max(served, r.n), Sum: r.sum}
-	cum := h.Count - r.n // zero waits
+	h := WaitHistogram{Count: fast + r.n, Sum: r.sum}
+	cum := fast
 	for i := range WaitBounds {
 		cum += r.coarse[i]
 		h.Counts[i] = cum
@@ -217,4 +218,42 @@ func (m *drainMeter) rate(now time.Time, done uint64) (float64, bool) {
 		return 0, true
 	}
 	return float64(done-base.done) / now.Sub(base.at).Seconds(), true
+}
+
+// serviceMeter estimates how long a request holds its slot, from the handler
+// times of every request that waited (those served while every slot was
+// taken) and of one in serviceEvery of the others. Limit over it is the rate
+// the slots can serve at, whatever the demand was. It is a per-request
+// average, not a per-second one, so an idle period changes nothing: the
+// first burst after it is judged by the handler times seen last.
+type serviceMeter struct {
+	mu   sync.Mutex
+	avg  float64 // seconds; guarded by mu
+	n    int     // samples so far, up to serviceWeight; guarded by mu
+}
+
+// serviceWeight: the estimate is the mean of the first samples, then an
+// exponentially weighted average that gives a new sample 1/serviceWeight.
+const serviceWeight = 16
+
+// sample adds the handler time of one timed request.
+func (m *serviceMeter) sample(d time.Duration) {
+	x := max(d, 0).Seconds()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n < serviceWeight {
+		m.n++
+	}
+	m.avg += (x - m.avg) / float64(m.n)
+}
+
+// mean returns the estimated time a request holds its slot, and false until
+// a timed request has finished.
+func (m *serviceMeter) mean() (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n == 0 {
+		return 0, false
+	}
+	return time.Duration(m.avg * float64(time.Second)), true
 }

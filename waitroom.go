@@ -211,6 +211,35 @@ func (r *waitroom) victim(prio int) *waiter {
 	return r.low.items[0].all.last
 }
 
+// ahead is the number of waiters that would be served before a new waiter
+// of priority prio and flow key: every waiter of a higher priority, and at
+// its own priority, as flows take turns, its flow's waiters and, from every
+// other flow, as many as get a turn before its own (one more than its flow
+// has waiting, or all that flow has). O(P) levels, plus the level's flows
+// when its flow already waits.
+func (r *waitroom) ahead(prio int, key string) int {
+	n := 0
+	for _, l := range r.levels {
+		if l.prio > prio {
+			n += l.n
+		}
+	}
+	l := r.levels[prio]
+	if l == nil {
+		return n
+	}
+	f := l.flows[r.flowKey(key)]
+	if f == nil {
+		return n + len(l.flows) // one turn of each flow
+	}
+	for _, g := range l.flows {
+		if g != f {
+			n += min(g.n, f.n+1)
+		}
+	}
+	return n + f.n
+}
+
 // byPriority lists the number of waiters per priority, in no order (the
 // caller sorts it, outside the lock).
 func (r *waitroom) byPriority() []PriorityCount {

@@ -1,0 +1,294 @@
+package ginqueue
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+)
+
+// The lock-free steps of the dispatcher (the fast path, Release, parking,
+// SetLimit) are enumerated here in every order. Each actor of a scenario runs
+// the real code in its own goroutine; the dispatcher's step hook pauses it
+// before every atomic step on the counters and before it takes mu, and a
+// controller lets one paused actor go at a time. Every sequence of choices is
+// tried, depth first, each in a fresh synctest bubble; after every step the
+// controller checks the slots, and at the end the scenario's own checks run.
+
+// actor is one goroutine of a scenario; what it returns is its outcome.
+type actor struct {
+	name string
+	run  func(d *dispatcher) string
+}
+
+type scenario struct {
+	name   string
+	limits Limits
+	setup  func(d *dispatcher) // runs before the actors, without pauses
+	actors []actor
+	// final checks the end state: every actor is done or parked. It may
+	// read d under mu. outcomes[i] is "" for an actor still parked.
+	final func(d *dispatcher, outcomes []string) error
+	// minSchedules is a floor on the number of orders explored, so that
+	// a change that removes the pause points cannot pass unnoticed.
+	minSchedules int
+}
+
+// sched pauses actors at their steps. All fields are guarded by mu.
+type sched struct {
+	mu    sync.Mutex
+	ids   map[uint64]int // goroutine id -> actor
+	at    []step         // where each actor is paused; stepNone if not paused
+	gates []chan struct{}
+	done  []bool
+	free  bool // the schedule is over: nobody pauses any more
+}
+
+// goid is the current goroutine's id, parsed from its stack header.
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	id, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return id
+}
+
+// pause is the dispatcher's step hook: an actor stops here until the
+// controller lets it go; any other goroutine runs through.
+func (s *sched) pause(k step) {
+	id := goid()
+	s.mu.Lock()
+	a, ok := s.ids[id]
+	if !ok || s.free {
+		s.mu.Unlock()
+		return
+	}
+	s.at[a] = k
+	g := s.gates[a]
+	s.mu.Unlock()
+	<-g
+}
+
+// playOrder runs sc once, taking choice[i] at the i-th step (0 beyond the
+// prefix). It returns the choices made, the number of options at each step
+// and a description of the first violation, if any.
+func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int, trace []string, bad string) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewMemoryBackend().(*dispatcher)
+		if err := d.Start(sc.limits); err != nil {
+			bad = err.Error()
+			return
+		}
+		if sc.setup != nil {
+			sc.setup(d)
+		}
+		n := len(sc.actors)
+		s := &sched{ids: map[uint64]int{}, at: make([]step, n), gates: make([]chan struct{}, n), done: make([]bool, n)}
+		outcomes := make([]string, n)
+		for i := range s.gates {
+			s.gates[i] = make(chan struct{})
+		}
+		d.step = s.pause
+		for i, a := range sc.actors {
+			go func() {
+				s.mu.Lock()
+				s.ids[goid()] = i
+				s.mu.Unlock()
+				s.pause(stepStart)
+				out := a.run(d)
+				s.mu.Lock()
+				outcomes[i], s.done[i] = out, true
+				s.mu.Unlock()
+			}()
+		}
+		prevRun, _ := d.slots()
+		for depth := 0; ; depth++ {
+			synctest.Wait()
+			s.mu.Lock()
+			var ready []int
+			for i, k := range s.at {
+				if k == stepNone {
+					continue
+				}
+				if k == stepLock {
+					// All actors are paused or parked: mu is free exactly
+					// when nobody paused inside a locked section holds it.
+					if !d.mu.TryLock() {
+						continue
+					}
+					d.mu.Unlock()
+				}
+				ready = append(ready, i)
+			}
+			if len(ready) == 0 {
+				s.mu.Unlock()
+				break
+			}
+			c := 0
+			if depth < len(prefix) {
+				c = prefix[depth]
+			}
+			choices, options = append(choices, c), append(options, len(ready))
+			a := ready[c]
+			trace = append(trace, sc.actors[a].name+"@"+stepNames[s.at[a]])
+			s.at[a] = stepNone
+			g := s.gates[a]
+			s.mu.Unlock()
+			g <- struct{}{}
+			synctest.Wait()
+			run, limit := d.slots()
+			if run > prevRun && run > limit {
+				bad = fmt.Sprintf("running %d with limit %d", run, limit)
+				break
+			}
+			prevRun = run
+		}
+		s.mu.Lock()
+		done := append([]bool(nil), s.done...)
+		final := append([]string(nil), outcomes...)
+		s.mu.Unlock()
+		if bad == "" {
+			d.mu.Lock()
+			if d.room.n > 0 {
+				if run, limit := d.slots(); run < limit {
+					bad = fmt.Sprintf("%d parked while %d of %d slots are held", d.room.n, run, limit)
+				}
+			}
+			d.mu.Unlock()
+		}
+		if bad == "" && sc.final != nil {
+			for i := range final {
+				if !done[i] {
+					final[i] = ""
+				}
+			}
+			if err := sc.final(d, final); err != nil {
+				bad = err.Error()
+			}
+		}
+		s.mu.Lock()
+		s.free = true // let everyone paused run to the end
+		for i, k := range s.at {
+			if k != stepNone {
+				close(s.gates[i])
+			}
+		}
+		s.mu.Unlock()
+		synctest.Wait()
+		_ = d.Close() // wakes anyone parked, so the bubble can end
+		synctest.Wait()
+	})
+	return choices, options, trace, bad
+}
+
+// explore plays every order of sc and fails on the first violation.
+func explore(t *testing.T, sc scenario) {
+	t.Helper()
+	var prefix []int
+	count := 0
+	for {
+		choices, options, trace, bad := playOrder(t, sc, prefix)
+		count++
+		if bad != "" {
+			t.Fatalf("%s: after %s: %s", sc.name, strings.Join(trace, " "), bad)
+		}
+		i := len(choices) - 1
+		for i >= 0 && choices[i]+1 >= options[i] {
+			i--
+		}
+		if i < 0 {
+			break
+		}
+		prefix = append(choices[:i:i], choices[i]+1)
+	}
+	t.Logf("%s: %d orders", sc.name, count)
+	if count < sc.minSchedules {
+		t.Fatalf("%s: only %d orders explored, expected at least %d", sc.name, count, sc.minSchedules)
+	}
+}
+
+var stepNames = map[step]string{
+	stepStart: "start", stepLock: "lock", stepFastLoad: "fast-load", stepFastCAS: "fast-cas",
+	stepRelease: "release-add", stepSlowLoad: "slow-load", stepSlowMark: "slow-mark", stepSlowTake: "slow-take",
+	stepGrantRead: "grant-read", stepGrantTake: "grant-add", stepSettle: "settle", stepSetLimit: "setlimit-add",
+}
+
+// The actors.
+var (
+	fastArrival = actor{"fast", func(d *dispatcher) string { return fmt.Sprint(d.tryFast() != 0) }}
+	slowArrival = actor{"slow", func(d *dispatcher) string {
+		_, err := d.acquireSlow(context.Background(), Arrival{})
+		return fmt.Sprint(err)
+	}}
+	release = actor{"release", func(d *dispatcher) string { d.Release(Ticket{}); return "released" }}
+)
+
+func setLimit(n int) actor {
+	return actor{"setlimit", func(d *dispatcher) string { return fmt.Sprint(d.SetLimit(n)) }}
+}
+
+// holdOne takes a slot before the actors start.
+func holdOne(d *dispatcher) {
+	if d.tryFast() == 0 {
+		panic("setup: no free slot")
+	}
+}
+
+func TestInterleavings(t *testing.T) {
+	for _, sc := range []scenario{
+		{
+			// Two arrivals, one holder releasing, one of the arrivals
+			// parking: whatever the order, at most one slot is held, and
+			// the freed slot reaches the parked waiter.
+			name:   "release, fast arrival and parking arrival",
+			limits: Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:  holdOne,
+			actors: []actor{fastArrival, slowArrival, release},
+			final: func(d *dispatcher, out []string) error {
+				run, _ := d.slots()
+				if run != 1 {
+					return fmt.Errorf("%d slots held at the end, want 1 (outcomes %q)", run, out)
+				}
+				return nil
+			},
+			minSchedules: 2000,
+		},
+		{
+			// A lowered limit holds from the moment SetLimit returns: a
+			// fast path that read the old limit must not get in after it.
+			name:         "fast arrival and a lowered limit",
+			limits:       Limits{MaxConcurrent: 2, MaxQueue: 1},
+			setup:        holdOne,
+			actors:       []actor{fastArrival, setLimit(1)},
+			minSchedules: 30,
+		},
+		{
+			name:         "fast arrival, release and a lowered limit",
+			limits:       Limits{MaxConcurrent: 2, MaxQueue: 1},
+			setup:        func(d *dispatcher) { holdOne(d); holdOne(d) },
+			actors:       []actor{fastArrival, setLimit(1), release},
+			minSchedules: 500,
+		},
+		{
+			// Raising the limit wakes the parked waiter at once.
+			name:   "raised limit, parking arrival and fast arrival",
+			limits: Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:  holdOne,
+			actors: []actor{slowArrival, setLimit(2), fastArrival},
+			final: func(d *dispatcher, out []string) error {
+				if run, _ := d.slots(); run != 2 {
+					return fmt.Errorf("%d slots held at the end, want 2 (outcomes %q)", run, out)
+				}
+				return nil
+			},
+			minSchedules: 1500,
+		},
+	} {
+		t.Run(sc.name, func(t *testing.T) { explore(t, sc) })
+	}
+}
