@@ -49,8 +49,8 @@ type waitRecorder struct {
 // it).
 type fineWindow struct {
 	fastAtStart uint64
-	buckets       [fineBuckets]uint32
-	n             uint64
+	buckets     [fineBuckets]uint32
+	n           uint64
 }
 
 // start opens the window when the Queue is built, so that requests served
@@ -227,9 +227,9 @@ func (m *drainMeter) rate(now time.Time, done uint64) (float64, bool) {
 // average, not a per-second one, so an idle period changes nothing: the
 // first burst after it is judged by the handler times seen last.
 type serviceMeter struct {
-	mu   sync.Mutex
-	avg  float64 // seconds; guarded by mu
-	n    int     // samples so far, up to serviceWeight; guarded by mu
+	mu  sync.Mutex
+	avg float64 // seconds; guarded by mu
+	n   int     // samples so far, up to serviceWeight; guarded by mu
 }
 
 // serviceWeight: the estimate is the mean of the first samples, then an
