@@ -521,9 +521,13 @@ func TestSeedScenario(t *testing.T) {
 }
 
 // A randomized property test: arrivals, hang-ups, timeouts, panics, closes,
-// durations, priorities and flows drawn from a seeded source. After every run: running <= limit at
-// all times, queued <= MaxQueue, grants in arrival order, exactly one outcome
-// per request, handlers ran only for served requests, counters add up.
+// limit changes, durations, priorities and flows drawn from a seeded source.
+// After every run: running <= the highest limit at all times, queued <=
+// MaxQueue, grants in arrival order, exactly one outcome per request,
+// handlers ran only for served requests, counters add up. At every look
+// during the run (statsWatch): counters and histogram buckets never go
+// down, Served >= Running, the split by priority adds up to Queued, the
+// drain rate is finite and not negative.
 func TestRandomSchedules(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if env := os.Getenv("GINQUEUE_SEED"); env != "" { // to replay a failure
@@ -553,6 +557,12 @@ type plan struct {
 	cfg     ginqueue.Config
 	closeAt time.Duration // 0: never
 	reqs    []plannedRequest
+	limits  []plannedLimit // SetLimit calls, in time order
+}
+
+type plannedLimit struct {
+	at time.Duration
+	n  int
 }
 
 func randomPlan(rng *rand.Rand) plan {
@@ -588,11 +598,19 @@ func randomPlan(rng *rand.Rand) plan {
 	if rng.IntN(4) == 0 {
 		p.closeAt = time.Duration(rng.IntN(int(at)))
 	}
+	if rng.IntN(3) == 0 {
+		var when time.Duration
+		for range 1 + rng.IntN(4) {
+			when += time.Duration(rng.IntN(int(at)/2 + 1))
+			p.limits = append(p.limits, plannedLimit{at: when, n: 1 + rng.IntN(6)})
+		}
+	}
 	return p
 }
 
 func (p plan) check(t *testing.T) {
 	q := mustQueue(t, p.cfg)
+	var watch statsWatch // counters and buckets never go down, and more
 	var mu sync.Mutex
 	var running, maxRunning, maxQueued int
 	t0 := time.Now()
@@ -601,6 +619,7 @@ func (p plan) check(t *testing.T) {
 	r.GET("/", func(c *gin.Context) {
 		var id int
 		fmt.Sscan(c.Query("id"), &id)
+		watch.look(q)
 		st := q.Stats()
 		mu.Lock()
 		p.reqs[id].started = time.Since(t0)
@@ -612,6 +631,7 @@ func (p plan) check(t *testing.T) {
 			mu.Lock()
 			running--
 			mu.Unlock()
+			watch.look(q)
 		}()
 		time.Sleep(p.reqs[id].run)
 		if p.reqs[id].panics {
@@ -625,6 +645,30 @@ func (p plan) check(t *testing.T) {
 			_ = q.Close()
 		}()
 	}
+	maxLimit := p.cfg.MaxConcurrent
+	limitErrs := make(chan error, len(p.limits))
+	go func() {
+		for _, l := range p.limits {
+			time.Sleep(l.at - time.Since(t0))
+			limitErrs <- q.SetLimit(l.n)
+			watch.look(q)
+		}
+		close(limitErrs)
+	}()
+	for _, l := range p.limits {
+		maxLimit = max(maxLimit, l.n)
+	}
+	sampling := make(chan struct{})
+	go func() { // a look every 500 µs, between the events too
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-time.After(500 * time.Microsecond):
+				watch.look(q)
+			}
+		}
+	}()
 	out := make(chan result, len(p.reqs))
 	for id, pr := range p.reqs {
 		time.Sleep(pr.arrive - time.Since(t0))
@@ -658,7 +702,13 @@ func (p plan) check(t *testing.T) {
 			}
 		}
 	}
-	assert.LessOrEqual(t, maxRunning, p.cfg.MaxConcurrent)
+	close(sampling)
+	for err := range limitErrs {
+		assert.NoError(t, err)
+	}
+	watch.look(q)
+	watch.check(t)
+	assert.LessOrEqual(t, maxRunning, maxLimit)
 	assert.LessOrEqual(t, maxQueued, p.cfg.MaxQueue)
 	// FIFO within a priority and flow (plain FIFO has one of each): no
 	// request started before an earlier arrival of its class that started.
