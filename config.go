@@ -34,22 +34,27 @@ type Config struct {
 
 	// OnQueueFull writes the response for a request that found the queue
 	// full. The request is already aborted (c.Abort) when it is called and
-	// holds no slot. Nil means c.AbortWithStatus(503) with a Retry-After
-	// header.
+	// holds no slot, and the default response is preset: status 503 and a
+	// Retry-After header (see RetryAfter). A hook that sets its own status or
+	// writes a body replaces the status; one that writes nothing answers with
+	// the default, so a rejected request never looks served. The preset
+	// Retry-After stays on whatever the hook writes; remove it with
+	// c.Writer.Header().Del("Retry-After"). Nil means the default response.
 	OnQueueFull gin.HandlerFunc
 
 	// OnQueueTimeout writes the response for a request that waited
-	// QueueTimeout without getting a slot. The request is already aborted and
-	// holds no slot. Nil means c.AbortWithStatus(408) with a Retry-After
-	// header. Some HTTP clients
-	// retry a 408 at once on a new connection; set this hook to answer with
-	// another status (503 with Retry-After, say) if yours do.
+	// QueueTimeout without getting a slot. As with OnQueueFull, the request
+	// is already aborted, holds no slot, and the default response is preset:
+	// status 408 and a Retry-After header. Nil means the default response.
+	// Some HTTP clients retry a 408 at once on a new connection; set this hook
+	// to answer with another status (503 with Retry-After, say) if yours do.
 	OnQueueTimeout gin.HandlerFunc
 
 	// OnClosed writes the response for a request that arrived after Close or
-	// Shutdown, or that was waiting when they were called. The request is
-	// already aborted and holds no slot. Nil means c.AbortWithStatus(503)
-	// with a Retry-After header.
+	// Shutdown, or that was waiting when they were called. As with
+	// OnQueueFull, the request is already aborted, holds no slot, and the
+	// default response is preset: status 503 and a Retry-After header. Nil
+	// means the default response.
 	OnClosed gin.HandlerFunc
 
 	// Skip exempts a request from the throttle: when it returns true the

@@ -363,17 +363,24 @@ func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
 	}
 }
 
-// respond runs hook, or writes status with a Retry-After header.
+// respond answers with status and a Retry-After header, or runs hook with
+// both preset: a hook that writes nothing then answers with the default
+// (gin writes the preset status once the chain returns), so a rejected
+// request never looks served; one that sets its own status or writes a body
+// wins. A response an earlier middleware wrote is left alone: a later status
+// would be ignored.
 func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
+	if !c.Writer.Written() {
+		c.Header("Retry-After", q.retryAfterNow())
+		if hook == nil {
+			c.AbortWithStatus(status)
+			return
+		}
+		c.Status(status)
+	}
 	if hook != nil {
 		hook(c)
-		return
 	}
-	if c.Writer.Written() {
-		return
-	}
-	c.Header("Retry-After", q.retryAfterNow())
-	c.AbortWithStatus(status)
 }
 
 // outcomeOf maps an Acquire error to its outcome.
