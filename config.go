@@ -43,11 +43,14 @@ type Config struct {
 	OnQueueFull gin.HandlerFunc
 
 	// OnQueueTimeout writes the response for a request that waited
-	// QueueTimeout without getting a slot. As with OnQueueFull, the request
-	// is already aborted, holds no slot, and the default response is preset:
-	// status 408 and a Retry-After header. Nil means the default response.
-	// Some HTTP clients retry a 408 at once on a new connection; set this hook
-	// to answer with another status (503 with Retry-After, say) if yours do.
+	// QueueTimeout without getting a slot, or whose request context's
+	// deadline (a timeout middleware in front, say) passed while it waited,
+	// so it can run even when QueueTimeout is zero. As with OnQueueFull, the
+	// request is already aborted, holds no slot, and the default response is
+	// preset: status 408 and a Retry-After header. Nil means the default
+	// response. Some HTTP clients retry a 408 at once on a new connection;
+	// set this hook to answer with another status (503 with Retry-After,
+	// say) if yours do.
 	OnQueueTimeout gin.HandlerFunc
 
 	// OnClosed writes the response for a request that arrived after Close or
@@ -153,9 +156,6 @@ func (c Config) Validate() error {
 			c.QueueTimeout, c.MaxQueue)
 	case c.Adaptive != nil && c.Adaptive.validate() != nil:
 		return c.Adaptive.validate()
-	case c.OnQueueTimeout != nil && (c.QueueTimeout == 0 || c.MaxQueue == 0):
-		return fmt.Errorf("ginqueue: Config.OnQueueTimeout is set but can never run with QueueTimeout %v and MaxQueue %d; "+
-			"set both above zero or drop the hook", c.QueueTimeout, c.MaxQueue)
 	}
 	return nil
 }

@@ -42,7 +42,8 @@ const (
 	// OutcomeQueueFull: no free slot and no waiting place; 503.
 	OutcomeQueueFull
 	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
-	// request context's deadline passed while it waited; 408.
+	// request context's own deadline (a timeout middleware in front, say)
+	// passed while it waited, with or without a QueueTimeout; 408.
 	OutcomeQueueTimeout
 	// OutcomeCanceled: the client hung up while waiting (its request context
 	// was canceled); no body is written, 499 is recorded.

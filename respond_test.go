@@ -75,3 +75,35 @@ func TestRejectionHookStartsFromTheDefault(t *testing.T) {
 		}
 	}
 }
+
+// OnQueueTimeout is allowed without a QueueTimeout: a deadline on the
+// request's context that passes in the queue is a queue timeout, and the
+// hook answers it.
+func TestTimeoutHookAnswersARequestDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var outcomes []ginqueue.Outcome // appended on the requests' goroutines, read after both answered
+		q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1,
+			OnQueueTimeout: func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "try later") },
+			OnOutcome:      func(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) { outcomes = append(outcomes, o) },
+		})
+		require.NoError(t, err, "an OnQueueTimeout hook without QueueTimeout can run")
+		t.Cleanup(func() { _ = q.Close() })
+		g, r := gated(q)
+		out := make(chan result, 2)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		send(r, ctx, 1, t0, out)
+		res := <-out
+		assert.Equal(t, 1, res.id)
+		assert.Equal(t, http.StatusServiceUnavailable, res.code)
+		assert.Equal(t, "try later", res.body)
+		assert.Equal(t, 50*time.Millisecond, res.at)
+		g.open(1)
+		<-out
+		assert.EqualValues(t, 1, q.Stats().QueueTimeout)
+		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeQueueTimeout, ginqueue.OutcomeServed}, outcomes)
+	})
+}
