@@ -345,7 +345,7 @@ func (q *Queue) arrival(c *gin.Context) Arrival {
 
 // reject answers a request that got no slot, after waiting wait.
 func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
-	o := outcomeOf(err)
+	o := outcomeOf(c.Request.Context(), err)
 	q.counts[o].Add(1)
 	c.Abort()
 	switch o {
@@ -384,20 +384,31 @@ func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
 	}
 }
 
-// outcomeOf maps an Acquire error to its outcome.
-func outcomeOf(err error) Outcome {
+// outcomeOf maps an Acquire error for a request whose context is ctx to its
+// outcome. What the Backend says wins over any cause its error wraps: a
+// remote Backend whose own call timed out wraps context.DeadlineExceeded,
+// and that is an unavailable backend (queue full), not a queue timeout. Only
+// ErrQueueTimeout or the request's own context makes a queue timeout.
+func outcomeOf(ctx context.Context, err error) Outcome {
 	switch {
-	case errors.Is(err, ErrQueueTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ErrClosed):
+		return OutcomeClosed
+	case errors.Is(err, ErrQueueFull):
+		return OutcomeQueueFull
+	case errors.Is(err, ErrQueueTimeout):
+		return OutcomeQueueTimeout
+	}
+	switch cerr := ctx.Err(); {
+	case cerr == nil:
+		// The request is still there: the Backend failed it some other way.
+		return OutcomeQueueFull
+	case errors.Is(cerr, context.DeadlineExceeded):
 		// A deadline on the request's context (a timeout middleware, say)
 		// that passes in the queue is a queue timeout: the client is still
 		// there and gets its 408.
 		return OutcomeQueueTimeout
-	case errors.Is(err, ErrClosed):
-		return OutcomeClosed
-	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
 	}
-	return OutcomeQueueFull
+	return OutcomeCanceled
 }
 
 // Stats returns a snapshot of the Queue's slots, queue, counters and waits.

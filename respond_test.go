@@ -2,7 +2,10 @@ package ginqueue_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -106,4 +109,127 @@ func TestTimeoutHookAnswersARequestDeadline(t *testing.T) {
 		assert.EqualValues(t, 1, q.Stats().QueueTimeout)
 		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeQueueTimeout, ginqueue.OutcomeServed}, outcomes)
 	})
+}
+
+// stubBackend is a Backend whose Acquire answers what acquire returns for
+// the request's context, at once.
+type stubBackend struct {
+	acquire func(ctx context.Context) error
+}
+
+func (b *stubBackend) Start(ginqueue.Limits) error { return nil }
+func (b *stubBackend) Acquire(ctx context.Context, _ ginqueue.Arrival) (ginqueue.Ticket, error) {
+	return ginqueue.Ticket{}, b.acquire(ctx)
+}
+func (b *stubBackend) Release(ginqueue.Ticket)      {}
+func (b *stubBackend) Stats() ginqueue.BackendStats { return ginqueue.BackendStats{Limit: 1} }
+func (b *stubBackend) Drain(context.Context) error  { return nil }
+func (b *stubBackend) Close() error                 { return nil }
+
+// unavailable is what a remote backend answers when it cannot reach its
+// store: it says queue full and wraps the cause, here its own call's
+// timeout.
+type unavailable struct{ cause error }
+
+func (e unavailable) Error() string   { return "stub: store unavailable: " + e.cause.Error() }
+func (e unavailable) Unwrap() []error { return []error{ginqueue.ErrQueueFull, e.cause} }
+
+// counted is the rejection counters of st, by outcome.
+func counted(st ginqueue.Stats) map[ginqueue.Outcome]uint64 {
+	return map[ginqueue.Outcome]uint64{
+		ginqueue.OutcomeServed:       st.Served,
+		ginqueue.OutcomeQueueFull:    st.QueueFull,
+		ginqueue.OutcomeQueueTimeout: st.QueueTimeout,
+		ginqueue.OutcomeCanceled:     st.Canceled,
+		ginqueue.OutcomeClosed:       st.Closed,
+	}
+}
+
+// What the Backend says wins over any cause its error wraps; only the
+// request's own context or ErrQueueTimeout makes a queue timeout. A backend
+// whose own call timed out is not the request timing out.
+func TestBackendErrorOutcomes(t *testing.T) {
+	errDown := errors.New("stub: store unreachable") // wraps none of the Err values
+	alive := func() context.Context { return context.Background() }
+	canceled := func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}
+	expired := func() context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		t.Cleanup(cancel)
+		return ctx
+	}
+	tests := []struct {
+		name    string
+		ctx     func() context.Context // the request's
+		err     func(ctx context.Context) error
+		code    int
+		outcome ginqueue.Outcome
+	}{
+		{"queue full wrapping the call's deadline", alive,
+			func(context.Context) error { return unavailable{context.DeadlineExceeded} },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"queue full and the call's deadline, two %w", alive,
+			func(context.Context) error {
+				return fmt.Errorf("%w (%w)", context.DeadlineExceeded, ginqueue.ErrQueueFull)
+			},
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"unavailable wrapping the call's deadline, request alive", alive,
+			func(context.Context) error { return fmt.Errorf("%w: %w", errDown, context.DeadlineExceeded) },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"the backend's own cancel, request alive", alive,
+			func(context.Context) error { return fmt.Errorf("stub: %w", context.Canceled) },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"an unknown error", alive,
+			func(context.Context) error { return errDown },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"closed wrapping the call's deadline", alive,
+			func(context.Context) error { return fmt.Errorf("%w: %w", ginqueue.ErrClosed, context.DeadlineExceeded) },
+			http.StatusServiceUnavailable, ginqueue.OutcomeClosed},
+		{"closed wrapping queue full", alive,
+			func(context.Context) error { return fmt.Errorf("%w: %w", ginqueue.ErrClosed, ginqueue.ErrQueueFull) },
+			http.StatusServiceUnavailable, ginqueue.OutcomeClosed},
+		{"queue timeout", alive,
+			func(context.Context) error { return fmt.Errorf("stub: %w", ginqueue.ErrQueueTimeout) },
+			http.StatusRequestTimeout, ginqueue.OutcomeQueueTimeout},
+		{"request canceled", canceled,
+			func(ctx context.Context) error { return ctx.Err() },
+			ginqueue.StatusClientClosedRequest, ginqueue.OutcomeCanceled},
+		{"request canceled, the backend wraps it", canceled,
+			func(ctx context.Context) error { return fmt.Errorf("stub: %w", ctx.Err()) },
+			ginqueue.StatusClientClosedRequest, ginqueue.OutcomeCanceled},
+		{"request canceled, the backend unavailable", canceled,
+			func(context.Context) error { return fmt.Errorf("%w: %w", errDown, context.DeadlineExceeded) },
+			ginqueue.StatusClientClosedRequest, ginqueue.OutcomeCanceled},
+		{"request deadline passed", expired,
+			func(ctx context.Context) error { return ctx.Err() },
+			http.StatusRequestTimeout, ginqueue.OutcomeQueueTimeout},
+		{"request deadline passed, the backend unavailable", expired,
+			func(context.Context) error { return errDown },
+			http.StatusRequestTimeout, ginqueue.OutcomeQueueTimeout},
+		{"request deadline passed, the backend says queue full", expired,
+			func(context.Context) error { return ginqueue.ErrQueueFull },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var seen []ginqueue.Outcome // the request runs on this goroutine
+			q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Second,
+				Backend:   &stubBackend{acquire: tt.err},
+				OnOutcome: func(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) { seen = append(seen, o) },
+			})
+			r := newEngine(q.Handler(), func(c *gin.Context) { c.String(http.StatusOK, "served") })
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequestWithContext(tt.ctx(), http.MethodGet, "/", nil))
+
+			assert.Equal(t, tt.code, w.Code)
+			assert.NotEqual(t, "served", w.Body.String())
+			assert.Equal(t, []ginqueue.Outcome{tt.outcome}, seen)
+			want := counted(ginqueue.Stats{})
+			want[tt.outcome] = 1
+			assert.Equal(t, want, counted(q.Stats()))
+		})
+	}
 }
