@@ -133,6 +133,10 @@ type Queue struct {
 	// counts of the rejections, by Outcome; the Backend counts Served, so
 	// that a request that runs writes nothing here.
 	counts [OutcomeClosed + 1]atomic.Uint64
+
+	// closed is set by Close before the Backend closes, so that an arrival
+	// after Close is closed whatever RejectEarly would say of it.
+	closed atomic.Bool
 }
 
 // New returns the middleware of a new Queue built from cfg. It panics with a
@@ -252,6 +256,9 @@ func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, s
 // wait gets a slot for c from the Backend when the fast path could not. Only
 // a request that may have to wait pays for its priority, flow key and clock.
 func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
+	if q.closed.Load() {
+		return Ticket{}, 0, ErrClosed
+	}
 	start := time.Now()
 	if q.rejectEarly && q.expectedWait(start) > q.timeout {
 		return Ticket{}, 0, errRejectedEarly
@@ -499,7 +506,10 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 // Close stops admitting: new arrivals and every waiting request are answered
 // as closed (503) at once. Requests already running finish normally. It
 // returns the Backend's error, if any, and may be called more than once.
-func (q *Queue) Close() error { return q.backend.Close() }
+func (q *Queue) Close() error {
+	q.closed.Store(true)
+	return q.backend.Close()
+}
 
 // Shutdown closes the Queue, then waits until every request running on it
 // has finished, or until ctx ends, when it returns ctx.Err().

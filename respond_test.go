@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,6 +17,24 @@ import (
 
 	"github.com/ginqueue/ginqueue"
 )
+
+// outcomeLog records the outcomes OnOutcome reports, from any goroutine.
+type outcomeLog struct {
+	mu   sync.Mutex
+	seen []ginqueue.Outcome
+}
+
+func (l *outcomeLog) add(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) {
+	l.mu.Lock()
+	l.seen = append(l.seen, o)
+	l.mu.Unlock()
+}
+
+func (l *outcomeLog) get() []ginqueue.Outcome {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen
+}
 
 // A rejection hook starts from the default response: one that writes
 // nothing answers with the default status and Retry-After, never a 200; one
@@ -84,10 +103,10 @@ func TestRejectionHookStartsFromTheDefault(t *testing.T) {
 // hook answers it.
 func TestTimeoutHookAnswersARequestDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var outcomes []ginqueue.Outcome // appended on the requests' goroutines, read after both answered
+		var outcomes outcomeLog
 		q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1,
 			OnQueueTimeout: func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "try later") },
-			OnOutcome:      func(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) { outcomes = append(outcomes, o) },
+			OnOutcome:      outcomes.add,
 		})
 		require.NoError(t, err, "an OnQueueTimeout hook without QueueTimeout can run")
 		t.Cleanup(func() { _ = q.Close() })
@@ -107,7 +126,7 @@ func TestTimeoutHookAnswersARequestDeadline(t *testing.T) {
 		g.open(1)
 		<-out
 		assert.EqualValues(t, 1, q.Stats().QueueTimeout)
-		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeQueueTimeout, ginqueue.OutcomeServed}, outcomes)
+		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeQueueTimeout, ginqueue.OutcomeServed}, outcomes.get())
 	})
 }
 
@@ -232,4 +251,41 @@ func TestBackendErrorOutcomes(t *testing.T) {
 			assert.Equal(t, want, counted(q.Stats()))
 		})
 	}
+}
+
+// After Close an arrival is closed even when RejectEarly would turn it
+// away: OnClosed answers, Closed counts it, OnOutcome says closed.
+func TestCloseBeatsRejectEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var outcomes outcomeLog
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 500 * time.Millisecond,
+			RejectEarly: true,
+			OnQueueFull: func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "full") },
+			OnClosed:    func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "closed") },
+			OnOutcome:   outcomes.add,
+		})
+		r := newEngine(q.Handler(), sleeper(time.Second))
+		out := make(chan result, 4)
+		burst(r, 1, 0, out)
+		time.Sleep(time.Second) // one finished in a second: an arrival expects to wait 1 s > 500 ms
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		require.InDelta(t, 1.0, q.Stats().DrainRate, 1e-9)
+
+		burst(r, 1, 1, out) // runs
+		burst(r, 1, 2, out) // turned away early
+		res := <-out
+		assert.Equal(t, result{id: 2, code: http.StatusServiceUnavailable, body: "full", header: res.header}, res)
+
+		require.NoError(t, q.Close())
+		burst(r, 1, 3, out)
+		res = <-out
+		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable, body: "closed", header: res.header}, res)
+		assert.Equal(t, 1, (<-out).id)
+
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.QueueFull)
+		assert.EqualValues(t, 1, st.Closed)
+		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeServed, ginqueue.OutcomeQueueFull, ginqueue.OutcomeClosed,
+			ginqueue.OutcomeServed}, outcomes.get())
+	})
 }
