@@ -32,6 +32,13 @@ type Config struct {
 	// than your clients' own timeouts, or they give up before it fires.
 	QueueTimeout time.Duration
 
+	// QueueTimeoutStatus is the status of the default queue-timeout
+	// response; zero means 408 (Request Timeout). Some HTTP clients retry a
+	// 408 at once, browsers among them, so a route that browsers call is
+	// better answered 503 (http.StatusServiceUnavailable), which they leave
+	// to the page. Anything but zero or a status in [400, 599] is refused.
+	QueueTimeoutStatus int
+
 	// OnQueueFull writes the response for a request that found the queue
 	// full. The request is already aborted (c.Abort) when it is called and
 	// holds no slot, and the default response is preset: status 503 and a
@@ -47,10 +54,8 @@ type Config struct {
 	// deadline (a timeout middleware in front, say) passed while it waited,
 	// so it can run even when QueueTimeout is zero. As with OnQueueFull, the
 	// request is already aborted, holds no slot, and the default response is
-	// preset: status 408 and a Retry-After header. Nil means the default
-	// response. Some HTTP clients retry a 408 at once on a new connection;
-	// set this hook to answer with another status (503 with Retry-After,
-	// say) if yours do.
+	// preset: status QueueTimeoutStatus (408 unless set) and a Retry-After
+	// header. Nil means the default response.
 	OnQueueTimeout gin.HandlerFunc
 
 	// OnClosed writes the response for a request that arrived after Close or
@@ -66,8 +71,9 @@ type Config struct {
 	// such as websockets. It runs on the request's goroutine.
 	Skip func(*gin.Context) bool
 
-	// RetryAfter is the value of the Retry-After header on the default 503
-	// and 408 responses until a request has finished, rounded up to whole
+	// RetryAfter is the value of the Retry-After header on the default
+	// queue-full, queue-timeout and closed responses (preset for their
+	// hooks too) until a request has finished, rounded up to whole
 	// seconds; from then on the header is the time the queue needs to drain
 	// at the measured rate, within [1, 60] seconds. Zero means one second.
 	// Negative is refused.
@@ -147,6 +153,8 @@ func (c Config) Validate() error {
 		return err
 	}
 	switch {
+	case c.QueueTimeoutStatus != 0 && (c.QueueTimeoutStatus < 400 || c.QueueTimeoutStatus > 599):
+		return fmt.Errorf("ginqueue: Config.QueueTimeoutStatus must be 0 or in [400, 599], got %d", c.QueueTimeoutStatus)
 	case c.RetryAfter < 0:
 		return fmt.Errorf("ginqueue: Config.RetryAfter must not be negative, got %v", c.RetryAfter)
 	case c.MaxQueuePerFlow > 0 && c.FlowKey == nil:

@@ -12,6 +12,7 @@
 package ginqueue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,7 +44,8 @@ const (
 	OutcomeQueueFull
 	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
 	// request context's own deadline (a timeout middleware in front, say)
-	// passed while it waited, with or without a QueueTimeout; 408.
+	// passed while it waited, with or without a QueueTimeout; 408, or
+	// Config.QueueTimeoutStatus.
 	OutcomeQueueTimeout
 	// OutcomeCanceled: the client hung up while waiting (its request context
 	// was canceled); no body is written, 499 is recorded.
@@ -124,6 +126,7 @@ type Queue struct {
 	noWait       []string // {"queue;dur=0"}, the Server-Timing of a request that did not wait
 	rejectEarly  bool
 	timeout      time.Duration
+	timeoutCode  int // the status of the default queue-timeout response
 	handler      gin.HandlerFunc
 
 	waits    waitRecorder
@@ -178,6 +181,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 		noWait:       []string{serverTiming(0)},
 		rejectEarly:  cfg.RejectEarly,
 		timeout:      cfg.QueueTimeout,
+		timeoutCode:  cmp.Or(cfg.QueueTimeoutStatus, http.StatusRequestTimeout),
 	}
 	q.fast, _ = b.(*dispatcher)
 	now := time.Now()
@@ -360,7 +364,7 @@ func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
 		// Nobody is listening: record the status for access logs only.
 		c.Status(StatusClientClosedRequest)
 	case OutcomeQueueTimeout:
-		q.respond(c, q.onTimeout, http.StatusRequestTimeout)
+		q.respond(c, q.onTimeout, q.timeoutCode)
 	case OutcomeClosed:
 		q.respond(c, q.onClosed, http.StatusServiceUnavailable)
 	default:

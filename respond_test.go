@@ -289,3 +289,46 @@ func TestCloseBeatsRejectEarly(t *testing.T) {
 			ginqueue.OutcomeServed}, outcomes.get())
 	})
 }
+
+// QueueTimeoutStatus sets the status of the default queue-timeout response,
+// and the status a silent OnQueueTimeout hook answers with; zero is 408.
+func TestQueueTimeoutStatus(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		hook   gin.HandlerFunc
+		want   int
+	}{
+		{"zero is 408", 0, nil, http.StatusRequestTimeout},
+		{"503 for browsers", http.StatusServiceUnavailable, nil, http.StatusServiceUnavailable},
+		{"429", http.StatusTooManyRequests, nil, http.StatusTooManyRequests},
+		{"a silent hook answers with it", http.StatusServiceUnavailable, func(*gin.Context) {}, http.StatusServiceUnavailable},
+		{"a hook's own status wins", http.StatusServiceUnavailable, func(c *gin.Context) { c.Status(http.StatusGatewayTimeout) },
+			http.StatusGatewayTimeout},
+	}
+	for _, status := range []int{0, 400, 503, 599} {
+		assert.NoError(t, ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: status}.Validate(), status)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: 500 * time.Millisecond,
+					QueueTimeoutStatus: tt.status, OnQueueTimeout: tt.hook})
+				g, r := gated(q)
+				out := make(chan result, 2)
+				t0 := time.Now()
+				send(r, context.Background(), 0, t0, out)
+				synctest.Wait()
+				send(r, context.Background(), 1, t0, out)
+				res := <-out
+				assert.Equal(t, 1, res.id)
+				assert.Equal(t, tt.want, res.code)
+				assert.Equal(t, "1", res.header.Get("Retry-After"))
+				assert.Equal(t, 500*time.Millisecond, res.at)
+				g.open(1)
+				<-out
+				assert.EqualValues(t, 1, q.Stats().QueueTimeout)
+			})
+		})
+	}
+}
