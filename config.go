@@ -33,10 +33,12 @@ type Config struct {
 	QueueTimeout time.Duration
 
 	// QueueTimeoutStatus is the status of the default queue-timeout
-	// response; zero means 408 (Request Timeout). Some HTTP clients retry a
-	// 408 at once, browsers among them, so a route that browsers call is
-	// better answered 503 (http.StatusServiceUnavailable), which they leave
-	// to the page. Anything but zero or a status in [400, 599] is refused.
+	// response; zero means 408 (Request Timeout). Chromium resends a request
+	// answered 408 on a reused keep-alive connection, so one fetch() can wait
+	// QueueTimeout several times over and still end in a 408, while a 503
+	// (http.StatusServiceUnavailable) reaches the page at once: use 503 for
+	// routes that browsers call. Anything but zero or a status in [400, 599]
+	// is refused.
 	QueueTimeoutStatus int
 
 	// OnQueueFull writes the response for a request that found the queue
