@@ -416,7 +416,7 @@ func outcomeOf(ctx context.Context, err error) Outcome {
 	case errors.Is(cerr, context.DeadlineExceeded):
 		// A deadline on the request's context (a timeout middleware, say)
 		// that passes in the queue is a queue timeout: the client is still
-		// there and gets its 408.
+		// there and gets its queue-timeout response.
 		return OutcomeQueueTimeout
 	}
 	return OutcomeCanceled
