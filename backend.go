@@ -101,8 +101,16 @@ type Backend interface {
 	// Acquire returns when the request may run, with a Ticket that must be
 	// given back to Release exactly once. Otherwise it returns ErrQueueFull,
 	// ErrQueueTimeout, ErrClosed, or ctx.Err() when ctx ends first (the
-	// client hung up); then no slot is held. An error that wraps none of
-	// these is answered as queue full.
+	// client hung up, or the request's deadline passed); then no slot is
+	// held. The Queue reads an error in that order: one that wraps ErrClosed
+	// is closed, else ErrQueueFull is queue full, else ErrQueueTimeout is
+	// queue timeout, whatever else it wraps; so a backend that cannot reach
+	// its store should wrap ErrQueueFull, and a cause such as its own call's
+	// context.DeadlineExceeded then changes nothing. Any other error is
+	// decided by ctx: canceled is canceled, past its deadline is queue
+	// timeout, and a ctx still alive (an unavailable backend, a timeout of
+	// the backend's own) is queue full. Only ctx or ErrQueueTimeout ever
+	// make a queue timeout.
 	Acquire(ctx context.Context, a Arrival) (Ticket, error)
 
 	// Release gives back the slot of a Ticket from Acquire. It never blocks

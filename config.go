@@ -32,24 +32,39 @@ type Config struct {
 	// than your clients' own timeouts, or they give up before it fires.
 	QueueTimeout time.Duration
 
+	// QueueTimeoutStatus is the status of the default queue-timeout
+	// response; zero means 408 (Request Timeout). Chromium resends a request
+	// answered 408 on a reused keep-alive connection, so one fetch() can wait
+	// QueueTimeout several times over and still end in a 408, while a 503
+	// (http.StatusServiceUnavailable) reaches the page at once: use 503 for
+	// routes that browsers call. Anything but zero or a status in [400, 599]
+	// is refused.
+	QueueTimeoutStatus int
+
 	// OnQueueFull writes the response for a request that found the queue
 	// full. The request is already aborted (c.Abort) when it is called and
-	// holds no slot. Nil means c.AbortWithStatus(503) with a Retry-After
-	// header.
+	// holds no slot, and the default response is preset: status 503 and a
+	// Retry-After header (see RetryAfter). A hook that sets its own status or
+	// writes a body replaces the status; one that writes nothing answers with
+	// the default, so a rejected request never looks served. The preset
+	// Retry-After stays on whatever the hook writes; remove it with
+	// c.Writer.Header().Del("Retry-After"). Nil means the default response.
 	OnQueueFull gin.HandlerFunc
 
 	// OnQueueTimeout writes the response for a request that waited
-	// QueueTimeout without getting a slot. The request is already aborted and
-	// holds no slot. Nil means c.AbortWithStatus(408) with a Retry-After
-	// header. Some HTTP clients
-	// retry a 408 at once on a new connection; set this hook to answer with
-	// another status (503 with Retry-After, say) if yours do.
+	// QueueTimeout without getting a slot, or whose request context's
+	// deadline (a timeout middleware in front, say) passed while it waited,
+	// so it can run even when QueueTimeout is zero. As with OnQueueFull, the
+	// request is already aborted, holds no slot, and the default response is
+	// preset: status QueueTimeoutStatus (408 unless set) and a Retry-After
+	// header. Nil means the default response.
 	OnQueueTimeout gin.HandlerFunc
 
 	// OnClosed writes the response for a request that arrived after Close or
-	// Shutdown, or that was waiting when they were called. The request is
-	// already aborted and holds no slot. Nil means c.AbortWithStatus(503)
-	// with a Retry-After header.
+	// Shutdown, or that was waiting when they were called. As with
+	// OnQueueFull, the request is already aborted, holds no slot, and the
+	// default response is preset: status 503 and a Retry-After header. Nil
+	// means the default response.
 	OnClosed gin.HandlerFunc
 
 	// Skip exempts a request from the throttle: when it returns true the
@@ -58,13 +73,14 @@ type Config struct {
 	// such as websockets. It runs on the request's goroutine.
 	Skip func(*gin.Context) bool
 
-	// RetryAfter is the value of the Retry-After header on the default 503
-	// and 408 responses until a request has finished, rounded up to whole
-	// seconds. From then on the header is how long the slots need to serve
-	// everyone queued at the measured handler time (the limit over the mean
-	// time a request holds its slot, which idle periods do not change), in
-	// whole seconds, at least 1 and at most QueueTimeout, by when every
-	// current waiter has left. Zero means one second. Negative is refused.
+	// RetryAfter is the value of the Retry-After header on the default
+	// queue-full, queue-timeout and closed responses (preset for their
+	// hooks too) until a request has finished, rounded up to whole seconds.
+	// From then on the header is how long the slots need to serve everyone
+	// queued at the measured handler time (the limit over the mean time a
+	// request holds its slot, which idle periods do not change), in whole
+	// seconds, at least 1 and at most QueueTimeout, by when every current
+	// waiter has left. Zero means one second. Negative is refused.
 	RetryAfter time.Duration
 
 	// Priority ranks a request: when a slot frees, a waiter of a higher
@@ -144,6 +160,8 @@ func (c Config) Validate() error {
 		return err
 	}
 	switch {
+	case c.QueueTimeoutStatus != 0 && (c.QueueTimeoutStatus < 400 || c.QueueTimeoutStatus > 599):
+		return fmt.Errorf("ginqueue: Config.QueueTimeoutStatus must be 0 or in [400, 599], got %d", c.QueueTimeoutStatus)
 	case c.RetryAfter < 0:
 		return fmt.Errorf("ginqueue: Config.RetryAfter must not be negative, got %v", c.RetryAfter)
 	case c.MaxQueuePerFlow > 0 && c.FlowKey == nil:
@@ -153,9 +171,6 @@ func (c Config) Validate() error {
 			c.QueueTimeout, c.MaxQueue)
 	case c.Adaptive != nil && c.Adaptive.validate() != nil:
 		return c.Adaptive.validate()
-	case c.OnQueueTimeout != nil && (c.QueueTimeout == 0 || c.MaxQueue == 0):
-		return fmt.Errorf("ginqueue: Config.OnQueueTimeout is set but can never run with QueueTimeout %v and MaxQueue %d; "+
-			"set both above zero or drop the hook", c.QueueTimeout, c.MaxQueue)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@
 package ginqueue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,7 +43,9 @@ const (
 	// OutcomeQueueFull: no free slot and no waiting place; 503.
 	OutcomeQueueFull
 	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
-	// request context's deadline passed while it waited; 408.
+	// request context's own deadline (a timeout middleware in front, say)
+	// passed while it waited, with or without a QueueTimeout; 408, or
+	// Config.QueueTimeoutStatus.
 	OutcomeQueueTimeout
 	// OutcomeCanceled: the client hung up while waiting (its request context
 	// was canceled); no body is written, 499 is recorded.
@@ -123,6 +126,7 @@ type Queue struct {
 	noWait       []string // {"queue;dur=0"}, the Server-Timing of a request that did not wait
 	rejectEarly  bool
 	timeout      time.Duration
+	timeoutCode  int // the status of the default queue-timeout response
 	handler      gin.HandlerFunc
 
 	waits    waitRecorder
@@ -137,6 +141,10 @@ type Queue struct {
 	// counts of the rejections, by Outcome; the Backend counts Served, so
 	// that a request that runs writes nothing here.
 	counts [OutcomeClosed + 1]atomic.Uint64
+
+	// closed is set by Close before the Backend closes, so that an arrival
+	// after Close is closed whatever RejectEarly would say of it.
+	closed atomic.Bool
 }
 
 // New returns the middleware of a new Queue built from cfg. It panics with a
@@ -178,6 +186,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 		noWait:       []string{serverTiming(0)},
 		rejectEarly:  cfg.RejectEarly,
 		timeout:      cfg.QueueTimeout,
+		timeoutCode:  cmp.Or(cfg.QueueTimeoutStatus, http.StatusRequestTimeout),
 	}
 	q.fast, _ = b.(*dispatcher)
 	now := time.Now()
@@ -284,6 +293,9 @@ func (q *Queue) release(t Ticket) {
 // wait gets a slot for c from the Backend when the fast path could not. Only
 // a request that may have to wait pays for its priority, flow key and clock.
 func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
+	if q.closed.Load() {
+		return Ticket{}, 0, ErrClosed
+	}
 	start := time.Now()
 	ctx, a := c.Request.Context(), q.arrival(c)
 	if q.rejectEarly && q.expectedWait(a) > q.timeout {
@@ -417,7 +429,7 @@ func (q *Queue) arrival(c *gin.Context) Arrival {
 
 // reject answers a request that got no slot, after waiting wait.
 func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
-	o := outcomeOf(err)
+	o := outcomeOf(c.Request.Context(), err)
 	q.counts[o].Add(1)
 	c.Abort()
 	switch o {
@@ -425,7 +437,7 @@ func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
 		// Nobody is listening: record the status for access logs only.
 		c.Status(StatusClientClosedRequest)
 	case OutcomeQueueTimeout:
-		q.respond(c, q.onTimeout, http.StatusRequestTimeout)
+		q.respond(c, q.onTimeout, q.timeoutCode)
 	case OutcomeClosed:
 		q.respond(c, q.onClosed, http.StatusServiceUnavailable)
 	default:
@@ -436,33 +448,51 @@ func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
 	}
 }
 
-// respond runs hook, or writes status with a Retry-After header.
+// respond answers with status and a Retry-After header, or runs hook with
+// both preset: a hook that writes nothing then answers with the default
+// (gin writes the preset status once the chain returns), so a rejected
+// request never looks served; one that sets its own status or writes a body
+// wins. A response an earlier middleware wrote is left alone: a later status
+// would be ignored.
 func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
+	if !c.Writer.Written() {
+		c.Header("Retry-After", q.retryAfterNow())
+		if hook == nil {
+			c.AbortWithStatus(status)
+			return
+		}
+		c.Status(status)
+	}
 	if hook != nil {
 		hook(c)
-		return
 	}
-	if c.Writer.Written() {
-		return
-	}
-	c.Header("Retry-After", q.retryAfterNow())
-	c.AbortWithStatus(status)
 }
 
-// outcomeOf maps an Acquire error to its outcome.
-func outcomeOf(err error) Outcome {
+// outcomeOf maps an Acquire error for a request whose context is ctx to its
+// outcome. What the Backend says wins over any cause its error wraps: a
+// remote Backend whose own call timed out wraps context.DeadlineExceeded,
+// and that is an unavailable backend (queue full), not a queue timeout. Only
+// ErrQueueTimeout or the request's own context makes a queue timeout.
+func outcomeOf(ctx context.Context, err error) Outcome {
 	switch {
-	case errors.Is(err, ErrQueueTimeout), errors.Is(err, context.DeadlineExceeded):
-		// A deadline on the request's context (a timeout middleware, say)
-		// that passes in the queue is a queue timeout: the client is still
-		// there and gets its 408.
-		return OutcomeQueueTimeout
 	case errors.Is(err, ErrClosed):
 		return OutcomeClosed
-	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
+	case errors.Is(err, ErrQueueFull):
+		return OutcomeQueueFull
+	case errors.Is(err, ErrQueueTimeout):
+		return OutcomeQueueTimeout
 	}
-	return OutcomeQueueFull
+	switch cerr := ctx.Err(); {
+	case cerr == nil:
+		// The request is still there: the Backend failed it some other way.
+		return OutcomeQueueFull
+	case errors.Is(cerr, context.DeadlineExceeded):
+		// A deadline on the request's context (a timeout middleware, say)
+		// that passes in the queue is a queue timeout: the client is still
+		// there and gets its queue-timeout response.
+		return OutcomeQueueTimeout
+	}
+	return OutcomeCanceled
 }
 
 // Stats returns a snapshot of the Queue's slots, queue, counters and waits.
@@ -554,7 +584,10 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 // Close stops admitting: new arrivals and every waiting request are answered
 // as closed (503) at once. Requests already running finish normally. It
 // returns the Backend's error, if any, and may be called more than once.
-func (q *Queue) Close() error { return q.backend.Close() }
+func (q *Queue) Close() error {
+	q.closed.Store(true)
+	return q.backend.Close()
+}
 
 // Shutdown closes the Queue, then waits until every request running on it
 // has finished, or until ctx ends, when it returns ctx.Err().

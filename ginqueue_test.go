@@ -416,8 +416,10 @@ func TestBadConfigIsRefused(t *testing.T) {
 		{"huge queue", ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1 << 31}, "Config.MaxQueue must be at most"},
 		{"negative timeout", ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: -time.Second}, "Config.QueueTimeout must not be negative, got -1s"},
 		{"negative retry", ginqueue.Config{MaxConcurrent: 1, RetryAfter: -1}, "Config.RetryAfter must not be negative"},
-		{"timeout hook that never runs", ginqueue.Config{MaxConcurrent: 1, MaxQueue: 0, QueueTimeout: time.Second,
-			OnQueueTimeout: func(*gin.Context) {}}, "Config.OnQueueTimeout is set but can never run"},
+		{"timeout status 200", ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: 200}, "Config.QueueTimeoutStatus must be 0 or in [400, 599], got 200"},
+		{"timeout status 399", ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: 399}, "Config.QueueTimeoutStatus must be 0 or in [400, 599], got 399"},
+		{"timeout status 600", ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: 600}, "Config.QueueTimeoutStatus must be 0 or in [400, 599], got 600"},
+		{"negative timeout status", ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: -408}, "got -408"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

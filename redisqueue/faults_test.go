@@ -3,6 +3,7 @@ package redisqueue_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
 	"github.com/ginqueue/ginqueue/redisqueue"
+	"github.com/redis/go-redis/v9"
 )
 
 // loadResult is what a load run saw.
@@ -146,6 +148,17 @@ func TestRedisPaused(t *testing.T) {
 			if policy == redisqueue.FailClosed && res.codes[http.StatusServiceUnavailable] == 0 {
 				t.Fatal("FailClosed answered no 503 while Redis was paused")
 			}
+			// A call that timed out while Redis was paused is Redis being
+			// unreachable (FailClosed: 503), not a queue timeout: the
+			// requests have no deadline of their own, so every 408 must be
+			// an ErrQueueTimeout from the Backend.
+			var timeouts int64
+			for _, r := range reps {
+				timeouts += r.timeouts.Load()
+			}
+			if n := res.codes[http.StatusRequestTimeout]; int64(n) != timeouts {
+				t.Fatalf("%d requests answered 408, but the Backends timed out %d", n, timeouts)
+			}
 			for _, r := range reps {
 				eventually(t, 3*time.Second, "requests left in a replica", func() bool {
 					s := r.q.Stats()
@@ -276,6 +289,74 @@ func TestRedisDownAtStart(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFailClosedCallTimeoutIs503: under FailClosed, requests whose Redis
+// calls time out during a pause are answered 503 and counted queue full,
+// with their hook and outcome, not 408: the error wraps the call's own
+// context.DeadlineExceeded (the requests behind the paused one time out
+// waiting for the pool's only connection), and the backend's timeout is not
+// the request's.
+func TestFailClosedCallTimeoutIs503(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true,
+		DialTimeout: 200 * time.Millisecond, MaxRetries: -1, PoolSize: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond,
+		LeaseTTL: 10 * time.Second, TickInterval: 2 * time.Second, OnRedisDown: redisqueue.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	outcomes := map[ginqueue.Outcome]int{}
+	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: time.Minute, Backend: b,
+		OnOutcome: func(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) {
+			mu.Lock()
+			outcomes[o]++
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() }) // before the client: cleanups run last-in first-out
+	e := gin.New()
+	e.GET("/", q.Handler(), func(c *gin.Context) { c.Status(http.StatusOK) })
+	get := func() int {
+		w := &statusRecorder{}
+		req, _ := http.NewRequest(http.MethodGet, "/", nil)
+		e.ServeHTTP(w, req)
+		return w.status()
+	}
+	if code := get(); code != http.StatusOK { // warms the pool's connection
+		t.Fatalf("before the pause: %d, want 200", code)
+	}
+
+	ctl := newClient(t, srv.addr())
+	if err := ctl.Do(context.Background(), "CLIENT", "PAUSE", 500, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	codes := make(chan int, n)
+	for range n {
+		go func() { codes <- get() }()
+	}
+	got := map[int]int{}
+	for range n {
+		got[<-codes]++
+	}
+	if want := map[int]int{http.StatusServiceUnavailable: n}; !maps.Equal(got, want) {
+		t.Errorf("during the pause: statuses %v, want %v", got, want)
+	}
+	if st := q.Stats(); st.QueueFull != n || st.QueueTimeout != 0 {
+		t.Errorf("counted %d queue full and %d queue timeout, want %d and 0", st.QueueFull, st.QueueTimeout, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[ginqueue.Outcome]int{ginqueue.OutcomeServed: 1, ginqueue.OutcomeQueueFull: n}; !maps.Equal(outcomes, want) {
+		t.Errorf("OnOutcome saw %v, want %v", outcomes, want)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,6 +89,23 @@ type replica struct {
 	b   *redisqueue.Backend
 	q   *ginqueue.Queue
 	e   *gin.Engine
+	// timeouts counts the Acquire errors of b that wrap
+	// ginqueue.ErrQueueTimeout.
+	timeouts atomic.Int64
+}
+
+// countTimeouts is a Backend that counts its Acquire's queue timeouts.
+type countTimeouts struct {
+	*redisqueue.Backend
+	n *atomic.Int64
+}
+
+func (b countTimeouts) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	t, err := b.Backend.Acquire(ctx, a)
+	if errors.Is(err, ginqueue.ErrQueueTimeout) {
+		b.n.Add(1)
+	}
+	return t, err
 }
 
 // newReplica builds a replica whose route "/" runs h behind the Queue. The
@@ -99,7 +118,7 @@ func newReplica(t testing.TB, addr string, cfg ginqueue.Config, o redisqueue.Opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Backend = r.b
+	cfg.Backend = countTimeouts{Backend: r.b, n: &r.timeouts}
 	r.q, err = ginqueue.NewQueue(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,334 @@
+package ginqueue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// outcomeLog records the outcomes OnOutcome reports, from any goroutine.
+type outcomeLog struct {
+	mu   sync.Mutex
+	seen []ginqueue.Outcome
+}
+
+func (l *outcomeLog) add(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) {
+	l.mu.Lock()
+	l.seen = append(l.seen, o)
+	l.mu.Unlock()
+}
+
+func (l *outcomeLog) get() []ginqueue.Outcome {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen
+}
+
+// A rejection hook starts from the default response: one that writes
+// nothing answers with the default status and Retry-After, never a 200; one
+// that sets its own status or writes a body wins.
+func TestRejectionHookStartsFromTheDefault(t *testing.T) {
+	kinds := []struct {
+		name   string
+		status int // the default
+		hook   func(*ginqueue.Config, gin.HandlerFunc)
+		close  bool
+	}{
+		{"queue full", http.StatusServiceUnavailable, func(c *ginqueue.Config, h gin.HandlerFunc) {
+			c.MaxQueue, c.QueueTimeout, c.OnQueueFull = 0, 0, h
+		}, false},
+		{"queue timeout", http.StatusRequestTimeout, func(c *ginqueue.Config, h gin.HandlerFunc) { c.OnQueueTimeout = h }, false},
+		{"closed", http.StatusServiceUnavailable, func(c *ginqueue.Config, h gin.HandlerFunc) { c.OnClosed = h }, true},
+	}
+	hooks := []struct {
+		name       string
+		hook       gin.HandlerFunc
+		code       int // zero: the default
+		body       string
+		retryAfter string
+	}{
+		{"writes nothing", func(*gin.Context) {}, 0, "", "1"},
+		{"sets a status only", func(c *gin.Context) { c.Status(http.StatusTooManyRequests) }, http.StatusTooManyRequests, "", "1"},
+		{"writes a body", func(c *gin.Context) { c.String(http.StatusGone, "bye") }, http.StatusGone, "bye", "1"},
+		{"drops Retry-After", func(c *gin.Context) { c.Writer.Header().Del("Retry-After") }, 0, "", ""},
+	}
+	for _, k := range kinds {
+		for _, h := range hooks {
+			t.Run(k.name+"/"+h.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					cfg := ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Second}
+					k.hook(&cfg, h.hook)
+					q := mustQueue(t, cfg)
+					g, r := gated(q)
+					out := make(chan result, 2)
+					t0 := time.Now()
+					send(r, context.Background(), 0, t0, out) // holds the slot
+					synctest.Wait()
+					if k.close {
+						require.NoError(t, q.Close())
+					}
+					send(r, context.Background(), 1, t0, out)
+					res := <-out
+					g.open(1)
+					assert.Equal(t, http.StatusOK, (<-out).code)
+
+					want := h.code
+					if want == 0 {
+						want = k.status
+					}
+					assert.Equal(t, 1, res.id)
+					assert.Equal(t, want, res.code)
+					assert.Equal(t, h.body, res.body)
+					assert.Equal(t, h.retryAfter, res.header.Get("Retry-After"))
+				})
+			})
+		}
+	}
+}
+
+// OnQueueTimeout is allowed without a QueueTimeout: a deadline on the
+// request's context that passes in the queue is a queue timeout, and the
+// hook answers it.
+func TestTimeoutHookAnswersARequestDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var outcomes outcomeLog
+		q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1,
+			OnQueueTimeout: func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "try later") },
+			OnOutcome:      outcomes.add,
+		})
+		require.NoError(t, err, "an OnQueueTimeout hook without QueueTimeout can run")
+		t.Cleanup(func() { _ = q.Close() })
+		g, r := gated(q)
+		out := make(chan result, 2)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		send(r, ctx, 1, t0, out)
+		res := <-out
+		assert.Equal(t, 1, res.id)
+		assert.Equal(t, http.StatusServiceUnavailable, res.code)
+		assert.Equal(t, "try later", res.body)
+		assert.Equal(t, 50*time.Millisecond, res.at)
+		g.open(1)
+		<-out
+		assert.EqualValues(t, 1, q.Stats().QueueTimeout)
+		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeQueueTimeout, ginqueue.OutcomeServed}, outcomes.get())
+	})
+}
+
+// stubBackend is a Backend whose Acquire answers what acquire returns for
+// the request's context, at once.
+type stubBackend struct {
+	acquire func(ctx context.Context) error
+}
+
+func (b *stubBackend) Start(ginqueue.Limits) error { return nil }
+func (b *stubBackend) Acquire(ctx context.Context, _ ginqueue.Arrival) (ginqueue.Ticket, error) {
+	return ginqueue.Ticket{}, b.acquire(ctx)
+}
+func (b *stubBackend) Release(ginqueue.Ticket)      {}
+func (b *stubBackend) Stats() ginqueue.BackendStats { return ginqueue.BackendStats{Limit: 1} }
+func (b *stubBackend) Drain(context.Context) error  { return nil }
+func (b *stubBackend) Close() error                 { return nil }
+
+// unavailable is what a remote backend answers when it cannot reach its
+// store: it says queue full and wraps the cause, here its own call's
+// timeout.
+type unavailable struct{ cause error }
+
+func (e unavailable) Error() string   { return "stub: store unavailable: " + e.cause.Error() }
+func (e unavailable) Unwrap() []error { return []error{ginqueue.ErrQueueFull, e.cause} }
+
+// counted is the rejection counters of st, by outcome.
+func counted(st ginqueue.Stats) map[ginqueue.Outcome]uint64 {
+	return map[ginqueue.Outcome]uint64{
+		ginqueue.OutcomeServed:       st.Served,
+		ginqueue.OutcomeQueueFull:    st.QueueFull,
+		ginqueue.OutcomeQueueTimeout: st.QueueTimeout,
+		ginqueue.OutcomeCanceled:     st.Canceled,
+		ginqueue.OutcomeClosed:       st.Closed,
+	}
+}
+
+// What the Backend says wins over any cause its error wraps; only the
+// request's own context or ErrQueueTimeout makes a queue timeout. A backend
+// whose own call timed out is not the request timing out.
+func TestBackendErrorOutcomes(t *testing.T) {
+	errDown := errors.New("stub: store unreachable") // wraps none of the Err values
+	alive := func() context.Context { return context.Background() }
+	canceled := func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}
+	expired := func() context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		t.Cleanup(cancel)
+		return ctx
+	}
+	tests := []struct {
+		name    string
+		ctx     func() context.Context // the request's
+		err     func(ctx context.Context) error
+		code    int
+		outcome ginqueue.Outcome
+	}{
+		{"queue full wrapping the call's deadline", alive,
+			func(context.Context) error { return unavailable{context.DeadlineExceeded} },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"queue full and the call's deadline, two %w", alive,
+			func(context.Context) error {
+				return fmt.Errorf("%w (%w)", context.DeadlineExceeded, ginqueue.ErrQueueFull)
+			},
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"unavailable wrapping the call's deadline, request alive", alive,
+			func(context.Context) error { return fmt.Errorf("%w: %w", errDown, context.DeadlineExceeded) },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"the backend's own cancel, request alive", alive,
+			func(context.Context) error { return fmt.Errorf("stub: %w", context.Canceled) },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"an unknown error", alive,
+			func(context.Context) error { return errDown },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+		{"closed wrapping the call's deadline", alive,
+			func(context.Context) error { return fmt.Errorf("%w: %w", ginqueue.ErrClosed, context.DeadlineExceeded) },
+			http.StatusServiceUnavailable, ginqueue.OutcomeClosed},
+		{"closed wrapping queue full", alive,
+			func(context.Context) error { return fmt.Errorf("%w: %w", ginqueue.ErrClosed, ginqueue.ErrQueueFull) },
+			http.StatusServiceUnavailable, ginqueue.OutcomeClosed},
+		{"queue timeout", alive,
+			func(context.Context) error { return fmt.Errorf("stub: %w", ginqueue.ErrQueueTimeout) },
+			http.StatusRequestTimeout, ginqueue.OutcomeQueueTimeout},
+		{"request canceled", canceled,
+			func(ctx context.Context) error { return ctx.Err() },
+			ginqueue.StatusClientClosedRequest, ginqueue.OutcomeCanceled},
+		{"request canceled, the backend wraps it", canceled,
+			func(ctx context.Context) error { return fmt.Errorf("stub: %w", ctx.Err()) },
+			ginqueue.StatusClientClosedRequest, ginqueue.OutcomeCanceled},
+		{"request canceled, the backend unavailable", canceled,
+			func(context.Context) error { return fmt.Errorf("%w: %w", errDown, context.DeadlineExceeded) },
+			ginqueue.StatusClientClosedRequest, ginqueue.OutcomeCanceled},
+		{"request deadline passed", expired,
+			func(ctx context.Context) error { return ctx.Err() },
+			http.StatusRequestTimeout, ginqueue.OutcomeQueueTimeout},
+		{"request deadline passed, the backend unavailable", expired,
+			func(context.Context) error { return errDown },
+			http.StatusRequestTimeout, ginqueue.OutcomeQueueTimeout},
+		{"request deadline passed, the backend says queue full", expired,
+			func(context.Context) error { return ginqueue.ErrQueueFull },
+			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var seen []ginqueue.Outcome // the request runs on this goroutine
+			q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Second,
+				Backend:   &stubBackend{acquire: tt.err},
+				OnOutcome: func(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) { seen = append(seen, o) },
+			})
+			r := newEngine(q.Handler(), func(c *gin.Context) { c.String(http.StatusOK, "served") })
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequestWithContext(tt.ctx(), http.MethodGet, "/", nil))
+
+			assert.Equal(t, tt.code, w.Code)
+			assert.NotEqual(t, "served", w.Body.String())
+			assert.Equal(t, []ginqueue.Outcome{tt.outcome}, seen)
+			want := counted(ginqueue.Stats{})
+			want[tt.outcome] = 1
+			assert.Equal(t, want, counted(q.Stats()))
+		})
+	}
+}
+
+// After Close an arrival is closed even when RejectEarly would turn it
+// away: OnClosed answers, Closed counts it, OnOutcome says closed.
+func TestCloseBeatsRejectEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var outcomes outcomeLog
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 500 * time.Millisecond,
+			RejectEarly: true,
+			OnQueueFull: func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "full") },
+			OnClosed:    func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "closed") },
+			OnOutcome:   outcomes.add,
+		})
+		r := newEngine(q.Handler(), sleeper(time.Second))
+		out := make(chan result, 4)
+		burst(r, 1, 0, out)
+		time.Sleep(time.Second) // one finished in a second: an arrival expects to wait 1 s > 500 ms
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		require.InDelta(t, 1.0, q.Stats().DrainRate, 1e-9)
+
+		burst(r, 1, 1, out) // runs
+		burst(r, 1, 2, out) // turned away early
+		res := <-out
+		assert.Equal(t, result{id: 2, code: http.StatusServiceUnavailable, body: "full", header: res.header}, res)
+
+		require.NoError(t, q.Close())
+		burst(r, 1, 3, out)
+		res = <-out
+		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable, body: "closed", header: res.header}, res)
+		assert.Equal(t, 1, (<-out).id)
+
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.QueueFull)
+		assert.EqualValues(t, 1, st.Closed)
+		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeServed, ginqueue.OutcomeQueueFull, ginqueue.OutcomeClosed,
+			ginqueue.OutcomeServed}, outcomes.get())
+	})
+}
+
+// QueueTimeoutStatus sets the status of the default queue-timeout response,
+// and the status a silent OnQueueTimeout hook answers with; zero is 408.
+func TestQueueTimeoutStatus(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		hook   gin.HandlerFunc
+		want   int
+	}{
+		{"zero is 408", 0, nil, http.StatusRequestTimeout},
+		{"503 for browsers", http.StatusServiceUnavailable, nil, http.StatusServiceUnavailable},
+		{"429", http.StatusTooManyRequests, nil, http.StatusTooManyRequests},
+		{"a silent hook answers with it", http.StatusServiceUnavailable, func(*gin.Context) {}, http.StatusServiceUnavailable},
+		{"a hook's own status wins", http.StatusServiceUnavailable, func(c *gin.Context) { c.Status(http.StatusGatewayTimeout) },
+			http.StatusGatewayTimeout},
+	}
+	for _, status := range []int{0, 400, 503, 599} {
+		assert.NoError(t, ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: status}.Validate(), status)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: 500 * time.Millisecond,
+					QueueTimeoutStatus: tt.status, OnQueueTimeout: tt.hook})
+				g, r := gated(q)
+				out := make(chan result, 2)
+				t0 := time.Now()
+				send(r, context.Background(), 0, t0, out)
+				synctest.Wait()
+				send(r, context.Background(), 1, t0, out)
+				res := <-out
+				assert.Equal(t, 1, res.id)
+				assert.Equal(t, tt.want, res.code)
+				assert.Equal(t, "1", res.header.Get("Retry-After"))
+				assert.Equal(t, 500*time.Millisecond, res.at)
+				g.open(1)
+				<-out
+				assert.EqualValues(t, 1, q.Stats().QueueTimeout)
+			})
+		})
+	}
+}
