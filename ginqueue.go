@@ -79,7 +79,9 @@ func (o Outcome) String() string {
 }
 
 // Stats is a snapshot of a Queue. Counters only grow, from the Queue's
-// creation. Reading it never waits for the dispatcher.
+// creation. Served is never below Running, and QueuedByPriority always adds
+// up to Queued (both come from one snapshot of the queue). Reading it never
+// waits for the dispatcher.
 type Stats struct {
 	Running int // requests holding a slot now
 	Queued  int // requests waiting now
@@ -88,7 +90,7 @@ type Stats struct {
 	// nobody waits.
 	QueuedByPriority []PriorityCount
 
-	Served       uint64 // requests that got a slot (counted at the grant, not when they finish)
+	Served       uint64 // requests that got a slot (counted when they take it, not when they finish)
 	QueueFull    uint64 // requests answered queue full
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
@@ -101,7 +103,10 @@ type Stats struct {
 	// zero; on a log scale, within about 10%.
 	WaitP50, WaitP90, WaitP99 time.Duration
 	// DrainRate is how many requests finished per second, over about the
-	// last ten seconds; zero until one has finished.
+	// last ten seconds (or since the previous look, when nobody looked for
+	// longer); zero until one has finished. It is what was delivered, which
+	// is the demand when nobody waits; Retry-After and RejectEarly use the
+	// measured handler time instead.
 	DrainRate float64
 	// NoLoadLatency is the handler time the adaptive limit measured with
 	// few requests in flight; zero without Config.Adaptive or until measured.
