@@ -360,23 +360,22 @@ func (q *Queue) expectedWait(a Arrival) time.Duration {
 	if !ok {
 		return 0
 	}
-	l := q.load()
-	return drainTime(q.ahead(a, l.queued)+1, perSlot, l.limit)
+	if q.fast != nil {
+		return drainTime(q.fast.ahead(a)+1, perSlot, q.load().limit)
+	}
+	b := q.backend.Stats()
+	return drainTime(aheadIn(b, a)+1, perSlot, b.Limit)
 }
 
-// ahead is the number of waiters that would be served before a: exact for
-// the in-memory Backend (priorities and turns of flows included), and for
-// another Backend the waiters of a's priority or higher.
-func (q *Queue) ahead(a Arrival, queued int) int {
-	if q.fast != nil {
-		return q.fast.ahead(a)
-	}
-	split := q.backend.Stats().QueuedByPriority
-	if split == nil {
-		return queued
+// aheadIn is the number of waiters of a Backend other than the in-memory
+// one that would be served before a: those of a's priority or higher (the
+// in-memory one also counts the turns of flows exactly).
+func aheadIn(b BackendStats, a Arrival) int {
+	if b.QueuedByPriority == nil {
+		return b.Queued
 	}
 	n := 0
-	for _, p := range split {
+	for _, p := range b.QueuedByPriority {
 		if p.Priority >= a.Priority {
 			n += p.Queued
 		}

@@ -1,0 +1,81 @@
+package ginqueue
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// The waiters served before an arrival, for another Backend: its priority
+// and higher, or everyone when the Backend gives no split.
+func TestAheadInOtherBackends(t *testing.T) {
+	split := BackendStats{Queued: 6, QueuedByPriority: []PriorityCount{{Priority: 5, Queued: 1}, {Priority: 0, Queued: 2}, {Priority: -3, Queued: 3}}}
+	for _, tc := range []struct {
+		b    BackendStats
+		prio int
+		want int
+	}{
+		{split, 9, 0}, {split, 5, 1}, {split, 1, 1}, {split, 0, 3}, {split, -3, 6}, {split, math.MinInt, 6},
+		{BackendStats{Queued: 4}, 7, 4},
+	} {
+		assert.Equal(t, tc.want, aheadIn(tc.b, Arrival{Priority: tc.prio}), "priority %d of %+v", tc.prio, tc.b)
+	}
+}
+
+// Flows take turns: an arrival has ahead of it its own flow's waiters and,
+// from each other flow, one more than that or all that flow has.
+func TestAheadInTheWaitroom(t *testing.T) {
+	r := newWaitroom()
+	push := func(prio int, flow string, n int) {
+		for range n {
+			r.push(&waiter{}, prio, flow)
+		}
+	}
+	push(0, "A", 5)
+	push(0, "B", 1)
+	push(2, "C", 2)
+	for _, tc := range []struct {
+		prio int
+		flow string
+		want int
+	}{
+		{3, "A", 0},         // above everyone
+		{2, "C", 2},         // behind its own flow
+		{2, "D", 1},         // a new flow at 2: one turn of C
+		{1, "A", 2},         // a level of its own: only the higher one
+		{0, "new", 2 + 2},   // one turn of A and of B
+		{0, "B", 2 + 1 + 2}, // B's second: its own 1, two turns of A
+		{0, "A", 2 + 5 + 1}, // A's sixth: its own 5, all of B
+	} {
+		assert.Equal(t, tc.want, r.ahead(tc.prio, tc.flow), "priority %d flow %q", tc.prio, tc.flow)
+	}
+}
+
+// The handler-time estimate is a mean per request: nothing but samples move
+// it, so an idle period leaves it where it was, and a change of handler
+// time shows within a few dozen samples. drainTime saturates.
+func TestServiceEstimate(t *testing.T) {
+	var m serviceMeter
+	_, ok := m.mean()
+	assert.False(t, ok, "nothing measured yet")
+	for range 100 {
+		m.sample(20 * time.Millisecond)
+	}
+	got, ok := m.mean()
+	assert.True(t, ok)
+	assert.Equal(t, 20*time.Millisecond, got.Round(time.Microsecond))
+	m.sample(-time.Second) // a clock step: counted as zero, never negative
+	got, _ = m.mean()
+	assert.Positive(t, got)
+	for range 60 {
+		m.sample(100 * time.Millisecond)
+	}
+	got, _ = m.mean()
+	assert.InDelta(t, 100, got.Seconds()*1000, 5, "slower handlers show within 60 samples")
+
+	assert.Equal(t, 500*time.Millisecond, drainTime(10, 100*time.Millisecond, 2))
+	assert.Equal(t, time.Duration(math.MaxInt64), drainTime(math.MaxInt, time.Duration(math.MaxInt64), 1))
+	assert.Equal(t, time.Second, drainTime(1, time.Second, 0), "a limit of 0 counts as 1")
+}
