@@ -130,13 +130,18 @@ type limiter struct {
 	window atomic.Uint64 // samples in the current window
 	acc    atomic.Uint64
 
+	// noLoad is the no-load latency (a time.Duration), 0 until measured. It
+	// is written only under mu, and read without it: Stats must never wait
+	// for mu, which an update holds while the Backend's SetLimit waits for
+	// the Backend's own lock.
+	noLoad atomic.Int64
+
 	mu sync.Mutex
 	// Guarded by mu.
 	limit   float64
-	noLoad  time.Duration // 0 until measured
-	probing bool          // the current window measures no-load latency
-	saved   float64       // the limit to return to after a probe
-	windows int           // since the last probe
+	probing bool    // the current window measures no-load latency
+	saved   float64 // the limit to return to after a probe
+	windows int     // since the last probe
 }
 
 const (
@@ -181,15 +186,15 @@ func (l *limiter) update(gen uint64, avg time.Duration) {
 		return // a probe began or ended since
 	}
 	if l.probing {
-		l.noLoad = avg
+		l.noLoad.Store(int64(avg))
 		l.probing = false
 		l.limit = l.saved
 		l.newGen()
 		_ = l.apply()
 		return
 	}
-	if l.noLoad == 0 || avg < l.noLoad {
-		l.noLoad = avg // never measured (a probe was cut short), or faster
+	if noLoad := time.Duration(l.noLoad.Load()); noLoad == 0 || avg < noLoad {
+		l.noLoad.Store(int64(avg)) // never measured (a probe was cut short), or faster
 	}
 	if l.windows++; l.windows >= l.cfg.ProbeEvery {
 		l.startProbe()
@@ -197,7 +202,7 @@ func (l *limiter) update(gen uint64, avg time.Duration) {
 	}
 	// A limit that is not used tells nothing about a higher one.
 	appLimited := float64(l.busy()) < l.limit/2
-	threshold := float64(l.noLoad) * l.cfg.Tolerance
+	threshold := float64(l.noLoad.Load()) * l.cfg.Tolerance
 	next := l.limit
 	switch l.cfg.Algorithm {
 	case AIMD:
@@ -250,12 +255,9 @@ func (l *limiter) apply() error {
 	return l.target.SetLimit(n)
 }
 
-// noLoadLatency is the measured no-load latency; zero until measured.
-func (l *limiter) noLoadLatency() time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.noLoad
-}
+// noLoadLatency is the measured no-load latency; zero until measured. It
+// never waits for l.mu.
+func (l *limiter) noLoadLatency() time.Duration { return time.Duration(l.noLoad.Load()) }
 
 // set moves the limit to n, within MinLimit and MaxLimit, at once (ending a
 // probe in progress), and goes on from there. It returns the Backend's error,

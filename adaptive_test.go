@@ -224,3 +224,54 @@ func TestAdaptiveSetLimitReportsBackendError(t *testing.T) {
 	require.NoError(t, q.SetLimit(9))
 	assert.Equal(t, 9, q.Stats().Limit)
 }
+
+// blockingSetter is a Backend whose next SetLimit, once armed, waits for
+// release, as the dispatcher's does while its lock is busy.
+type blockingSetter struct {
+	ginqueue.Backend
+	armed   atomic.Bool
+	entered chan int
+	release <-chan struct{}
+}
+
+func (b *blockingSetter) SetLimit(n int) error {
+	if b.armed.CompareAndSwap(true, false) {
+		b.entered <- n
+		<-b.release
+	}
+	return b.Backend.(ginqueue.LimitSetter).SetLimit(n)
+}
+
+// Stats never waits, not even for an adaptive update that is itself waiting
+// in the Backend's SetLimit.
+func TestStatsDoesNotWaitForAdaptiveUpdate(t *testing.T) {
+	// release is made outside the bubble so that the watchdog, on real time,
+	// can free a Stats that waits (and fails the test) instead of hanging.
+	release := make(chan struct{})
+	var once sync.Once
+	var freedByWatchdog atomic.Bool
+	watchdog := time.AfterFunc(10*time.Second, func() {
+		freedByWatchdog.Store(true)
+		once.Do(func() { close(release) })
+	})
+	defer watchdog.Stop()
+	synctest.Test(t, func(t *testing.T) {
+		b := &blockingSetter{Backend: ginqueue.NewMemoryBackend(), entered: make(chan int, 1), release: release}
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 10, QueueTimeout: time.Minute, Backend: b,
+			Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 1, MaxLimit: 8}})
+		b.armed.Store(true)
+		r := newEngine(q.Handler(), sleeper(time.Millisecond))
+		out := make(chan result, 10)
+		for i := range 10 { // the opening probe: ten samples at MinLimit
+			send(r, context.Background(), i, time.Now(), out)
+		}
+		assert.Equal(t, 4, <-b.entered, "the probe ends: the limit goes back to 4")
+		st := q.Stats() // the update that ended the probe waits in SetLimit
+		assert.False(t, freedByWatchdog.Load(), "Stats waited until SetLimit was released")
+		assert.Equal(t, time.Millisecond, st.NoLoadLatency)
+		once.Do(func() { close(release) })
+		for range 10 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+	})
+}
