@@ -48,6 +48,7 @@ soak-smoke:
 fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzSchedule$$' -fuzztime 20s .
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigValidate$$' -fuzztime 10s .
+	$(GO) test -run '^$$' -fuzz '^FuzzAdaptive$$' -fuzztime 10s .
 
 # Runs the adaptive-limit simulation and draws docs/adaptive.svg from it.
 adaptive-chart:

@@ -21,12 +21,16 @@ const (
 	// While recent latency stays within Tolerance × noLoad the limit grows by
 	// the headroom each window; when it rises, the limit shrinks in
 	// proportion, at most by half per window. Growth is smoothed (a fifth of
-	// the step per window), a fall is not. It is the idea of Netflix's
-	// Gradient2 and Envoy's adaptive concurrency.
+	// the step per window), a fall is not. The headroom of at least one slot
+	// holds a limit that keeps falling at 2, so Gradient's floor is
+	// max(MinLimit, 2), within MaxLimit. A limit that is less than half used
+	// does not grow. It is the idea of Netflix's Gradient2 and Envoy's
+	// adaptive concurrency.
 	Gradient Algorithm = iota
 	// AIMD adds one slot per window while recent latency stays within
 	// Tolerance × noLoad, and multiplies the limit by Backoff when it does
-	// not.
+	// not; its floor is MinLimit. A limit that is less than half used does
+	// not grow.
 	AIMD
 )
 
@@ -44,10 +48,34 @@ func (a Algorithm) String() string {
 //
 // Samples are the handler times of served requests (the rest of the chain
 // after the throttle), those that panic included; 408, 503 and canceled
-// requests are not samples. Every
-// Window samples the limit is recomputed. The no-load latency is measured at
-// the start and every ProbeEvery windows by holding the limit at MinLimit for
-// one short window, and lowered whenever a window is faster.
+// requests are not samples. They are read in whole microseconds, capped at
+// 2^32 µs (about 71 minutes), and a window whose mean is under 1 µs (instant
+// 204s or 401s) counts as 1 µs, so no ratio of latencies divides by zero.
+// Every Window samples the limit is recomputed; it always stays within
+// [MinLimit, MaxLimit], and a computed limit that is not a finite number
+// leaves it where it is.
+//
+// The no-load latency is measured, never inferred from load:
+//   - by a probe, which holds the limit at MinLimit for one short window (10
+//     samples) and then restores it: at the start, after every ProbeEvery
+//     windows, and at once after a window faster than no-load latency /
+//     Tolerance (a burst of instant errors, or handlers that got faster). One
+//     such window is a reason to measure, not a measurement: taken as the
+//     no-load latency it would make every normal window after it look slow;
+//   - by any window run while the limit is at its floor (see Gradient and
+//     AIMD), where few requests are in flight, as in a probe;
+//   - by the first window after Queue.SetLimit cut the opening probe short.
+//
+// Nothing else moves it, down or up. A windowed minimum of recent windows
+// would rise under sustained overload, when every window is slow, and the
+// limit would grow with the very latency it should react to. So a no-load
+// latency that is too low (a probe that caught a burst of instant responses,
+// or handlers that became slower at every load) makes the windows look slow
+// and the limit fall: AIMD's always reaches its floor, and Gradient's does
+// within a few windows when they look at least about twice Tolerance too
+// slow; there it is measured again and the limit climbs back. A Gradient
+// limit told that latency is only a little above Tolerance × noLoad settles
+// lower instead, until the next probe.
 type AdaptiveConfig struct {
 	// MinLimit is the lowest limit, and the one no-load latency is measured
 	// at. Zero means 1.
@@ -65,8 +93,9 @@ type AdaptiveConfig struct {
 	// Window is the number of samples per update. Zero means the current
 	// limit, within [10, 200].
 	Window int
-	// ProbeEvery is the number of windows between two measures of the
-	// no-load latency. Zero means 1000.
+	// ProbeEvery is the number of windows between two probes of the no-load
+	// latency: the last of them moves the limit, then the probe starts. Zero
+	// means 1000.
 	ProbeEvery int
 }
 
@@ -115,6 +144,10 @@ func (a AdaptiveConfig) withDefaults() AdaptiveConfig {
 // probeSamples is the size of the window that measures no-load latency.
 const probeSamples = 10
 
+// resolution is the smallest latency a window can have: samples are whole
+// microseconds, and a ratio of latencies must never be 0/0.
+const resolution = time.Microsecond
+
 // limiter moves a Backend's limit from handler latencies.
 //
 // The request path only loads gen and adds to acc: acc packs the samples of
@@ -126,17 +159,24 @@ type limiter struct {
 	target LimitSetter
 	busy   func() int // requests running now
 
+	floor int // the lowest limit the algorithm reaches: MinLimit, for Gradient at least 2
+
 	gen    atomic.Uint64 // samples of a request granted under another gen are dropped
 	window atomic.Uint64 // samples in the current window
 	acc    atomic.Uint64
 
+	// noLoad is the no-load latency (a time.Duration), 0 until measured. It
+	// is written only under mu, and read without it: Stats must never wait
+	// for mu, which an update holds while the Backend's SetLimit waits for
+	// the Backend's own lock.
+	noLoad atomic.Int64
+
 	mu sync.Mutex
 	// Guarded by mu.
-	limit   float64
-	noLoad  time.Duration // 0 until measured
-	probing bool          // the current window measures no-load latency
-	saved   float64       // the limit to return to after a probe
-	windows int           // since the last probe
+	limit   float64 // always finite and within [MinLimit, MaxLimit]
+	probing bool    // the current window measures no-load latency
+	saved   float64 // the limit to return to after a probe
+	windows int     // since the last probe
 }
 
 const (
@@ -147,6 +187,10 @@ const (
 // newLimiter starts at limit and opens with a probe of no-load latency.
 func newLimiter(cfg AdaptiveConfig, start int, target LimitSetter, busy func() int) *limiter {
 	l := &limiter{cfg: cfg.withDefaults(), target: target, busy: busy}
+	l.floor = l.cfg.MinLimit
+	if l.cfg.Algorithm == Gradient {
+		l.floor = min(max(l.floor, 2), l.cfg.MaxLimit)
+	}
 	l.limit = min(max(float64(start), float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
 	l.mu.Lock()
 	l.startProbe()
@@ -180,24 +224,31 @@ func (l *limiter) update(gen uint64, avg time.Duration) {
 	if gen != l.gen.Load() {
 		return // a probe began or ended since
 	}
+	avg = max(avg, resolution)
 	if l.probing {
-		l.noLoad = avg
+		l.noLoad.Store(int64(avg))
 		l.probing = false
 		l.limit = l.saved
 		l.newGen()
 		_ = l.apply()
 		return
 	}
-	if l.noLoad == 0 || avg < l.noLoad {
-		l.noLoad = avg // never measured (a probe was cut short), or faster
-	}
-	if l.windows++; l.windows >= l.cfg.ProbeEvery {
+	noLoad := time.Duration(l.noLoad.Load())
+	switch {
+	case noLoad == 0 || int(math.Round(l.limit)) <= l.floor:
+		// Never measured (a probe was cut short), or few requests in flight:
+		// a measurement, as a probe's. At the floor this is what corrects a
+		// no-load latency that is too low, and so lets the limit climb back.
+		noLoad = avg
+		l.noLoad.Store(int64(avg))
+	case float64(avg)*l.cfg.Tolerance < float64(noLoad):
+		// Much faster than no-load: measure again rather than trust it.
 		l.startProbe()
 		return
 	}
 	// A limit that is not used tells nothing about a higher one.
 	appLimited := float64(l.busy()) < l.limit/2
-	threshold := float64(l.noLoad) * l.cfg.Tolerance
+	threshold := float64(noLoad) * l.cfg.Tolerance // at least 1 µs, perhaps +Inf
 	next := l.limit
 	switch l.cfg.Algorithm {
 	case AIMD:
@@ -216,7 +267,14 @@ func (l *limiter) update(gen uint64, avg time.Duration) {
 			next = l.limit + (next-l.limit)/5
 		}
 	}
-	l.limit = min(max(next, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+	// min and max pass NaN through: a limit that is not a number stays out.
+	if !math.IsNaN(next) && !math.IsInf(next, 0) {
+		l.limit = min(max(next, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+	}
+	if l.windows++; l.windows >= l.cfg.ProbeEvery {
+		l.startProbe() // from the limit this window chose
+		return
+	}
 	_ = l.apply()
 }
 
@@ -250,12 +308,9 @@ func (l *limiter) apply() error {
 	return l.target.SetLimit(n)
 }
 
-// noLoadLatency is the measured no-load latency; zero until measured.
-func (l *limiter) noLoadLatency() time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.noLoad
-}
+// noLoadLatency is the measured no-load latency; zero until measured. It
+// never waits for l.mu.
+func (l *limiter) noLoadLatency() time.Duration { return time.Duration(l.noLoad.Load()) }
 
 // set moves the limit to n, within MinLimit and MaxLimit, at once (ending a
 // probe in progress), and goes on from there. It returns the Backend's error,

@@ -224,3 +224,234 @@ func TestAdaptiveSetLimitReportsBackendError(t *testing.T) {
 	require.NoError(t, q.SetLimit(9))
 	assert.Equal(t, 9, q.Stats().Limit)
 }
+
+// recordingSetter is a Backend that records every limit it is given.
+type recordingSetter struct {
+	ginqueue.Backend
+	mu   sync.Mutex
+	args []int
+}
+
+func (r *recordingSetter) SetLimit(n int) error {
+	r.mu.Lock()
+	r.args = append(r.args, n)
+	r.mu.Unlock()
+	return r.Backend.(ginqueue.LimitSetter).SetLimit(n)
+}
+
+// limits returns the limits given so far.
+func (r *recordingSetter) limits() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.args)
+}
+
+// assertLimitsWithin checks every limit given to b and every one seen, and
+// reports the first outside [lo, hi] of each.
+func assertLimitsWithin(t *testing.T, b *recordingSetter, seen []int, lo, hi int) {
+	t.Helper()
+	outside := func(n int) bool { return n < lo || n > hi }
+	if i := slices.IndexFunc(b.limits(), outside); i >= 0 {
+		t.Errorf("SetLimit #%d was %d, outside [%d, %d]", i, b.limits()[i], lo, hi)
+	}
+	if i := slices.IndexFunc(seen, outside); i >= 0 {
+		t.Errorf("request %d saw limit %d, outside [%d, %d]", i, seen[i], lo, hi)
+	}
+}
+
+// Handlers that take no time at all (a plain c.Status(204), or an auth
+// middleware answering 401 at once) give windows whose mean is under the 1 µs
+// resolution. The limit stays valid and, outside probes, where it started:
+// instant handlers are no reason to lower it.
+func TestAdaptiveInstantHandlers(t *testing.T) {
+	for _, alg := range []ginqueue.Algorithm{ginqueue.Gradient, ginqueue.AIMD} {
+		t.Run(alg.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const start, lo, hi, clients, each = 8, 1, 64, 64, 50
+				b := &recordingSetter{Backend: ginqueue.NewMemoryBackend()}
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: start, MaxQueue: 1000, QueueTimeout: time.Minute, Backend: b,
+					Adaptive: &ginqueue.AdaptiveConfig{MinLimit: lo, MaxLimit: hi, Algorithm: alg, Window: 10, ProbeEvery: 3}})
+				seen := make(chan int, clients*each+200)
+				r := newEngine(q.Handler(), func(c *gin.Context) {
+					seen <- q.Stats().Limit
+					c.Status(http.StatusNoContent)
+				})
+				codes := make(chan int, clients*each)
+				var wg sync.WaitGroup
+				for range clients {
+					wg.Go(func() {
+						for range each {
+							w := httptest.NewRecorder()
+							r.ServeHTTP(w, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil))
+							codes <- w.Code
+						}
+					})
+				}
+				wg.Wait()
+				close(codes)
+				for code := range codes {
+					require.Equal(t, http.StatusNoContent, code)
+				}
+				var all []int
+				for range clients * each {
+					all = append(all, <-seen)
+				}
+				// Then one at a time, for five cycles of three windows and a probe.
+				var after []int
+				for range 200 {
+					w := httptest.NewRecorder()
+					r.ServeHTTP(w, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil))
+					require.Equal(t, http.StatusNoContent, w.Code)
+					after = append(after, <-seen)
+				}
+				assertLimitsWithin(t, b, append(all, after...), lo, hi)
+				last := 0 // the last limit seen outside a probe (which holds MinLimit)
+				for _, n := range after {
+					if n != lo {
+						last = n
+					}
+				}
+				assert.GreaterOrEqual(t, last, start, "the limit outside probes, seen by the last requests %v", after[len(after)-40:])
+				assert.Equal(t, time.Microsecond, q.Stats().NoLoadLatency, "under the resolution counts as 1 µs")
+			})
+		})
+	}
+}
+
+// A burst of fast responses (instant 401s, or 200 µs cache hits) under a
+// steady load of 10 ms handlers, then the 10 ms handlers again: the limit
+// may fall while the burst's latency stands as the no-load latency, but it
+// reaches its floor (MinLimit 4) and, measured again there, climbs back
+// above it within a bounded number of windows, and stays above it.
+//
+// The bound, in windows (one SetLimit each) after the burst's last response:
+// at most 2 windows that still hold burst samples; then the fall from
+// MaxLimit 40 to the floor while every window looks slow, Gradient at least
+// halving (limit/2 + max(1, √limit/2): 40 → 23.2 → 14.0 → 8.9 → 5.9 → 4.2,
+// rounded 4, in 5 windows), AIMD by × 0.9 (40 × 0.9ⁿ < 4.5 for n = 21); one
+// window at the floor measures no-load latency as 10 ms; then growth to the
+// next whole limit, Gradient by ≥ 0.2 per window (3 windows), AIMD by 1 (1
+// window). Gradient: 2 + 5 + 1 + 3 = 11; AIMD: 2 + 21 + 1 + 1 = 25.
+func TestAdaptiveRecoversAfterFastBurst(t *testing.T) {
+	for _, tt := range []struct {
+		alg    ginqueue.Algorithm
+		burst  time.Duration // handler time of the burst's responses
+		within int           // windows
+	}{
+		{ginqueue.Gradient, 0, 11},
+		{ginqueue.Gradient, 200 * time.Microsecond, 11},
+		{ginqueue.AIMD, 0, 25},
+		{ginqueue.AIMD, 200 * time.Microsecond, 25},
+	} {
+		t.Run(fmt.Sprintf("%v after %v", tt.alg, tt.burst), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const lo, hi, clients, burstSize = 4, 40, 40, 400
+				b := &recordingSetter{Backend: ginqueue.NewMemoryBackend()}
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: hi, MaxQueue: 1000, QueueTimeout: time.Minute, Backend: b,
+					Adaptive: &ginqueue.AdaptiveConfig{MinLimit: lo, MaxLimit: hi, Algorithm: tt.alg}})
+				var burst atomic.Int64        // fast responses still to give
+				burstEnd := make(chan int, 1) // the number of limits set when the burst ended
+				r := newEngine(q.Handler(), func(c *gin.Context) {
+					if n := burst.Add(-1); n >= 0 {
+						if n == 0 {
+							burstEnd <- len(b.limits())
+						}
+						time.Sleep(tt.burst)
+						c.Status(http.StatusUnauthorized)
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+					c.Status(http.StatusOK)
+				})
+				var stop atomic.Bool
+				codes := make(chan int, clients)
+				var wg sync.WaitGroup
+				for range clients { // closed loop: every slot in use
+					wg.Go(func() {
+						bad := 0
+						for !stop.Load() {
+							w := httptest.NewRecorder()
+							r.ServeHTTP(w, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil))
+							if w.Code != http.StatusOK && w.Code != http.StatusUnauthorized {
+								bad = w.Code
+							}
+						}
+						codes <- bad
+					})
+				}
+				time.Sleep(time.Second) // normal load: the limit at MaxLimit
+				burst.Store(burstSize)
+				time.Sleep(3 * time.Second)
+				stop.Store(true)
+				wg.Wait()
+				for range clients {
+					assert.Zero(t, <-codes, "a response other than 200 or 401")
+				}
+				end := <-burstEnd
+				assertLimitsWithin(t, b, nil, lo, hi)
+				after := b.limits()[end:]
+				lastLow := -1 // the last window, after the burst, that left the limit at MinLimit
+				for i, n := range after {
+					if n <= lo {
+						lastLow = i
+					}
+				}
+				assert.Less(t, lastLow+1, tt.within, "limits after the burst: %v", after[:min(len(after), 40)])
+				assert.Greater(t, after[len(after)-1], lo)
+				t.Logf("after the burst: %d windows, the last at MinLimit #%d, final limit %d, no-load latency %v; first limits %v",
+					len(after), lastLow+1, after[len(after)-1], q.Stats().NoLoadLatency, after[:min(len(after), 30)])
+			})
+		})
+	}
+}
+
+// blockingSetter is a Backend whose next SetLimit, once armed, waits for
+// release, as the dispatcher's does while its lock is busy.
+type blockingSetter struct {
+	ginqueue.Backend
+	armed   atomic.Bool
+	entered chan int
+	release <-chan struct{}
+}
+
+func (b *blockingSetter) SetLimit(n int) error {
+	if b.armed.CompareAndSwap(true, false) {
+		b.entered <- n
+		<-b.release
+	}
+	return b.Backend.(ginqueue.LimitSetter).SetLimit(n)
+}
+
+// Stats never waits, not even for an adaptive update that is itself waiting
+// in the Backend's SetLimit.
+func TestStatsDoesNotWaitForAdaptiveUpdate(t *testing.T) {
+	// release is made outside the bubble so that the watchdog, on real time,
+	// can free a Stats that waits (and fails the test) instead of hanging.
+	release := make(chan struct{})
+	var once sync.Once
+	var freedByWatchdog atomic.Bool
+	watchdog := time.AfterFunc(10*time.Second, func() {
+		freedByWatchdog.Store(true)
+		once.Do(func() { close(release) })
+	})
+	defer watchdog.Stop()
+	synctest.Test(t, func(t *testing.T) {
+		b := &blockingSetter{Backend: ginqueue.NewMemoryBackend(), entered: make(chan int, 1), release: release}
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 10, QueueTimeout: time.Minute, Backend: b,
+			Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 1, MaxLimit: 8}})
+		b.armed.Store(true)
+		r := newEngine(q.Handler(), sleeper(time.Millisecond))
+		out := make(chan result, 10)
+		for i := range 10 { // the opening probe: ten samples at MinLimit
+			send(r, context.Background(), i, time.Now(), out)
+		}
+		assert.Equal(t, 4, <-b.entered, "the probe ends: the limit goes back to 4")
+		st := q.Stats() // the update that ended the probe waits in SetLimit
+		assert.False(t, freedByWatchdog.Load(), "Stats waited until SetLimit was released")
+		assert.Equal(t, time.Millisecond, st.NoLoadLatency)
+		once.Do(func() { close(release) })
+		for range 10 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+	})
+}
