@@ -31,6 +31,7 @@ type scenario struct {
 	limits Limits
 	setup  func(d *dispatcher) // runs before the actors, without pauses
 	actors []actor
+	fresh  func() []actor // if set, the actors, made anew for every order
 	// final checks the end state: every actor is done or parked. It may
 	// read d under mu. outcomes[i] is "" for an actor still parked.
 	final func(d *dispatcher, outcomes []string) error
@@ -87,14 +88,18 @@ func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int,
 		if sc.setup != nil {
 			sc.setup(d)
 		}
-		n := len(sc.actors)
+		actors := sc.actors
+		if sc.fresh != nil {
+			actors = sc.fresh()
+		}
+		n := len(actors)
 		s := &sched{ids: map[uint64]int{}, at: make([]step, n), gates: make([]chan struct{}, n), done: make([]bool, n)}
 		outcomes := make([]string, n)
 		for i := range s.gates {
 			s.gates[i] = make(chan struct{})
 		}
 		d.step = s.pause
-		for i, a := range sc.actors {
+		for i, a := range actors {
 			go func() {
 				s.mu.Lock()
 				s.ids[goid()] = i
@@ -135,7 +140,7 @@ func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int,
 			}
 			choices, options = append(choices, c), append(options, len(ready))
 			a := ready[c]
-			trace = append(trace, sc.actors[a].name+"@"+stepNames[s.at[a]])
+			trace = append(trace, actors[a].name+"@"+stepNames[s.at[a]])
 			s.at[a] = stepNone
 			g := s.gates[a]
 			s.mu.Unlock()
@@ -228,6 +233,28 @@ var (
 	release = actor{"release", func(d *dispatcher) string { d.Release(Ticket{}); return "released" }}
 )
 
+// hangUp is a waiter whose client hangs up (the cancel actor) at any point
+// of the schedule, before it parks, while it waits or as it is granted.
+func hangUp() (waiter, cancel actor) {
+	ctx, stop := context.WithCancel(context.Background())
+	waiter = actor{"waiter", func(d *dispatcher) string {
+		_, err := d.acquireSlow(ctx, Arrival{})
+		return fmt.Sprint(err)
+	}}
+	return waiter, actor{"hang-up", func(*dispatcher) string { stop(); return "" }}
+}
+
+// holders counts the actors whose outcome says they hold a slot.
+func holders(out []string) int64 {
+	n := int64(0)
+	for _, o := range out {
+		if o == "true" || o == "<nil>" {
+			n++
+		}
+	}
+	return n
+}
+
 func setLimit(n int) actor {
 	return actor{"setlimit", func(d *dispatcher) string { return fmt.Sprint(d.SetLimit(n)) }}
 }
@@ -287,6 +314,41 @@ func TestInterleavings(t *testing.T) {
 				return nil
 			},
 			minSchedules: 1500,
+		},
+		{
+			// Two holders release while an arrival parks: it gets a slot,
+			// and one stays free.
+			name:   "two releases and a parking arrival",
+			limits: Limits{MaxConcurrent: 2, MaxQueue: 2},
+			setup:  func(d *dispatcher) { holdOne(d); holdOne(d) },
+			actors: []actor{slowArrival, release, release},
+			final: func(d *dispatcher, out []string) error {
+				if run, _ := d.slots(); run != 1 || holders(out) != 1 {
+					return fmt.Errorf("%d slots held at the end, want 1 (outcomes %q)", run, out)
+				}
+				return nil
+			},
+			minSchedules: 300,
+		},
+		{
+			// A hang-up at any point (before the waiter parks, while it
+			// waits, as it is granted) against a release: the slots held
+			// are exactly those of the actors that say they hold one; a
+			// grant that meets the hang-up is given back, never lost.
+			name:   "hang-up and release",
+			limits: Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:  holdOne,
+			fresh: func() []actor {
+				waiter, cancel := hangUp()
+				return []actor{waiter, cancel, release}
+			},
+			final: func(d *dispatcher, out []string) error {
+				if run, _ := d.slots(); run != holders(out) {
+					return fmt.Errorf("%d slots held at the end, but the outcomes %q say %d", run, out, holders(out))
+				}
+				return nil
+			},
+			minSchedules: 100,
 		},
 	} {
 		t.Run(sc.name, func(t *testing.T) { explore(t, sc) })
