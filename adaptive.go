@@ -170,6 +170,10 @@ type limiter struct {
 	// for mu, which an update holds while the Backend's SetLimit waits for
 	// the Backend's own lock.
 	noLoad atomic.Int64
+	// steady is the limit outside probes, for estimates of the rate of
+	// service: a probe holds the Backend at MinLimit for a few samples only.
+	// Written under mu, read without it.
+	steady atomic.Int64
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -282,6 +286,7 @@ func (l *limiter) update(gen uint64, avg time.Duration) {
 func (l *limiter) startProbe() {
 	l.probing = true
 	l.saved = l.limit
+	l.steady.Store(int64(math.Round(l.limit)))
 	l.windows = 0
 	l.newGen()
 	l.window.Store(probeSamples)
@@ -305,7 +310,11 @@ func (l *limiter) apply() error {
 		w = min(max(n, 10), 200)
 	}
 	l.window.Store(uint64(w))
-	return l.target.SetLimit(n)
+	if err := l.target.SetLimit(n); err != nil {
+		return err
+	}
+	l.steady.Store(int64(n))
+	return nil
 }
 
 // noLoadLatency is the measured no-load latency; zero until measured. It

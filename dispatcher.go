@@ -125,6 +125,7 @@ const (
 	timedOut
 	closedOut
 	evicted // gave its place to an arrival of higher priority
+	gone    // its client had left when its fate came: the outcome is ctx.Err()
 )
 
 // waiter is one request parked in the queue. It holds no gin state: the
@@ -132,6 +133,7 @@ const (
 type waiter struct {
 	inAll, inLevel, inFlow links // see waitroom
 	flow                   *flow
+	ctx                    context.Context // the request's; nil while pooled
 	arrived                int64         // nanoseconds since dispatcher.epoch
 	ready                  chan struct{} // capacity 1: one wake-up per use
 	state                  waiterState   // guarded by dispatcher.mu until the wake-up is received
@@ -167,7 +169,7 @@ func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
 	if d.tryFast() != 0 {
 		return Ticket{}, nil
 	}
-	return d.acquireSlow(ctx, a)
+	return d.acquireSlow(ctx, a, math.MaxInt)
 }
 
 // tryFast takes a slot without mu when one is free and slowBit is clear.
@@ -188,8 +190,9 @@ func (d *dispatcher) tryFast() uint64 {
 }
 
 // acquireSlow is Acquire when the fast path failed: take a slot under mu if
-// one is free and nobody waits, else wait for one.
-func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error) {
+// one is free and nobody waits, else wait for one, unless more than maxAhead
+// waiters would be served first (RejectEarly; math.MaxInt for no bound).
+func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival, maxAhead int) (Ticket, error) {
 	d.lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -225,12 +228,19 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		d.mu.Unlock()
 		return Ticket{}, err
 	}
+	if maxAhead < math.MaxInt && d.room.ahead(a.Priority, a.Flow) > maxAhead {
+		// Checked with the place taken, under one lock: a flood of
+		// arrivals cannot all see the same short queue.
+		d.settle()
+		d.mu.Unlock()
+		return Ticket{}, errRejectedEarly
+	}
 	if !d.makeRoom(a) {
 		d.settle()
 		d.mu.Unlock()
 		return Ticket{}, ErrQueueFull
 	}
-	w := d.newWaiter()
+	w := d.newWaiter(ctx)
 	d.push(w, a)
 	d.settle()
 	d.mu.Unlock()
@@ -241,6 +251,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		if err == nil {
 			d.slowServed.Add(1)
 		}
+		w.ctx = nil
 		d.waiters.Put(w)
 		return Ticket{}, err
 	case <-ctx.Done():
@@ -267,6 +278,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		<-w.ready
 		err = w.err()
 	}
+	w.ctx = nil
 	d.waiters.Put(w)
 	return Ticket{}, err
 }
@@ -274,19 +286,25 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 // newWaiter takes a waiter from the pool, arrived now. A waiter goes back to
 // the pool only when its wake-up, if any, has been received and it is on no
 // list, so a pooled waiter is referenced by nobody. Requires d.mu.
-func (d *dispatcher) newWaiter() *waiter {
+func (d *dispatcher) newWaiter(ctx context.Context) *waiter {
 	w, _ := d.waiters.Get().(*waiter)
 	if w == nil {
 		w = &waiter{ready: make(chan struct{}, 1)}
 	}
+	w.ctx = ctx
 	w.state = waiting
 	w.arrived = d.now()
 	return w
 }
 
 // wake gives a waiter that has left the room its fate. The send never blocks:
-// ready has room for one, and a waiter is woken once per use. Requires d.mu.
+// ready has room for one, and a waiter is woken once per use. A waiter whose
+// client has already left is not timed out, evicted or closed: that is not
+// why it leaves. Requires d.mu.
 func (d *dispatcher) wake(w *waiter, st waiterState) {
+	if st != granted && w.ctx.Err() != nil {
+		st = gone
+	}
 	w.state = st
 	w.ready <- struct{}{}
 }
@@ -300,6 +318,8 @@ func (w *waiter) err() error {
 		return ErrQueueTimeout
 	case evicted:
 		return ErrQueueFull
+	case gone:
+		return w.ctx.Err()
 	default:
 		return ErrClosed
 	}
@@ -335,6 +355,12 @@ func (d *dispatcher) grantLocked() {
 	now := int64(-1) // read the clock once, and only if a waiter is granted
 	for d.room.n > 0 && d.grantable() {
 		w := d.room.next()
+		if w.ctx.Err() != nil {
+			// Its client left and it has not noticed yet: the slot goes to
+			// the next waiter instead.
+			d.wake(w, gone)
+			continue
+		}
 		if d.timer != nil {
 			if now < 0 {
 				now = d.now()
@@ -428,7 +454,7 @@ func (d *dispatcher) now() int64 { return int64(time.Since(d.epoch)) }
 // for the next one. It runs in the timer's goroutine. A waiter that left the
 // queue early makes the timer fire for nothing once; it then re-arms.
 func (d *dispatcher) expire() {
-	d.mu.Lock()
+	d.lock()
 	defer d.mu.Unlock()
 	d.timerAt = 0
 	if d.closed {
@@ -442,14 +468,6 @@ func (d *dispatcher) expire() {
 		d.arm(d.deadline(w))
 	}
 	d.settle()
-}
-
-// ahead is the number of waiters that would be served before an arrival a
-// that joined the queue now.
-func (d *dispatcher) ahead(a Arrival) int {
-	d.lock()
-	defer d.mu.Unlock()
-	return d.room.ahead(a.Priority, a.Flow)
 }
 
 // SetLimit implements LimitSetter. Raising the limit wakes waiters at once;
@@ -506,7 +524,7 @@ func (d *dispatcher) Stats() BackendStats {
 
 // Close implements Backend.
 func (d *dispatcher) Close() error {
-	d.mu.Lock()
+	d.lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil
@@ -526,7 +544,7 @@ func (d *dispatcher) Close() error {
 
 // Drain implements Backend.
 func (d *dispatcher) Drain(ctx context.Context) error {
-	d.mu.Lock()
+	d.lock()
 	if d.idle == nil {
 		d.idle = make(chan struct{})
 		d.settle() // from here on every Release takes mu and sees idle

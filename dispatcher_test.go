@@ -270,7 +270,7 @@ func TestReleaseBetweenFastPathAndParking(t *testing.T) {
 		d.Release(Ticket{}) // slowBit is clear: the fast release path
 		done := make(chan error, 1)
 		go func() {
-			_, err := d.acquireSlow(context.Background(), Arrival{})
+			_, err := d.acquireSlow(context.Background(), Arrival{}, math.MaxInt)
 			done <- err
 		}()
 		synctest.Wait()
@@ -338,5 +338,68 @@ func TestDrainRateCoversItsWindow(t *testing.T) {
 			assert.InDelta(t, 140.0/5, rate, 1e-9, "the base must still be the sample at the start")
 		}
 		done++ // then 10 a second
+	}
+}
+
+// The fields of the state word stay apart at the bounds: a limit of 1<<30
+// with a thousand holders, lowered to 1 and raised back.
+func TestStateWordAtTheBounds(t *testing.T) {
+	d := startDispatcher(t, Limits{MaxConcurrent: maxLimit, MaxQueue: maxLimit, QueueTimeout: 1})
+	for range 1000 {
+		require.NotZero(t, d.tryFast(), "fast path refused below the limit")
+	}
+	require.NoError(t, d.SetLimit(1))
+	run, limit := d.slots()
+	assert.Equal(t, [2]int64{1000, 1}, [2]int64{run, limit})
+	assert.Zero(t, d.tryFast(), "admitted past a lowered limit")
+	require.NoError(t, d.SetLimit(maxLimit))
+	assert.Error(t, d.SetLimit(maxLimit+1))
+	for range 1000 {
+		d.Release(Ticket{})
+	}
+	run, limit = d.slots()
+	assert.Equal(t, [2]int64{0, maxLimit}, [2]int64{run, limit})
+	assert.Equal(t, BackendStats{Limit: maxLimit, Served: 1000}, d.Stats())
+}
+
+// A waiter whose client has left, but which has not noticed yet, is not
+// evicted, closed or timed out when its fate comes: its outcome is its own
+// context's, and a slot freed meanwhile goes past it to the next waiter.
+func TestGoneWaiterKeepsItsCause(t *testing.T) {
+	for _, fate := range []waiterState{evicted, closedOut, timedOut, granted} {
+		t.Run(map[waiterState]string{evicted: "evicted", closedOut: "closed", timedOut: "timed out", granted: "granted"}[fate], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2})
+				require.NotZero(t, d.tryFast())
+				ctx, cancel := context.WithCancel(context.Background())
+				gone := acquireAsync(d, ctx)
+				synctest.Wait()
+				next := acquireAsync(d, context.Background())
+				synctest.Wait()
+
+				d.mu.Lock() // the waiter cannot act on its hang-up before its fate comes
+				cancel()
+				w := d.room.all.first
+				if fate == granted {
+					d.finished.Add(1) // a release, by hand
+					d.state.Add(^uint64(0))
+					d.grantLocked()
+				} else {
+					d.finish(w, fate)
+				}
+				d.settle()
+				d.mu.Unlock()
+				assert.ErrorIs(t, <-gone, context.Canceled)
+				if fate == granted {
+					assert.NoError(t, <-next, "the slot went past the gone waiter")
+					assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+					d.Release(Ticket{})
+				} else {
+					d.Release(Ticket{})
+					assert.NoError(t, <-next)
+				}
+				d.Release(Ticket{})
+			})
+		})
 	}
 }

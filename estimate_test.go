@@ -33,7 +33,7 @@ func TestAheadInTheWaitroom(t *testing.T) {
 			r.push(&waiter{}, prio, flow)
 		}
 	}
-	push(0, "A", 5)
+	push(0, "A", 5) // the cursor is on A, then B
 	push(0, "B", 1)
 	push(2, "C", 2)
 	for _, tc := range []struct {
@@ -46,11 +46,22 @@ func TestAheadInTheWaitroom(t *testing.T) {
 		{2, "D", 1},         // a new flow at 2: one turn of C
 		{1, "A", 2},         // a level of its own: only the higher one
 		{0, "new", 2 + 2},   // one turn of A and of B
-		{0, "B", 2 + 1 + 2}, // B's second: its own 1, two turns of A
+		{0, "B", 2 + 1 + 2}, // B's second: its own 1, two turns of A (before it)
 		{0, "A", 2 + 5 + 1}, // A's sixth: its own 5, all of B
+		{0, "new", 2 + 2},   // a new flow: one turn of each
 	} {
 		assert.Equal(t, tc.want, r.ahead(tc.prio, tc.flow), "priority %d flow %q", tc.prio, tc.flow)
 	}
+	// Flows after the arrival's own in the round get as many turns as it has
+	// waiters, not one more: with the cursor on A (one waiter) and B, C
+	// behind it with three each, A's second waits for A's first and one of
+	// each of B and C.
+	r = newWaitroom()
+	push(0, "A", 1)
+	push(0, "B", 3)
+	push(0, "C", 3)
+	assert.Equal(t, 1+1+1, r.ahead(0, "A"))
+	assert.Equal(t, 3+1+3, r.ahead(0, "B"), "B's fourth: its own 3, A's only one, C's three (each of C's turns comes before it)")
 }
 
 // The handler-time estimate is a mean per request: nothing but samples move

@@ -303,13 +303,12 @@ func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
 	}
 	start := time.Now()
 	ctx, a := c.Request.Context(), q.arrival(c)
-	if q.rejectEarly && q.expectedWait(a) > q.timeout {
-		return Ticket{}, 0, errRejectedEarly
-	}
 	var t Ticket
 	var err error
 	if q.fast != nil {
-		t, err = q.fast.acquireSlow(ctx, a)
+		t, err = q.fast.acquireSlow(ctx, a, q.maxAhead())
+	} else if q.rejectEarly && q.expectedWait(a) > q.timeout {
+		err = errRejectedEarly
 	} else {
 		t, err = q.backend.Acquire(ctx, a)
 	}
@@ -351,20 +350,38 @@ func (q *Queue) progress() (fast, finished uint64) {
 // errRejectedEarly is ErrQueueFull for RejectEarly.
 var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", ErrQueueFull)
 
+// maxAhead is RejectEarly's bound for the in-memory Backend, which checks
+// it under its lock as the arrival joins: the most waiters that may be ahead
+// of an arrival whose expected wait, (ahead + 1) × handler time / limit, is
+// within QueueTimeout. Negative refuses every arrival that would wait;
+// math.MaxInt refuses nobody (RejectEarly off, or nothing measured yet, so
+// nobody is refused on a guess).
+func (q *Queue) maxAhead() int {
+	if !q.rejectEarly {
+		return math.MaxInt
+	}
+	perSlot, ok := q.service.mean()
+	if !ok || perSlot <= 0 {
+		return math.MaxInt
+	}
+	n := math.Floor(float64(q.timeout) * float64(q.servingLimit(q.load().limit)) / float64(perSlot))
+	if !(n < math.MaxInt32) {
+		return math.MaxInt
+	}
+	return int(n) - 1
+}
+
 // expectedWait is how long an arrival a would wait if it joined the queue
-// now: the waiters served before it, plus itself, over the rate the slots
-// serve at (the limit over the measured handler time). Zero until a timed
-// request has finished, so nobody is refused on a guess.
+// of a Backend other than the in-memory one now: the waiters served before
+// it, plus itself, over the rate the slots serve at (the limit over the
+// measured handler time). Zero until a timed request has finished.
 func (q *Queue) expectedWait(a Arrival) time.Duration {
 	perSlot, ok := q.service.mean()
 	if !ok {
 		return 0
 	}
-	if q.fast != nil {
-		return drainTime(q.fast.ahead(a)+1, perSlot, q.load().limit)
-	}
 	b := q.backend.Stats()
-	return drainTime(aheadIn(b, a)+1, perSlot, b.Limit)
+	return drainTime(aheadIn(b, a)+1, perSlot, q.servingLimit(b.Limit))
 }
 
 // aheadIn is the number of waiters of a Backend other than the in-memory
@@ -404,11 +421,23 @@ func (q *Queue) retryAfterNow() string {
 		return q.retryAfter
 	}
 	l := q.load()
-	d := drainTime(l.queued+1, perSlot, l.limit)
+	secs := math.Ceil(drainTime(l.queued+1, perSlot, q.servingLimit(l.limit)).Seconds())
 	if q.timeout > 0 {
-		d = min(d, q.timeout)
+		// Whole seconds, rounded down: a header above QueueTimeout would
+		// send clients back later than every waiter has gone.
+		secs = min(secs, math.Floor(q.timeout.Seconds()))
 	}
-	return retryAfterHeader(d)
+	return strconv.Itoa(int(max(secs, 1)))
+}
+
+// servingLimit is the limit the slots serve at, for estimates: the Backend's
+// limit, or with Adaptive the limit outside probes (a probe holds MinLimit
+// for a few samples only).
+func (q *Queue) servingLimit(limit int) int {
+	if q.adaptive != nil {
+		return int(q.adaptive.steady.Load())
+	}
+	return limit
 }
 
 // serverTiming renders a queue wait as a Server-Timing value in ms.

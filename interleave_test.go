@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // The lock-free steps of the dispatcher (the fast path, Release, parking,
@@ -227,7 +229,7 @@ var stepNames = map[step]string{
 var (
 	fastArrival = actor{"fast", func(d *dispatcher) string { return fmt.Sprint(d.tryFast() != 0) }}
 	slowArrival = actor{"slow", func(d *dispatcher) string {
-		_, err := d.acquireSlow(context.Background(), Arrival{})
+		_, err := d.acquireSlow(context.Background(), Arrival{}, math.MaxInt)
 		return fmt.Sprint(err)
 	}}
 	release = actor{"release", func(d *dispatcher) string { d.Release(Ticket{}); return "released" }}
@@ -238,7 +240,7 @@ var (
 func hangUp() (waiter, cancel actor) {
 	ctx, stop := context.WithCancel(context.Background())
 	waiter = actor{"waiter", func(d *dispatcher) string {
-		_, err := d.acquireSlow(ctx, Arrival{})
+		_, err := d.acquireSlow(ctx, Arrival{}, math.MaxInt)
 		return fmt.Sprint(err)
 	}}
 	return waiter, actor{"hang-up", func(*dispatcher) string { stop(); return "" }}
@@ -255,8 +257,49 @@ func holders(out []string) int64 {
 	return n
 }
 
+var (
+	closeActor = actor{"close", func(d *dispatcher) string { return "close " + fmt.Sprint(d.Close()) }}
+	// The hour ends only after the schedule, once every actor is blocked,
+	// so a Drain still waiting then does not hold the bubble for ever.
+	drainActor = actor{"drain", func(d *dispatcher) string {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		return "drain " + fmt.Sprint(d.Drain(ctx))
+	}}
+)
+
+// held checks that the slots held at the end are those the scenario started
+// with, minus its releases, plus the grants its actors kept, and that Stats
+// says so.
+func held(start int64) func(d *dispatcher, out []string) error {
+	return func(d *dispatcher, out []string) error {
+		want := start - int64(strings.Count(strings.Join(out, " "), "released")) + holders(out)
+		if run, _ := d.slots(); run != want {
+			return fmt.Errorf("%d slots held, want %d (outcomes %q)", run, want, out)
+		}
+		if st := d.Stats(); int64(st.Running) != want {
+			return fmt.Errorf("Stats.Running %d, want %d (outcomes %q)", st.Running, want, out)
+		}
+		return nil
+	}
+}
+
+// drained is held, and a Drain is not left waiting while nothing runs.
+func drained(start int64) func(d *dispatcher, out []string) error {
+	return func(d *dispatcher, out []string) error {
+		if err := held(start)(d, out); err != nil {
+			return err
+		}
+		if run, _ := d.slots(); run == 0 && out[0] == "" {
+			return fmt.Errorf("nothing runs but Drain still waits (outcomes %q)", out)
+		}
+		time.Sleep(2 * time.Hour) // a Drain still waiting gives up
+		return nil
+	}
+}
+
 func setLimit(n int) actor {
-	return actor{"setlimit", func(d *dispatcher) string { return fmt.Sprint(d.SetLimit(n)) }}
+	return actor{"setlimit", func(d *dispatcher) string { return "limit " + fmt.Sprint(d.SetLimit(n)) }}
 }
 
 // holdOne takes a slot before the actors start.
@@ -349,6 +392,38 @@ func TestInterleavings(t *testing.T) {
 				return nil
 			},
 			minSchedules: 100,
+		},
+		{
+			name:         "close racing a release and a fast arrival",
+			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:        holdOne,
+			actors:       []actor{fastArrival, release, closeActor},
+			final:        held(1),
+			minSchedules: 300,
+		},
+		{
+			name:         "close racing a parking arrival and a release",
+			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:        holdOne,
+			actors:       []actor{slowArrival, release, closeActor},
+			final:        held(1),
+			minSchedules: 300,
+		},
+		{
+			name:         "drain racing a release and a fast arrival",
+			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:        holdOne,
+			actors:       []actor{drainActor, release, fastArrival},
+			final:        drained(1),
+			minSchedules: 300,
+		},
+		{
+			name:         "a lowered limit racing a parking arrival and a release",
+			limits:       Limits{MaxConcurrent: 2, MaxQueue: 1},
+			setup:        func(d *dispatcher) { holdOne(d); holdOne(d) },
+			actors:       []actor{slowArrival, setLimit(1), release},
+			final:        held(2),
+			minSchedules: 300,
 		},
 	} {
 		t.Run(sc.name, func(t *testing.T) { explore(t, sc) })

@@ -130,7 +130,9 @@ func (r *waitRecorder) percentiles(now time.Time, fast uint64) (p50, p90, p99 ti
 		}
 		recorded += r.subs[i].n
 	}
-	zeros := fast - oldest.fastAtStart
+	// fast was read before r.mu: a record that rotated the windows since may
+	// have started them from a later count.
+	zeros := fast - min(fast, oldest.fastAtStart)
 	total := zeros + recorded
 	if total == 0 {
 		return 0, 0, 0

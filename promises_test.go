@@ -336,3 +336,134 @@ func TestStatsNeverContradictThemselves(t *testing.T) {
 	assert.EqualValues(t, sent.Load(), st.Served+st.QueueFull+st.QueueTimeout+st.Canceled+st.Closed, "one outcome per request")
 	assert.Equal(t, 0, st.Running)
 }
+
+// RejectEarly counts only the waiters that would be served before an
+// arrival: a second request of the flow whose turn is next waits behind one
+// turn of each other flow, not two, and is served after about 1.05 s of a
+// 1.5 s QueueTimeout, with RejectEarly as without.
+func TestRejectEarlyCountsTurnsFromTheCursor(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		t.Run(fmt.Sprint("RejectEarly=", early), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 64, QueueTimeout: 1500 * time.Millisecond,
+					RejectEarly: early, FlowKey: byQueryFlow})
+				r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+				out := make(chan result, 64)
+				// Nothing is measured yet, so nobody is refused while the queue fills.
+				sendAt(r, 0, 0, "X", out) // runs, 0-100 ms; timed
+				sendAt(r, 1, 0, "Z", out) // ring Z, A, B..J; cursor on Z
+				sendAt(r, 2, 0, "A", out)
+				id := 3
+				for _, f := range []string{"B", "C", "D", "E", "F", "G", "H", "I", "J"} {
+					sendAt(r, id, 0, f, out)
+					sendAt(r, id+1, 0, f, out)
+					id += 2
+				}
+				time.Sleep(150 * time.Millisecond) // X done (100 ms measured), Z runs, the cursor is on A
+				synctest.Wait()
+				<-out // X
+				// A's second request: ahead of it are A's first and one of each
+				// of B..J, 10 in all, after Z's remaining 50 ms: it starts at
+				// 1.2 s, 1.05 s after it arrived, and ends at 1.3 s.
+				t0 := time.Now()
+				sendAt(r, 100, 0, "A", out)
+				var code int
+				var took time.Duration
+				for res := range out {
+					if res.id == 100 {
+						code, took = res.code, time.Since(t0)
+						break
+					}
+				}
+				assert.Equal(t, http.StatusOK, code, "answered %d after %v; it would wait about 1.05 s of 1.5 s", code, took)
+				if code == http.StatusOK {
+					assert.Equal(t, 1150*time.Millisecond, took, "waited 1.05 s, ran 100 ms")
+				}
+				_ = q.Close()
+				time.Sleep(time.Second) // let the running handler end
+			})
+		})
+	}
+}
+
+// Retry-After is at most QueueTimeout, also when QueueTimeout is not a whole
+// number of seconds.
+func TestRetryAfterNeverAboveQueueTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: 1500 * time.Millisecond})
+		r := newEngine(q.Handler(), sleeper(3*time.Second))
+		out := make(chan result, 8)
+		burst(r, 1, 0, out) // times the handler: 3 s
+		time.Sleep(3 * time.Second)
+		<-out
+		burst(r, 3, 1, out) // 1 runs, 2 waits, 3 is refused
+		res := <-out
+		require.Equal(t, http.StatusServiceUnavailable, res.code)
+		ra := time.Duration(retryAfterSeconds(res.header)) * time.Second
+		assert.LessOrEqual(t, ra, 1500*time.Millisecond, "Retry-After %v is past QueueTimeout 1.5 s", ra)
+		res = <-out // the waiter's 408
+		require.Equal(t, http.StatusRequestTimeout, res.code)
+		ra = time.Duration(retryAfterSeconds(res.header)) * time.Second
+		assert.LessOrEqual(t, ra, 1500*time.Millisecond, "408 Retry-After %v is past QueueTimeout 1.5 s", ra)
+		<-out
+	})
+}
+
+// With Adaptive, the limit sits at MinLimit for a probe of ten samples (at
+// start and every ProbeEvery windows). RejectEarly and Retry-After estimate
+// with the limit outside the probe: a burst that is served within about a
+// second of a 2 s QueueTimeout is not refused, and Retry-After stays within
+// 2× of the real drain.
+func TestRejectEarlyDuringAdaptiveProbe(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		t.Run(fmt.Sprint("RejectEarly=", early), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: 32, MaxQueue: 40, QueueTimeout: 2 * time.Second,
+					RejectEarly: early, Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 1, MaxLimit: 64}})
+				r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+				out := make(chan result, 64)
+				burst(r, 1, 0, out) // times the handler (100 ms); the first probe sample
+				time.Sleep(100 * time.Millisecond)
+				require.Equal(t, http.StatusOK, (<-out).code)
+				require.Equal(t, 1, q.Stats().Limit, "probing")
+				t0 := time.Now()
+				burst(r, 40, 1, out)
+				codes := map[int]int{}
+				var last time.Duration
+				for range 40 {
+					res := <-out
+					codes[res.code]++
+					if res.code == http.StatusOK {
+						last = max(last, time.Since(t0))
+					}
+				}
+				t.Logf("codes %v, the last served finished %v after the burst; limit now %d", codes, last, q.Stats().Limit)
+				assert.Equal(t, 40, codes[http.StatusOK],
+					"the whole burst can be served within %v of a 2 s QueueTimeout", last)
+			})
+		})
+	}
+}
+
+// Retry-After during the same probe: within 2× of the real time to drain.
+func TestRetryAfterDuringAdaptiveProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 32, MaxQueue: 30, QueueTimeout: 10 * time.Second,
+			Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 1, MaxLimit: 64}})
+		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+		out := make(chan result, 64)
+		burst(r, 1, 0, out)
+		time.Sleep(100 * time.Millisecond)
+		<-out
+		burst(r, 32, 1, out) // 1 runs, 30 wait, 1 refused
+		res := <-out
+		require.Equal(t, http.StatusServiceUnavailable, res.code)
+		drain := drainOf(q)
+		ra := time.Duration(retryAfterSeconds(res.header)) * time.Second
+		t.Logf("Retry-After %v, queue drained in %v", ra, drain)
+		assert.LessOrEqual(t, ra, max(time.Second, 2*drain), "Retry-After %v, the queue drained in %v", ra, drain)
+		for range 31 {
+			<-out
+		}
+	})
+}

@@ -213,10 +213,12 @@ func (r *waitroom) victim(prio int) *waiter {
 
 // ahead is the number of waiters that would be served before a new waiter
 // of priority prio and flow key: every waiter of a higher priority, and at
-// its own priority, as flows take turns, its flow's waiters and, from every
-// other flow, as many as get a turn before its own (one more than its flow
-// has waiting, or all that flow has). O(P) levels, plus the level's flows
-// when its flow already waits.
+// its own priority, as flows take turns from the cursor, its flow's waiters
+// and, from every other flow, as many as get a turn before its own: a flow
+// between the cursor and its flow gets one more turn than its flow has
+// waiters, a flow after it as many (each capped at what that flow has). A
+// new flow joins just behind the cursor: one turn of each flow. O(P)
+// levels, plus the level's flows when its flow already waits.
 func (r *waitroom) ahead(prio int, key string) int {
 	n := 0
 	for _, l := range r.levels {
@@ -230,11 +232,17 @@ func (r *waitroom) ahead(prio int, key string) int {
 	}
 	f := l.flows[r.flowKey(key)]
 	if f == nil {
-		return n + len(l.flows) // one turn of each flow
+		return n + len(l.flows)
 	}
-	for _, g := range l.flows {
-		if g != f {
-			n += min(g.n, f.n+1)
+	turns := f.n + 1 // flows before f in this round
+	for g := l.cursor; ; {
+		if g == f {
+			turns = f.n // flows after f
+		} else {
+			n += min(g.n, turns)
+		}
+		if g = g.next; g == l.cursor {
+			break
 		}
 	}
 	return n + f.n
