@@ -134,9 +134,9 @@ type waiter struct {
 	inAll, inLevel, inFlow links // see waitroom
 	flow                   *flow
 	ctx                    context.Context // the request's; nil while pooled
-	arrived                int64         // nanoseconds since dispatcher.epoch
-	ready                  chan struct{} // capacity 1: one wake-up per use
-	state                  waiterState   // guarded by dispatcher.mu until the wake-up is received
+	arrived                int64           // nanoseconds since dispatcher.epoch
+	ready                  chan struct{}   // capacity 1: one wake-up per use
+	state                  waiterState     // guarded by dispatcher.mu until the wake-up is received
 }
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
