@@ -15,22 +15,25 @@ const (
 	// Gradient compares the recent handler latency with the no-load latency
 	// and scales the limit by their ratio, plus a little headroom:
 	//
-	//	gradient = clamp(Tolerance × noLoad / recent, 0.5, 1)
+	//	gradient = clamp(Tolerance × noLoad⁺ / recent⁻, 0.5, 1)
 	//	limit    = limit × gradient + max(1, √limit / 2)
 	//
-	// While recent latency stays within Tolerance × noLoad the limit grows by
-	// the headroom each window; when it rises, the limit shrinks in
-	// proportion, at most by half per window. Growth is smoothed (a fifth of
-	// the step per window), a fall is not. The headroom of at least one slot
-	// holds a limit that keeps falling at 2, so Gradient's floor is
-	// max(MinLimit, 2), within MaxLimit. A limit that is less than half used
-	// does not grow. It is the idea of Netflix's Gradient2 and Envoy's
-	// adaptive concurrency.
+	// where noLoad⁺ is the no-load latency plus two standard errors of its
+	// measure and recent⁻ the window's mean less two of its own (see
+	// AdaptiveConfig): spread in handler times is not taken for load. While
+	// recent latency stays within Tolerance × noLoad the limit grows by the
+	// headroom each window; when it rises, the limit shrinks in proportion,
+	// at most by half per window. Growth is smoothed (a fifth of the step per
+	// window), a fall is not. The headroom of at least one slot holds a limit
+	// that keeps falling at 2, so Gradient's floor is max(MinLimit, 2),
+	// within MaxLimit. A limit that is less than half used does not grow. It
+	// is the idea of Netflix's Gradient2 and Envoy's adaptive concurrency.
 	Gradient Algorithm = iota
 	// AIMD adds one slot per window while recent latency stays within
-	// Tolerance × noLoad, and multiplies the limit by Backoff when it does
-	// not; its floor is MinLimit. A limit that is less than half used does
-	// not grow.
+	// Tolerance × noLoad (compared as Gradient does, allowing for spread),
+	// and multiplies the limit by Backoff, taking at least one slot, when it
+	// does not; its floor is MinLimit. A limit that is less than half used
+	// does not grow.
 	AIMD
 )
 
@@ -49,9 +52,13 @@ func (a Algorithm) String() string {
 // Samples are the handler times of served requests (the rest of the chain
 // after the throttle), those that panic included; 408, 503 and canceled
 // requests are not samples. They are read in whole microseconds, capped at
-// 2^32 µs (about 71 minutes), and a window whose mean is under 1 µs (instant
+// 2^24 µs (about 16.8 s), and a window whose mean is under 1 µs (instant
 // 204s or 401s) counts as 1 µs, so no ratio of latencies divides by zero.
-// Every Window samples the limit is recomputed; it always stays within
+// Every comparison of latencies allows for the noise of a window's mean:
+// a window is slow only when its mean less two standard errors is above
+// Tolerance × (no-load latency plus two standard errors of its measure),
+// so handler times that merely spread (exponential, log-normal) do not
+// drive the limit down. Every Window samples the limit is recomputed; it always stays within
 // [MinLimit, MaxLimit], and a computed limit that is not a finite number
 // leaves it where it is.
 //
@@ -59,9 +66,12 @@ func (a Algorithm) String() string {
 //   - by a probe, which holds the limit at MinLimit for one short window (10
 //     samples) and then restores it: at the start, after every ProbeEvery
 //     windows, and at once after a window faster than no-load latency /
-//     Tolerance (a burst of instant errors, or handlers that got faster). One
-//     such window is a reason to measure, not a measurement: taken as the
-//     no-load latency it would make every normal window after it look slow;
+//     Tolerance beyond its noise (a burst of instant errors, or handlers
+//     that got faster). Such a window is a reason to measure, not a
+//     measurement: taken as the no-load latency it would make every normal
+//     window after it look slow. The window after a probe, the first
+//     requests to finish once the limit is restored (the short ones), moves
+//     nothing;
 //   - by any window run while the limit is at its floor (see Gradient and
 //     AIMD), where few requests are in flight, as in a probe;
 //   - by the first window after Queue.SetLimit cut the opening probe short.
@@ -150,10 +160,15 @@ const resolution = time.Microsecond
 
 // limiter moves a Backend's limit from handler latencies.
 //
-// The request path only loads gen and adds to acc: acc packs the samples of
-// the current window, a count in the top 16 bits and a sum of microseconds
-// in the low 48 (a sample is capped at 2^32 µs, about 71 minutes). The request whose add completes the window takes it (CAS to
-// zero) and runs update; everything else happens under mu, once per window.
+// The request path only loads gen and updates acc with a CAS, plus one Add
+// to sq: acc packs the samples of the current window, the generation they
+// belong to in the top 8 bits, their count in the next 16 and their sum of
+// microseconds in the low 40; sq sums their squares, for the spread. A
+// sample of another generation finds another tag and is dropped, even when
+// a probe begins between its check and its add. The request whose sample
+// completes the window takes it (the CAS that empties acc) and runs update;
+// everything else happens under mu, once per window. sq is approximate: a
+// square added just as its window is taken counts in the next one.
 type limiter struct {
 	cfg    AdaptiveConfig
 	target LimitSetter
@@ -164,6 +179,7 @@ type limiter struct {
 	gen    atomic.Uint64 // samples of a request granted under another gen are dropped
 	window atomic.Uint64 // samples in the current window
 	acc    atomic.Uint64
+	sq     atomic.Uint64
 
 	// noLoad is the no-load latency (a time.Duration), 0 until measured. It
 	// is written only under mu, and read without it: Stats must never wait
@@ -177,16 +193,27 @@ type limiter struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	limit   float64 // always finite and within [MinLimit, MaxLimit]
-	probing bool    // the current window measures no-load latency
-	saved   float64 // the limit to return to after a probe
-	windows int     // since the last probe
+	limit    float64 // always finite and within [MinLimit, MaxLimit]
+	noLoadSE float64 // the standard error of the no-load latency, µs
+	probing  bool    // the current window measures no-load latency
+	warming  bool    // the first window after a probe: its samples are biased short
+	saved    float64 // the limit to return to after a probe
+	windows  int     // since the last probe
 }
 
 const (
-	accCount = 1 << 48
-	accSum   = accCount - 1
+	accTagShift   = 56
+	accCountShift = 40
+	accCount      = 1 << accCountShift
+	accSum        = accCount - 1
+	accTagMask    = uint64(0xff) << accTagShift
+	// sampleCap bounds a sample, in µs (about 16.8 s): 2^15 squares of it
+	// still fit in sq, and 2^15 of it in acc's sum.
+	sampleCap = 1<<24 - 1
 )
+
+// tagOf is the tag of a generation's window in acc.
+func tagOf(gen uint64) uint64 { return gen << accTagShift }
 
 // newLimiter starts at limit and opens with a probe of no-load latency.
 func newLimiter(cfg AdaptiveConfig, start int, target LimitSetter, busy func() int) *limiter {
@@ -207,62 +234,104 @@ func (l *limiter) begin() uint64 { return l.gen.Load() }
 
 // sample records the handler time d of a request granted under gen.
 func (l *limiter) sample(gen uint64, d time.Duration) {
-	if gen != l.gen.Load() {
+	us := min(uint64(max(d, 0)/time.Microsecond), sampleCap)
+	for {
+		v := l.acc.Load()
+		if v&accTagMask != tagOf(gen) || gen != l.gen.Load() {
+			return // a window of another generation
+		}
+		next := v + accCount + us
+		n := next >> accCountShift & (1<<16 - 1)
+		if n < l.window.Load() {
+			if l.acc.CompareAndSwap(v, next) {
+				l.sq.Add(us * us)
+				return
+			}
+			continue
+		}
+		// This sample completes the window: take it.
+		if !l.acc.CompareAndSwap(v, tagOf(gen)) {
+			continue
+		}
+		l.update(gen, windowSums{n: n, sum: next & accSum, sq: l.sq.Swap(0) + us*us})
 		return
 	}
-	us := min(uint64(max(d, 0)/time.Microsecond), accSum>>16)
-	v := l.acc.Add(accCount | us)
-	n := v / accCount
-	// The first add to find the window full takes it; if another add slips
-	// in between, the CAS fails and the next add tries again.
-	if n < l.window.Load() || !l.acc.CompareAndSwap(v, 0) {
-		return
-	}
-	l.update(gen, time.Duration((v&accSum)/n)*time.Microsecond)
 }
 
-// update ends a window of samples whose mean is avg.
-func (l *limiter) update(gen uint64, avg time.Duration) {
+// windowSums is the samples of one window: count, sum and sum of squares of µs.
+type windowSums struct{ n, sum, sq uint64 }
+
+// stats returns a window's mean, floored at the resolution, and the standard
+// error of that mean, in µs.
+func (w windowSums) stats() (mean, se float64) {
+	n := float64(w.n)
+	mean = float64(w.sum) / n
+	variance := max(float64(w.sq)/n-mean*mean, 0)
+	return max(mean, float64(resolution/time.Microsecond)), math.Sqrt(variance / n)
+}
+
+// update ends a window of samples.
+//
+// Window means are noisy when handler times spread (a window of 10
+// exponential samples is off by a third as often as not), and a limit that
+// falls on noise and grows back slowly would drift to its floor under a load
+// that is not overloaded. So every comparison allows for the noise: a window
+// is slow only when even its mean less two standard errors is above
+// Tolerance × (noLoad plus two of its own standard errors), and much faster
+// than no-load only when its mean plus two standard errors is below noLoad
+// less two of its own, over Tolerance.
+func (l *limiter) update(gen uint64, w windowSums) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if gen != l.gen.Load() {
 		return // a probe began or ended since
 	}
-	avg = max(avg, resolution)
+	mean, se := w.stats()
 	if l.probing {
-		l.noLoad.Store(int64(avg))
+		l.setNoLoad(mean, se)
 		l.probing = false
+		l.warming = true
 		l.limit = l.saved
 		l.newGen()
 		_ = l.apply()
 		return
 	}
-	noLoad := time.Duration(l.noLoad.Load())
+	if l.warming {
+		// The first window after a probe is the first requests to finish
+		// once the limit is restored, the short ones: no evidence.
+		l.warming = false
+		_ = l.apply()
+		return
+	}
+	noLoad := float64(l.noLoad.Load()) / float64(time.Microsecond)
 	switch {
 	case noLoad == 0 || int(math.Round(l.limit)) <= l.floor:
 		// Never measured (a probe was cut short), or few requests in flight:
 		// a measurement, as a probe's. At the floor this is what corrects a
 		// no-load latency that is too low, and so lets the limit climb back.
-		noLoad = avg
-		l.noLoad.Store(int64(avg))
-	case float64(avg)*l.cfg.Tolerance < float64(noLoad):
+		l.setNoLoad(mean, se)
+		noLoad = mean
+	case (mean+2*se)*l.cfg.Tolerance < noLoad-2*l.noLoadSE:
 		// Much faster than no-load: measure again rather than trust it.
 		l.startProbe()
 		return
 	}
 	// A limit that is not used tells nothing about a higher one.
 	appLimited := float64(l.busy()) < l.limit/2
-	threshold := float64(noLoad) * l.cfg.Tolerance // at least 1 µs, perhaps +Inf
+	threshold := (noLoad + 2*l.noLoadSE) * l.cfg.Tolerance // at least 1 µs, perhaps +Inf
+	recent := max(mean-2*se, noLoad/2, 1)                  // the least the window's latency is likely to be
 	next := l.limit
 	switch l.cfg.Algorithm {
 	case AIMD:
-		if float64(avg) > threshold {
-			next = l.limit * l.cfg.Backoff
+		if recent > threshold {
+			// At least one slot, so that a Backoff just below 1 still
+			// reaches the floor.
+			next = min(l.limit*l.cfg.Backoff, l.limit-1)
 		} else if !appLimited {
 			next = l.limit + 1
 		}
 	default:
-		gradient := min(max(threshold/float64(avg), 0.5), 1)
+		gradient := min(max(threshold/recent, 0.5), 1)
 		next = l.limit*gradient + max(1, math.Sqrt(l.limit)/2)
 		if next > l.limit {
 			if appLimited {
@@ -282,6 +351,13 @@ func (l *limiter) update(gen uint64, avg time.Duration) {
 	_ = l.apply()
 }
 
+// setNoLoad records a measured no-load latency, mean and standard error in
+// µs. Requires l.mu.
+func (l *limiter) setNoLoad(mean, se float64) {
+	l.noLoad.Store(int64(mean * float64(time.Microsecond)))
+	l.noLoadSE = se
+}
+
 // startProbe holds the limit at MinLimit for one short window. Requires l.mu.
 func (l *limiter) startProbe() {
 	l.probing = true
@@ -296,8 +372,8 @@ func (l *limiter) startProbe() {
 // newGen drops the samples of requests granted so far: they ran under a
 // limit that no longer says anything (around a probe). Requires l.mu.
 func (l *limiter) newGen() {
-	l.gen.Add(1)
-	l.acc.Store(0)
+	l.acc.Store(tagOf(l.gen.Add(1)))
+	l.sq.Store(0)
 }
 
 // apply gives the limit to the Backend and sizes the next window. A Backend
@@ -305,14 +381,14 @@ func (l *limiter) newGen() {
 // Requires l.mu.
 func (l *limiter) apply() error {
 	n := int(math.Round(l.limit))
+	if err := l.target.SetLimit(n); err != nil {
+		return err
+	}
 	w := l.cfg.Window
 	if w == 0 {
 		w = min(max(n, 10), 200)
 	}
 	l.window.Store(uint64(w))
-	if err := l.target.SetLimit(n); err != nil {
-		return err
-	}
 	l.steady.Store(int64(n))
 	return nil
 }

@@ -74,10 +74,12 @@ const recoveryGrowth = 200
 // Tolerance (5 ms ≤ Tolerance × 5 ms), none is faster than no-load /
 // Tolerance, and nothing is app-limited, so every window that is not a probe
 // raises the limit: AIMD by 1, Gradient by at least a fifth of its headroom
-// max(1, √limit / 2), so by at least 0.2. At most every other window is a
-// probe (ProbeEvery ≥ 1 windows between two), so in the next recoveryGrowth =
-// 200 windows the limit rises by at least 100 × 1 (AIMD) or 100 × 0.2 = 20
-// (Gradient), from at least MinLimit, up to MaxLimit.
+// max(1, √limit / 2), so by at least 0.2. A probe and the window after it
+// (the first requests to finish once the limit is restored, which moves
+// nothing) come at most once every three windows (ProbeEvery ≥ 1 windows
+// between two probes), so in the next recoveryGrowth = 200 windows at least
+// 66 raise the limit: by at least 66 × 1 (AIMD) or 66 × 0.2 = 13 (Gradient),
+// from at least MinLimit, up to MaxLimit.
 func FuzzAdaptive(f *testing.F) {
 	// alg, min, span, window, tolerance, backoff, probe, start, samples
 	f.Add(uint8(0), uint8(0), uint8(0), uint8(0), uint8(0), uint8(0), uint8(0), uint8(0), make([]byte, 3*256)) // all zeros
@@ -196,7 +198,7 @@ func FuzzAdaptive(f *testing.F) {
 		if l.cfg.Algorithm == AIMD {
 			step = 1
 		}
-		want := min(hi, lo+int(step*recoveryGrowth/2))
+		want := min(hi, lo+int(step*float64(recoveryGrowth/3)))
 		if limit < want {
 			t.Fatalf("after %d windows of normal load the limit is %d, want at least %d (no-load latency %v)",
 				windows, limit, want, l.noLoadLatency())
@@ -244,13 +246,14 @@ func TestLimiterNoLoadLatency(t *testing.T) {
 				t.Errorf("no-load latency %v, want 1ms", got)
 			}
 		}},
+		// After the window that follows the probe (which moves nothing):
 		// 20 → 12.2 → 7.9 → 5.3 → 3.8 → 2.9 → 2.5 (rounded 2, the floor) in 6
-		// windows, each at most halving; the 7th, at the floor, measures.
+		// windows, each at most halving; the 8th, at the floor, measures.
 		{"gradient: a probe of 200 µs cache hits, measured again at the floor", AdaptiveConfig{MaxLimit: 100, Window: 10}, func(t *testing.T, l *limiter, s *fakeSetter) {
 			playWindows(l, s, 200*time.Microsecond, 1)
-			playWindows(l, s, 5*time.Millisecond, 7)
+			playWindows(l, s, 5*time.Millisecond, 8)
 			if got := l.noLoadLatency(); got != 5*time.Millisecond {
-				t.Errorf("no-load latency %v after 7 windows of 5 ms, want 5ms; limits %v", got, s.args)
+				t.Errorf("no-load latency %v after 8 windows of 5 ms, want 5ms; limits %v", got, s.args)
 			}
 			playWindows(l, s, 5*time.Millisecond, 10)
 			if got := roundedLimit(l); got < 4 { // 2.46 + 10 × 0.2
