@@ -112,10 +112,10 @@ type AdaptiveConfig struct {
 // validate checks a against the limit it starts from.
 func (a AdaptiveConfig) validate() error {
 	switch {
-	case a.MinLimit < 0 || a.MinLimit > maxLimit:
-		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit must be in [0, %d], got %d", maxLimit, a.MinLimit)
-	case a.MaxLimit < 0 || a.MaxLimit > maxLimit:
-		return fmt.Errorf("ginqueue: Config.Adaptive.MaxLimit must be in [0, %d], got %d", maxLimit, a.MaxLimit)
+	case a.MinLimit < 0 || a.MinLimit > MaxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit must be in [0, %d], got %d", MaxLimit, a.MinLimit)
+	case a.MaxLimit < 0 || a.MaxLimit > MaxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MaxLimit must be in [0, %d], got %d", MaxLimit, a.MaxLimit)
 	case a.withDefaults().MinLimit > a.withDefaults().MaxLimit:
 		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit %d exceeds MaxLimit %d", a.MinLimit, a.withDefaults().MaxLimit)
 	case a.Algorithm > AIMD:
@@ -401,8 +401,8 @@ func (l *limiter) noLoadLatency() time.Duration { return time.Duration(l.noLoad.
 // probe in progress), and goes on from there. It returns the Backend's error,
 // and then changes nothing.
 func (l *limiter) set(n int) error {
-	if n < 1 || n > maxLimit {
-		return fmt.Errorf("ginqueue: limit must be in [1, %d], got %d", maxLimit, n)
+	if err := CheckLimit(n); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -18,52 +18,79 @@ var (
 	ErrClosed = errors.New("ginqueue: closed")
 )
 
-// Limits are the parts of a Config that a Backend enforces.
-type Limits struct {
-	MaxConcurrent   int           // at least 1
-	MaxQueue        int           // zero: no waiting room
-	QueueTimeout    time.Duration // zero: no time limit
-	MaxQueuePerFlow int           // zero: no cap per flow
+// MaxLimit is the largest limit, MaxConcurrent and MaxQueue there can be:
+// counts derived from them never overflow an int on any platform.
+const MaxLimit = 1 << 30
+
+// CheckLimit returns an error naming n unless it can be a limit: from 1 to
+// MaxLimit. Queue.SetLimit, the adaptive limit and every LimitSetter check a
+// new limit with it.
+func CheckLimit(n int) error {
+	if n < 1 || n > MaxLimit {
+		return fmt.Errorf("ginqueue: limit must be in [1, %d], got %d", MaxLimit, n)
+	}
+	return nil
 }
 
-// Validate reports the first limit that cannot work, naming the Config
-// field it comes from; nil for usable limits. NewQueue checks them before
-// Backend.Start, and a Backend may check them again in Start.
-func (l Limits) Validate() error {
+// Limits are the parts of a Config that a Backend enforces.
+type Limits struct {
+	MaxConcurrent   int           // at least 1, at most MaxLimit
+	MaxQueue        int           // zero: no waiting room; at most MaxLimit
+	QueueTimeout    time.Duration // zero: no time limit
+	MaxQueuePerFlow int           // zero: no cap per flow; at most MaxQueue
+}
+
+// Validate reports the first limit that cannot work, naming the Limits
+// field; nil for usable limits. NewQueue has checked them (naming the Config
+// fields they come from) before it calls Backend.Start; a Backend may check
+// them again in Start.
+func (l Limits) Validate() error { return l.check("Limits") }
+
+// check is Validate, naming the fields of the struct called from.
+func (l Limits) check(from string) error {
+	field := func(name, rule string, got any) error {
+		return fmt.Errorf("ginqueue: %s.%s %s, got %v", from, name, rule, got)
+	}
 	switch {
 	case l.MaxConcurrent < 1:
-		return fmt.Errorf("ginqueue: Config.MaxConcurrent must be at least 1, got %d", l.MaxConcurrent)
-	case l.MaxConcurrent > maxLimit:
-		return fmt.Errorf("ginqueue: Config.MaxConcurrent must be at most %d, got %d", maxLimit, l.MaxConcurrent)
+		return field("MaxConcurrent", "must be at least 1", l.MaxConcurrent)
+	case l.MaxConcurrent > MaxLimit:
+		return field("MaxConcurrent", fmt.Sprintf("must be at most %d", MaxLimit), l.MaxConcurrent)
 	case l.MaxQueue < 0:
-		return fmt.Errorf("ginqueue: Config.MaxQueue must not be negative, got %d", l.MaxQueue)
-	case l.MaxQueue > maxLimit:
-		return fmt.Errorf("ginqueue: Config.MaxQueue must be at most %d, got %d", maxLimit, l.MaxQueue)
+		return field("MaxQueue", "must not be negative", l.MaxQueue)
+	case l.MaxQueue > MaxLimit:
+		return field("MaxQueue", fmt.Sprintf("must be at most %d", MaxLimit), l.MaxQueue)
 	case l.QueueTimeout < 0:
-		return fmt.Errorf("ginqueue: Config.QueueTimeout must not be negative, got %v", l.QueueTimeout)
+		return field("QueueTimeout", "must not be negative", l.QueueTimeout)
 	case l.MaxQueuePerFlow < 0:
-		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow must not be negative, got %d", l.MaxQueuePerFlow)
+		return field("MaxQueuePerFlow", "must not be negative", l.MaxQueuePerFlow)
 	case l.MaxQueuePerFlow > l.MaxQueue:
-		return fmt.Errorf("ginqueue: Config.MaxQueuePerFlow %d exceeds Config.MaxQueue %d", l.MaxQueuePerFlow, l.MaxQueue)
+		return field("MaxQueuePerFlow", fmt.Sprintf("must not exceed %s.MaxQueue (%d)", from, l.MaxQueue), l.MaxQueuePerFlow)
 	}
 	return nil
 }
 
 // Arrival describes a request asking for a slot. The zero value is a request
-// of priority 0 in the single default flow.
+// of priority 0 in the single default flow, with no bound on its wait.
 type Arrival struct {
 	// Priority orders waiters: higher runs first. Zero is the default.
 	Priority int
 	// Flow names the flow the request belongs to, for fair queuing between
 	// flows. Empty is the default flow.
 	Flow string
+	// MaxAhead bounds how many waiters may be served before this request,
+	// for Config.RejectEarly. Above zero, the request is refused with
+	// ErrQueueFull if MaxAhead or more would be; below zero, if it would
+	// wait at all; zero means no bound. A request that finds a free slot
+	// runs whatever MaxAhead says. A FastBackend applies it as the request
+	// takes its place; the Queue estimates it from Stats for other Backends.
+	MaxAhead int
 }
 
 // Ticket is what a Backend hands out with a slot and takes back on Release.
-// Its fields belong to the Backend; the Queue passes them back untouched.
+// Its ID belongs to the Backend; the Queue passes it back untouched.
 type Ticket struct {
-	ID  uint64
-	Key string
+	ID uint64
 }
 
 // BackendStats is a Backend's view of its slots and queue.
@@ -95,7 +122,9 @@ type PriorityCount struct {
 // must be safe for concurrent use.
 type Backend interface {
 	// Start is called once by NewQueue before any other method, with the
-	// limits to enforce. An error stops NewQueue and is returned from it.
+	// limits to enforce. An error stops NewQueue and is returned from it. A
+	// second call (the Backend given to a second Queue) must fail: a Backend
+	// serves exactly one Queue.
 	Start(l Limits) error
 
 	// Acquire returns when the request may run, with a Ticket that must be
@@ -136,6 +165,35 @@ type Backend interface {
 type LimitSetter interface {
 	// SetLimit sets the number of slots. Raising it grants waiters at once;
 	// lowering it preempts nobody: running requests finish, and nobody is
-	// admitted until fewer than n run. It returns an error for n < 1.
+	// admitted until fewer than n run. It returns CheckLimit's error for an
+	// n out of range.
 	SetLimit(n int) error
+}
+
+// FastBackend is a Backend with a path that admits a request without an
+// Arrival, a context, a clock or a lock when a slot is free and nobody waits,
+// and with counts cheap enough to read on every queued grant. The Queue uses
+// both when its Backend has them; the in-memory dispatcher is one. Its
+// methods must be safe for concurrent use and must not allocate.
+type FastBackend interface {
+	Backend
+
+	// TryAcquire takes a slot if one is free and nobody waits, and returns
+	// how many slots it has taken so far, this one included; 0 means it took
+	// none (the Queue then calls Acquire). A slot it took is given back with
+	// Release(Ticket{}). It must never let a request pass one that waits.
+	TryAcquire() uint64
+
+	// Counts reports the slots and the queue now, without the split by
+	// priority. Running must never exceed Served in Counts nor in Stats.
+	Counts() Counts
+}
+
+// Counts is a FastBackend's cheap view of itself.
+type Counts struct {
+	Running, Queued, Limit int
+	// Fast counts the slots TryAcquire took (requests served without
+	// waiting, whose wait the Queue records as zero); Finished the Releases.
+	// Both only grow.
+	Fast, Finished uint64
 }

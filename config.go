@@ -7,10 +7,6 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// maxLimit bounds MaxConcurrent and MaxQueue so that their sum and the
-// counters derived from them can never overflow an int on any platform.
-const maxLimit = 1 << 30
-
 // Config describes one throttle. The zero value is not usable (MaxConcurrent
 // must be at least 1); start from DefaultConfig and change what you need.
 // A Config is read once by New or NewQueue and copied: changing it afterwards
@@ -156,7 +152,7 @@ func DefaultConfig() Config {
 // Validate reports the first field of c that cannot work, naming the field
 // and its value. It returns nil for a usable Config.
 func (c Config) Validate() error {
-	if err := c.limits().Validate(); err != nil {
+	if err := c.limits().check("Config"); err != nil {
 		return err
 	}
 	switch {

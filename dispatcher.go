@@ -3,7 +3,7 @@ package ginqueue
 import (
 	"cmp"
 	"context"
-	"fmt"
+	"errors"
 	"math"
 	"runtime"
 	"slices"
@@ -12,18 +12,22 @@ import (
 	"time"
 )
 
-// dispatcher is the in-memory Backend: a counting semaphore with a bounded
-// FIFO queue of waiters. It knows nothing of HTTP or gin.
+// dispatcher is the in-memory Backend (a FastBackend): a counting semaphore
+// with a bounded queue of waiters. It knows nothing of HTTP or gin.
 //
-// The order of grants is the order of the queue, never the runtime's
-// scheduling order:
+// Grants are made by the goroutine that releases a slot, not by a goroutine
+// of the dispatcher's own: Release hands its slot straight to the head
+// waiter (a send on its ready channel) before it returns. That is one
+// wake-up per hand-off, where a dispatcher goroutine would cost two (the
+// releaser wakes it, it wakes the waiter), and an idle dispatcher owns no
+// goroutine at all. The decisions are still made in one place, under mu,
+// in the queue's order, never the runtime's scheduling order:
 //   - Acquire takes a slot at once only when one is free and nobody waits, so
 //     no arrival overtakes a waiter. That check is one CAS on state, without
 //     the mutex, which keeps an unsaturated throttle nearly free.
 //   - Otherwise the request parks on a waiter; every decision about waiters is
-//     made under mu. Release hands its slot straight to the head waiter
-//     (a send on its ready channel) in the releasing goroutine: one wake-up per
-//     hand-off, where a separate dispatcher goroutine would cost two.
+//     made under mu, and every section under mu ends with unlock, which
+//     settles slowBit and the mirrors first.
 //   - One timer, armed for the oldest waiter's deadline, expires waiters. All
 //     waiters share QueueTimeout, so arrival order is deadline order and the
 //     timer only ever needs the head. The timer runs a function (AfterFunc),
@@ -106,7 +110,7 @@ const (
 	slowBit    uint64 = 1 << 63
 	runMask    uint64 = 1<<32 - 1
 	limitShift        = 32
-	limitMask  uint64 = 1<<31 - 1 // after the shift; maxLimit fits
+	limitMask  uint64 = 1<<31 - 1 // after the shift; MaxLimit fits
 )
 
 // running and limitOf read the fields of a state word.
@@ -140,19 +144,27 @@ type waiter struct {
 }
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
-// Config.Backend is nil: one process, strict FIFO, no polling. Other backends
-// may use it as a local fallback. Like every Backend it serves one Queue.
+// Config.Backend is nil: one process, strict FIFO within a priority and flow,
+// no polling. It is a FastBackend and a LimitSetter. Other backends may use
+// it as a local fallback. Like every Backend it serves one Queue: a second
+// Start fails.
 func NewMemoryBackend() Backend { return &dispatcher{} }
 
-var _ Backend = (*dispatcher)(nil)
+var (
+	_ FastBackend = (*dispatcher)(nil)
+	_ LimitSetter = (*dispatcher)(nil)
+)
 
 // Start implements Backend.
 func (d *dispatcher) Start(l Limits) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.lock()
+	defer d.unlock()
+	if d.room != nil {
+		return errors.New("ginqueue: this in-memory Backend already serves a Queue; give each Queue its own NewMemoryBackend()")
+	}
 	d.limits = l
 	d.room = newWaitroom()
 	d.state.Store(uint64(l.MaxConcurrent) << limitShift)
@@ -164,13 +176,16 @@ func (d *dispatcher) Start(l Limits) error {
 	return nil
 }
 
-// Acquire implements Backend.
+// Acquire implements Backend. It applies a.MaxAhead.
 func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
 	if d.tryFast() != 0 {
 		return Ticket{}, nil
 	}
-	return d.acquireSlow(ctx, a, math.MaxInt)
+	return d.acquireSlow(ctx, a)
 }
+
+// TryAcquire implements FastBackend.
+func (d *dispatcher) TryAcquire() uint64 { return d.tryFast() }
 
 // tryFast takes a slot without mu when one is free and slowBit is clear.
 // It returns how many slots the fast path has taken so far, this one
@@ -190,12 +205,11 @@ func (d *dispatcher) tryFast() uint64 {
 }
 
 // acquireSlow is Acquire when the fast path failed: take a slot under mu if
-// one is free and nobody waits, else wait for one, unless more than maxAhead
-// waiters would be served first (RejectEarly; math.MaxInt for no bound).
-func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival, maxAhead int) (Ticket, error) {
+// one is free and nobody waits, else wait for one, unless a.MaxAhead refuses.
+func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error) {
 	d.lock()
 	if d.closed {
-		d.mu.Unlock()
+		d.unlock()
 		return Ticket{}, ErrClosed
 	}
 	for d.room.n == 0 {
@@ -214,8 +228,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival, maxAhead int) (
 			// change state now, and they only free slots.
 			d.at(stepSlowTake)
 			d.state.Add(1)
-			d.settle()
-			d.mu.Unlock()
+			d.unlock()
 			d.slowServed.Add(1)
 			return Ticket{}, nil
 		}
@@ -224,26 +237,22 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival, maxAhead int) (
 	if err := ctx.Err(); err != nil {
 		// The client left before it could queue: take no place, and take
 		// none from anybody else.
-		d.settle()
-		d.mu.Unlock()
+		d.unlock()
 		return Ticket{}, err
 	}
-	if maxAhead < math.MaxInt && d.room.ahead(a.Priority, a.Flow) > maxAhead {
+	if a.MaxAhead < 0 || a.MaxAhead > 0 && d.room.ahead(a.Priority, a.Flow) >= a.MaxAhead {
 		// Checked with the place taken, under one lock: a flood of
 		// arrivals cannot all see the same short queue.
-		d.settle()
-		d.mu.Unlock()
+		d.unlock()
 		return Ticket{}, errRejectedEarly
 	}
 	if !d.makeRoom(a) {
-		d.settle()
-		d.mu.Unlock()
+		d.unlock()
 		return Ticket{}, ErrQueueFull
 	}
 	w := d.newWaiter(ctx)
 	d.push(w, a)
-	d.settle()
-	d.mu.Unlock()
+	d.unlock()
 
 	select {
 	case <-w.ready:
@@ -258,12 +267,11 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival, maxAhead int) (
 	}
 
 	d.lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	err := ctx.Err()
 	switch w.state {
 	case waiting:
 		d.room.remove(w)
-		d.settle()
 	case granted:
 		// The grant and the hang-up came in the same instant. Nobody will run
 		// on this slot: give it back (it was never counted as served) and
@@ -272,7 +280,6 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival, maxAhead int) (
 		d.at(stepRelease)
 		d.state.Add(^uint64(0))
 		d.grantLocked()
-		d.settle()
 	default:
 		// Timed out, evicted or closed first: that outcome stands.
 		<-w.ready
@@ -325,14 +332,18 @@ func (w *waiter) err() error {
 	}
 }
 
-// counts is what the Queue reads on its slow path, without Stats' other
-// work: the slots held, the waiters, and the fast and slow grants and the
-// releases so far. running is served - finished, read in that order, so it
-// is never above the served count and never negative.
-func (d *dispatcher) counts() (running, queued int, fast, slow, finished uint64) {
-	fast, slow = d.fastServed.Load(), d.slowServed.Load()
-	finished = d.finished.Load()
-	return int(max(int64(fast+slow-finished), 0)), int(d.queuedN.Load()), fast, slow, finished
+// Counts implements FastBackend. Running is Served - Finished, read in that
+// order, so it is never above the served count and never negative.
+func (d *dispatcher) Counts() Counts {
+	fast, slow := d.fastServed.Load(), d.slowServed.Load()
+	finished := d.finished.Load()
+	return Counts{
+		Running:  int(max(int64(fast+slow-finished), 0)),
+		Queued:   int(d.queuedN.Load()),
+		Limit:    int(limitOf(d.state.Load())),
+		Fast:     fast,
+		Finished: finished,
+	}
 }
 
 // Release implements Backend.
@@ -344,8 +355,7 @@ func (d *dispatcher) Release(Ticket) {
 	}
 	d.lock()
 	d.grantLocked()
-	d.settle()
-	d.mu.Unlock()
+	d.unlock()
 }
 
 // grantLocked wakes head waiters, in order, while slots are free, and tells a
@@ -380,6 +390,14 @@ func (d *dispatcher) grantLocked() {
 		close(d.idle)
 		d.idle = nil
 	}
+}
+
+// unlock ends a section under mu: it settles, then unlocks. Every section
+// that may have changed the room, closed or idle ends here, so slowBit can
+// never be left out of step.
+func (d *dispatcher) unlock() {
+	d.settle()
+	d.mu.Unlock()
 }
 
 // settle ends every change made under mu: it sets slowBit exactly when
@@ -455,7 +473,7 @@ func (d *dispatcher) now() int64 { return int64(time.Since(d.epoch)) }
 // queue early makes the timer fire for nothing once; it then re-arms.
 func (d *dispatcher) expire() {
 	d.lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	d.timerAt = 0
 	if d.closed {
 		return
@@ -467,24 +485,22 @@ func (d *dispatcher) expire() {
 	if w := d.room.all.first; w != nil {
 		d.arm(d.deadline(w))
 	}
-	d.settle()
 }
 
 // SetLimit implements LimitSetter. Raising the limit wakes waiters at once;
 // lowering it lets running requests finish and admits nobody until running
 // is below the new limit.
 func (d *dispatcher) SetLimit(n int) error {
-	if n < 1 || n > maxLimit {
-		return fmt.Errorf("ginqueue: limit must be in [1, %d], got %d", maxLimit, n)
+	if err := CheckLimit(n); err != nil {
+		return err
 	}
 	d.lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	d.at(stepSetLimit)
 	// Only SetLimit changes the limit field, under mu: adding the difference
 	// moves it without disturbing the other fields.
 	d.state.Add(uint64(int64(n)-limitOf(d.state.Load())) << limitShift)
 	d.grantLocked()
-	d.settle()
 	return nil
 }
 
@@ -493,8 +509,11 @@ func (d *dispatcher) SetLimit(n int) error {
 // room, refreshed when mu is free at one of a few tries (otherwise the
 // last snapshot is returned, which may lag by the operations in flight).
 func (d *dispatcher) Stats() BackendStats {
-	running, queued, fast, slow, _ := d.counts()
-	st := BackendStats{Running: running, Limit: int(limitOf(d.state.Load())), Served: fast + slow}
+	slow := d.slowServed.Load() // before Counts reads Finished: Served >= Running
+	c := Counts{Fast: d.fastServed.Load()}
+	c.Running = int(max(int64(c.Fast+slow-d.finished.Load()), 0))
+	queued := int(d.queuedN.Load())
+	st := BackendStats{Running: c.Running, Limit: int(limitOf(d.state.Load())), Served: c.Fast + slow}
 	if o := d.oldestAt.Load(); o != 0 {
 		st.OldestWait = time.Duration(d.now() - (o - 1))
 	}
@@ -508,7 +527,7 @@ func (d *dispatcher) Stats() BackendStats {
 			continue
 		}
 		next := &roomSnap{ver: d.room.ver, queued: d.room.n, counts: d.room.byPriority()} // O(P) under the lock ...
-		d.mu.Unlock()
+		d.unlock()
 		slices.SortFunc(next.counts, func(a, b PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) }) // ... the sort outside
 		for p = d.snap.Load(); (p == nil || p.ver < next.ver) && !d.snap.CompareAndSwap(p, next); p = d.snap.Load() {
 		}
@@ -525,7 +544,7 @@ func (d *dispatcher) Stats() BackendStats {
 // Close implements Backend.
 func (d *dispatcher) Close() error {
 	d.lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	if d.closed {
 		return nil
 	}
@@ -538,7 +557,6 @@ func (d *dispatcher) Close() error {
 	for w := d.room.all.first; w != nil; w = d.room.all.first {
 		d.finish(w, closedOut)
 	}
-	d.settle()
 	return nil
 }
 
@@ -551,8 +569,7 @@ func (d *dispatcher) Drain(ctx context.Context) error {
 	}
 	idle := d.idle
 	d.grantLocked() // closes idle at once if nothing runs
-	d.settle()
-	d.mu.Unlock()
+	d.unlock()
 	select {
 	case <-idle:
 		return nil

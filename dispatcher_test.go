@@ -270,7 +270,7 @@ func TestReleaseBetweenFastPathAndParking(t *testing.T) {
 		d.Release(Ticket{}) // slowBit is clear: the fast release path
 		done := make(chan error, 1)
 		go func() {
-			_, err := d.acquireSlow(context.Background(), Arrival{}, math.MaxInt)
+			_, err := d.acquireSlow(context.Background(), Arrival{})
 			done <- err
 		}()
 		synctest.Wait()
@@ -344,7 +344,7 @@ func TestDrainRateCoversItsWindow(t *testing.T) {
 // The fields of the state word stay apart at the bounds: a limit of 1<<30
 // with a thousand holders, lowered to 1 and raised back.
 func TestStateWordAtTheBounds(t *testing.T) {
-	d := startDispatcher(t, Limits{MaxConcurrent: maxLimit, MaxQueue: maxLimit, QueueTimeout: 1})
+	d := startDispatcher(t, Limits{MaxConcurrent: MaxLimit, MaxQueue: MaxLimit, QueueTimeout: 1})
 	for range 1000 {
 		require.NotZero(t, d.tryFast(), "fast path refused below the limit")
 	}
@@ -352,14 +352,14 @@ func TestStateWordAtTheBounds(t *testing.T) {
 	run, limit := d.slots()
 	assert.Equal(t, [2]int64{1000, 1}, [2]int64{run, limit})
 	assert.Zero(t, d.tryFast(), "admitted past a lowered limit")
-	require.NoError(t, d.SetLimit(maxLimit))
-	assert.Error(t, d.SetLimit(maxLimit+1))
+	require.NoError(t, d.SetLimit(MaxLimit))
+	assert.Error(t, d.SetLimit(MaxLimit+1))
 	for range 1000 {
 		d.Release(Ticket{})
 	}
 	run, limit = d.slots()
-	assert.Equal(t, [2]int64{0, maxLimit}, [2]int64{run, limit})
-	assert.Equal(t, BackendStats{Limit: maxLimit, Served: 1000}, d.Stats())
+	assert.Equal(t, [2]int64{0, MaxLimit}, [2]int64{run, limit})
+	assert.Equal(t, BackendStats{Limit: MaxLimit, Served: 1000}, d.Stats())
 }
 
 // A waiter whose client has left, but which has not noticed yet, is not
@@ -402,4 +402,35 @@ func TestGoneWaiterKeepsItsCause(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Arrival.MaxAhead: above zero, refused when that many or more would be
+// served first; below zero, refused if it would wait at all; zero, no
+// bound; a free slot is taken whatever it says. Refusals take no place.
+func TestMaxAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 8})
+		_, err := d.Acquire(context.Background(), Arrival{MaxAhead: -1})
+		require.NoError(t, err, "a free slot is taken whatever MaxAhead says")
+		wait := func(maxAhead int) <-chan error {
+			errc := make(chan error, 1)
+			go func() {
+				_, err := d.Acquire(context.Background(), Arrival{MaxAhead: maxAhead})
+				errc <- err
+			}()
+			synctest.Wait()
+			return errc
+		}
+		first := wait(1)                           // 0 ahead < 1: waits
+		assert.ErrorIs(t, <-wait(1), ErrQueueFull) // 1 ahead
+		assert.ErrorIs(t, <-wait(-1), ErrQueueFull)
+		second := wait(2) // 1 ahead < 2: waits
+		third := wait(0)  // no bound: waits
+		assert.Equal(t, 3, d.Stats().Queued, "refusals took no place")
+		for _, w := range []<-chan error{first, second, third} {
+			d.Release(Ticket{})
+			assert.NoError(t, <-w)
+		}
+		d.Release(Ticket{})
+	})
 }

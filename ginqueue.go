@@ -54,12 +54,6 @@ const (
 	OutcomeClosed
 )
 
-// Outcomes lists every Outcome, in order, for code that reports them all
-// (such as a metrics collector).
-func Outcomes() []Outcome {
-	return []Outcome{OutcomeServed, OutcomeQueueFull, OutcomeQueueTimeout, OutcomeCanceled, OutcomeClosed}
-}
-
 // String returns the outcome's name as used in metric labels: "served",
 // "queue_full", "queue_timeout", "canceled" or "closed".
 func (o Outcome) String() string {
@@ -118,7 +112,7 @@ type Stats struct {
 // Queue is safe for concurrent use. Build it with NewQueue.
 type Queue struct {
 	backend      Backend
-	fast         *dispatcher // backend, when it is the in-memory one
+	fast         FastBackend // backend, when it has a fast path
 	skip         func(*gin.Context) bool
 	priority     func(*gin.Context) int
 	flowKey      func(*gin.Context) string
@@ -193,7 +187,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 		timeout:      cfg.QueueTimeout,
 		timeoutCode:  cmp.Or(cfg.QueueTimeoutStatus, http.StatusRequestTimeout),
 	}
-	q.fast, _ = b.(*dispatcher)
+	q.fast, _ = b.(FastBackend)
 	now := time.Now()
 	q.drain.rate(now, 0) // the base of the first drain rate
 	q.waits.start(now)
@@ -227,7 +221,7 @@ func (q *Queue) serve(c *gin.Context) {
 	var wait time.Duration
 	var n uint64 // slots the fast path took so far, this one included; 0 if not
 	if q.fast != nil {
-		n = q.fast.tryFast()
+		n = q.fast.TryAcquire()
 	}
 	if n == 0 {
 		var err error
@@ -306,7 +300,8 @@ func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
 	var t Ticket
 	var err error
 	if q.fast != nil {
-		t, err = q.fast.acquireSlow(ctx, a, q.maxAhead())
+		a.MaxAhead = q.maxAhead() // applied as the arrival takes its place
+		t, err = q.fast.Acquire(ctx, a)
 	} else if q.rejectEarly && q.expectedWait(a) > q.timeout {
 		err = errRejectedEarly
 	} else {
@@ -328,10 +323,8 @@ type loadCounts struct{ running, queued, limit int }
 // by priority, no allocation).
 func (q *Queue) load() loadCounts {
 	if q.fast != nil {
-		var l loadCounts
-		l.running, l.queued, _, _, _ = q.fast.counts()
-		l.limit = int(limitOf(q.fast.state.Load()))
-		return l
+		c := q.fast.Counts()
+		return loadCounts{running: c.Running, queued: c.Queued, limit: c.Limit}
 	}
 	b := q.backend.Stats()
 	return loadCounts{running: b.Running, queued: b.Queued, limit: b.Limit}
@@ -341,8 +334,8 @@ func (q *Queue) load() loadCounts {
 // path, which records no wait) and how many released their slot.
 func (q *Queue) progress() (fast, finished uint64) {
 	if q.fast != nil {
-		_, _, fast, _, finished = q.fast.counts()
-		return fast, finished
+		c := q.fast.Counts()
+		return c.Fast, c.Finished
 	}
 	return 0, q.finished.Load()
 }
@@ -350,25 +343,28 @@ func (q *Queue) progress() (fast, finished uint64) {
 // errRejectedEarly is ErrQueueFull for RejectEarly.
 var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", ErrQueueFull)
 
-// maxAhead is RejectEarly's bound for the in-memory Backend, which checks
-// it under its lock as the arrival joins: the most waiters that may be ahead
-// of an arrival whose expected wait, (ahead + 1) × handler time / limit, is
-// within QueueTimeout. Negative refuses every arrival that would wait;
-// math.MaxInt refuses nobody (RejectEarly off, or nothing measured yet, so
-// nobody is refused on a guess).
+// maxAhead is RejectEarly's bound for a FastBackend, as Arrival.MaxAhead:
+// an arrival whose expected wait, (ahead + 1) × handler time / limit, would
+// exceed QueueTimeout has at least timeout × limit / handler time waiters
+// ahead. Zero (no bound) with RejectEarly off, or before a handler time is
+// measured, so nobody is refused on a guess; -1 when even the first in line
+// would wait too long.
 func (q *Queue) maxAhead() int {
 	if !q.rejectEarly {
-		return math.MaxInt
+		return 0
 	}
 	perSlot, ok := q.service.mean()
 	if !ok || perSlot <= 0 {
-		return math.MaxInt
+		return 0
 	}
 	n := math.Floor(float64(q.timeout) * float64(q.servingLimit(q.load().limit)) / float64(perSlot))
-	if !(n < math.MaxInt32) {
-		return math.MaxInt
+	switch {
+	case !(n < math.MaxInt32):
+		return 0
+	case n < 1:
+		return -1
 	}
-	return int(n) - 1
+	return int(n)
 }
 
 // expectedWait is how long an arrival a would wait if it joined the queue

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -229,7 +228,7 @@ var stepNames = map[step]string{
 var (
 	fastArrival = actor{"fast", func(d *dispatcher) string { return fmt.Sprint(d.tryFast() != 0) }}
 	slowArrival = actor{"slow", func(d *dispatcher) string {
-		_, err := d.acquireSlow(context.Background(), Arrival{}, math.MaxInt)
+		_, err := d.acquireSlow(context.Background(), Arrival{})
 		return fmt.Sprint(err)
 	}}
 	release = actor{"release", func(d *dispatcher) string { d.Release(Ticket{}); return "released" }}
@@ -240,7 +239,7 @@ var (
 func hangUp() (waiter, cancel actor) {
 	ctx, stop := context.WithCancel(context.Background())
 	waiter = actor{"waiter", func(d *dispatcher) string {
-		_, err := d.acquireSlow(ctx, Arrival{}, math.MaxInt)
+		_, err := d.acquireSlow(ctx, Arrival{})
 		return fmt.Sprint(err)
 	}}
 	return waiter, actor{"hang-up", func(*dispatcher) string { stop(); return "" }}

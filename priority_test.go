@@ -257,7 +257,7 @@ func TestPriorityConfigIsChecked(t *testing.T) {
 		want string
 	}{
 		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: -1, FlowKey: flow}, "Config.MaxQueuePerFlow must not be negative, got -1"},
-		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: 5, FlowKey: flow}, "Config.MaxQueuePerFlow 5 exceeds Config.MaxQueue 4"},
+		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: 5, FlowKey: flow}, "Config.MaxQueuePerFlow must not exceed Config.MaxQueue (4), got 5"},
 		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: 2}, "Config.MaxQueuePerFlow 2 needs Config.FlowKey"},
 	} {
 		err := tt.cfg.Validate()

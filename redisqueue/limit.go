@@ -7,9 +7,6 @@ import (
 	"github.com/ginqueue/ginqueue"
 )
 
-// maxLimit bounds SetLimit as ginqueue bounds Config.MaxConcurrent.
-const maxLimit = 1 << 30
-
 var _ ginqueue.LimitSetter = (*Backend)(nil)
 
 // SetLimit implements ginqueue.LimitSetter for the whole fleet: it sets the
@@ -27,7 +24,8 @@ var _ ginqueue.LimitSetter = (*Backend)(nil)
 // limits, once no replica of the old ones is live, starts from its own
 // MaxConcurrent.
 //
-// SetLimit returns an error naming n when n is below 1 or above 2^30; one
+// SetLimit returns an error wrapping ginqueue.CheckLimit's when n is below 1
+// or above ginqueue.MaxLimit; one
 // wrapping ErrUnavailable when Redis is marked down or the call fails (then
 // this replica changed nothing, though a call that timed out may still have
 // reached Redis); one wrapping ginqueue.ErrClosed after Close; and one
@@ -35,8 +33,8 @@ var _ ginqueue.LimitSetter = (*Backend)(nil)
 // replica's. It is safe for concurrent use; it calls Redis once, bounded by
 // CallTimeout.
 func (b *Backend) SetLimit(n int) error {
-	if n < 1 || n > maxLimit {
-		return fmt.Errorf("redisqueue: limit must be in [1, %d], got %d", maxLimit, n)
+	if err := ginqueue.CheckLimit(n); err != nil {
+		return fmt.Errorf("redisqueue: SetLimit(%d): %w", n, err)
 	}
 	b.mu.Lock()
 	decl, started, closed, conflict := b.decl, b.started, b.closed, b.conflict

@@ -61,9 +61,10 @@ func (e *unavailableError) Unwrap() []error {
 	return []error{ErrUnavailable, ginqueue.ErrQueueFull, e.cause}
 }
 
-// localKey marks a Ticket granted by the local fallback (FailOpen); its ID
-// is the index of that fallback in Backend.locals.
-const localKey = "local"
+// localBit marks the ID of a Ticket granted by the local fallback
+// (FailOpen); the rest of the ID is the index of that fallback in
+// Backend.locals. Redis ids (from INCR) never reach it.
+const localBit = 1 << 63
 
 // Backend is a ginqueue.Backend whose slots and queue live in Redis and are
 // shared by every Backend of the same Name. Build it with New and give it to
@@ -563,7 +564,7 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 	}
 	_ = t // the memory backend's tickets carry nothing
 	b.served.Add(1)
-	return ginqueue.Ticket{ID: uint64(i), Key: localKey}, nil
+	return ginqueue.Ticket{ID: localBit | uint64(i)}, nil
 }
 
 // Release implements ginqueue.Backend. It gives the slot back in Redis with
@@ -574,9 +575,9 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 // answers (or, after Close, until LeaseTTL has passed: the lease has expired
 // by then).
 func (b *Backend) Release(t ginqueue.Ticket) {
-	if t.Key == localKey {
+	if t.ID&localBit != 0 {
 		b.mu.Lock()
-		l := b.locals[t.ID]
+		l := b.locals[t.ID&^localBit]
 		b.mu.Unlock()
 		l.Release(ginqueue.Ticket{})
 		return
