@@ -48,7 +48,13 @@ const (
 	// Config.QueueTimeoutStatus.
 	OutcomeQueueTimeout
 	// OutcomeCanceled: the client hung up while waiting (its request context
-	// was canceled); no body is written, 499 is recorded.
+	// was canceled); no body is written, 499 is recorded. Over HTTP/1.x,
+	// Go's server notices a client that left only once the request body has
+	// been read to its end, so a waiting request with an unread body (a POST
+	// or PUT with content) is not canceled: it keeps its place until its turn
+	// (its handler then runs, and fails reading the body) or its timeout.
+	// HTTP/2 cancels it at once. Reading small bodies before the throttle
+	// (a middleware ahead of it) makes their hang-ups visible too.
 	OutcomeCanceled
 	// OutcomeClosed: the Queue was closed before the request got a slot; 503.
 	OutcomeClosed
