@@ -4,7 +4,7 @@ package bench
 // kept so it can be re-run: two shapes of the same FIFO semaphore on the
 // saturated hand-off (32 goroutines over 4 slots, ~2 µs of work): grants made
 // by the releasing goroutine under the lock (ginqueue's shape), or by one
-// dispatcher goroutine that a release signals (the shape the issue drew).
+// dispatcher goroutine that a release signals (the other shape considered).
 //
 //	cd bench && go test -run '^$' -bench DispatchShape .
 

@@ -14,13 +14,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ginqueue/ginqueue/bench"
+	"github.com/ginqueue/ginqueue/bench/internal/render"
+	"github.com/ginqueue/ginqueue/bench/internal/suite"
 )
 
 func main() {
 	testing.Init() // registers -test.benchtime, which testing.Benchmark reads
 	fs := flag.NewFlagSet("report", flag.ExitOnError)
-	out := fs.String("out", "", "repository root to write BENCHMARKS.md and "+bench.ChartPath+" into; empty prints the report")
+	out := fs.String("out", "", "repository root to write BENCHMARKS.md and "+render.ChartPath+" into; empty prints the report")
 	smoke := fs.Bool("smoke", false, "run every measurement once on tiny sizes and write nothing")
 	_ = fs.Parse(os.Args[1:])
 	if err := run(*out, *smoke); err != nil {
@@ -30,21 +31,21 @@ func main() {
 }
 
 func run(out string, smoke bool) error {
-	plan := bench.FullPlan()
+	plan := suite.FullPlan()
 	if smoke {
-		plan = bench.SmokePlan()
+		plan = suite.SmokePlan()
 		out = ""
 	}
-	res, err := bench.Run(plan, os.Stderr)
+	res, err := suite.Run(plan, os.Stderr)
 	if err != nil {
 		return err
 	}
 	var md, svg bytes.Buffer
-	if err := bench.WriteMarkdown(&md, res); err != nil {
+	if err := render.Markdown(&md, res); err != nil {
 		return err
 	}
 	title := fmt.Sprintf("The seed burst: 15 requests, 3 slots, 10 places (%s)", res.Date.Format("2006-01-02"))
-	if err := bench.WriteTimelineSVG(&svg, res.Timelines, title); err != nil {
+	if err := render.Timeline(&svg, res.Timelines, title); err != nil {
 		return err
 	}
 	if out == "" {
@@ -52,15 +53,15 @@ func run(out string, smoke bool) error {
 		fmt.Fprintf(os.Stderr, "chart: %d bytes of SVG, not written\n", svg.Len())
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(out, filepath.Dir(bench.ChartPath)), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(out, filepath.Dir(render.ChartPath)), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(out, bench.ChartPath), svg.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, render.ChartPath), svg.Bytes(), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "BENCHMARKS.md"), md.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "wrote BENCHMARKS.md and %s in %v\n", bench.ChartPath, res.Took.Round(1e9))
+	fmt.Fprintf(os.Stderr, "wrote BENCHMARKS.md and %s in %v\n", render.ChartPath, res.Took.Round(1e9))
 	return nil
 }

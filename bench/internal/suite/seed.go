@@ -1,4 +1,4 @@
-package bench
+package suite
 
 import (
 	"net/http"
@@ -8,10 +8,10 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// SeedInterval is the seed lesson's drain interval: setInterval(..., 100).
-const SeedInterval = 100 * time.Millisecond
+// seedInterval is the seed lesson's drain interval: setInterval(..., 100).
+const seedInterval = 100 * time.Millisecond
 
-// SeedQueue is a Go port of the seed lesson's queueThrottle (Express,
+// seedQueue is a Go port of the seed lesson's queueThrottle (Express,
 // TypeScript), kept faithful where it changes behaviour:
 //
 //   - Every request is queued, even when slots are free; only the interval
@@ -39,7 +39,7 @@ const SeedInterval = 100 * time.Millisecond
 // Close is the harness's addition (the lesson's cleanupThrottler only stops
 // the interval): it stops the ticker and answers every queued request 503,
 // so a benchmark never waits for a deep queue to drain 4 requests a tick.
-type SeedQueue struct {
+type seedQueue struct {
 	limit, maxQueue int
 	timeoutMS       int64
 	doubleIncrement bool
@@ -66,10 +66,10 @@ type seedWaiter struct {
 	fate      chan seedFate // buffered; receives exactly one fate
 }
 
-// NewSeedQueue starts a SeedQueue draining every interval. Stop it with
+// newSeedQueue starts a seedQueue draining every interval. Stop it with
 // Close.
-func NewSeedQueue(l Limits, interval time.Duration, doubleIncrement bool) *SeedQueue {
-	s := &SeedQueue{
+func newSeedQueue(l Limits, interval time.Duration, doubleIncrement bool) *seedQueue {
+	s := &seedQueue{
 		limit:           l.MaxConcurrent,
 		maxQueue:        l.MaxQueue,
 		timeoutMS:       l.QueueTimeout.Milliseconds(),
@@ -81,7 +81,7 @@ func NewSeedQueue(l Limits, interval time.Duration, doubleIncrement bool) *SeedQ
 	return s
 }
 
-func (s *SeedQueue) loop() {
+func (s *seedQueue) loop() {
 	for {
 		select {
 		case <-s.ticker.C:
@@ -93,7 +93,7 @@ func (s *SeedQueue) loop() {
 }
 
 // tick is the body of the lesson's setInterval callback.
-func (s *SeedQueue) tick() {
+func (s *seedQueue) tick() {
 	now := time.Now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -121,7 +121,7 @@ func (s *SeedQueue) tick() {
 
 // Handler is the middleware: queueThrottle plus the completion listener the
 // lesson registers at admission.
-func (s *SeedQueue) Handler(c *gin.Context) {
+func (s *seedQueue) Handler(c *gin.Context) {
 	s.mu.Lock()
 	if s.closed || len(s.queue) >= s.maxQueue {
 		s.mu.Unlock()
@@ -151,7 +151,7 @@ func (s *SeedQueue) Handler(c *gin.Context) {
 
 // Close stops the interval and answers every queued request 503. It may be
 // called more than once.
-func (s *SeedQueue) Close() {
+func (s *seedQueue) Close() {
 	s.closeOnce.Do(func() {
 		s.ticker.Stop()
 		close(s.done)

@@ -1,18 +1,20 @@
-package bench
+package render
 
 import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/ginqueue/ginqueue/bench/internal/suite"
 )
 
 // formatValue prints x in format f.
-func formatValue(f Format, x float64) string {
+func formatValue(f suite.Format, x float64) string {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return "–"
 	}
 	switch f {
-	case FormatDuration:
+	case suite.FormatDuration:
 		a := math.Abs(x)
 		switch {
 		case a < 1e3:
@@ -23,12 +25,12 @@ func formatValue(f Format, x float64) string {
 			return fmt.Sprintf("%.1f ms", x/1e6)
 		}
 		return fmt.Sprintf("%.2f s", x/1e9)
-	case FormatCount:
+	case suite.FormatCount:
 		return strconv.FormatFloat(math.Round(x*10)/10, 'f', -1, 64)
-	case FormatRate:
-		return groupDigits(int(math.Round(x))) + "/s"
-	case FormatBytes:
-		return groupDigits(int(math.Round(x))) + " B"
+	case suite.FormatRate:
+		return suite.GroupDigits(int(math.Round(x))) + "/s"
+	case suite.FormatBytes:
+		return suite.GroupDigits(int(math.Round(x))) + " B"
 	}
 	return fmt.Sprintf("%.2f", x)
 }

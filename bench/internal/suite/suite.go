@@ -1,4 +1,26 @@
-package bench
+// Package suite measures ginqueue side by side with its peers on the same
+// work, in one run. Every variant guards the same gin route with the same
+// MaxConcurrent, queue bound, queue timeout and handler:
+//
+//   - bare: the route with no throttle, the floor;
+//   - ginqueue: this repository's middleware;
+//   - chi: go-chi/chi v5 middleware.ThrottleWithOpts wrapping the gin engine;
+//   - x/sync: a gin middleware on golang.org/x/sync/semaphore with an atomic
+//     count of waiters and a per-request context timeout (semaphore.go);
+//   - seed: a Go port of the seed lesson's queueThrottle (seed.go).
+//
+// The metrics are described on their harnesses in metrics.go. Two more
+// sections measure ginqueue against itself and its Redis backend:
+// features.go runs the harnesses of metrics 1, 2 and 7 on ginqueue with
+// Priority + FlowKey, ServerTiming + a scraped promqueue Collector, or an
+// adaptive limit, against plain ginqueue (section 10); redis.go measures the
+// redisqueue backend against the Redis at REDIS_ADDR, or says plainly that
+// none answered (section 11).
+//
+// Run runs them all, alternating the variants within each round, and
+// returns the figures; package render turns them into BENCHMARKS.md and the
+// seed burst chart.
+package suite
 
 import (
 	"bufio"
@@ -121,30 +143,6 @@ type Row struct {
 	Note   string             // why a variant has no figure, or how it was measured
 }
 
-// Best returns the best peer's name and figure; ok is false when no peer
-// has one.
-func (r Row) Best(vs []Variant) (name string, value float64, ok bool) {
-	for _, v := range vs {
-		x, has := r.Values[v.Name]
-		if !v.Peer || !has || math.IsNaN(x) {
-			continue
-		}
-		if !ok || (r.Higher && x > value) || (!r.Higher && x < value) {
-			name, value, ok = v.Name, x, true
-		}
-	}
-	return name, value, ok
-}
-
-// Bar is one bar of the issue, checked against the figures.
-type Bar struct {
-	Issue    int // the issue that set the bar
-	Name     string
-	Figure   string // what ginqueue measured, with the comparison
-	Pass     bool
-	Measured bool // false when the figures needed are missing
-}
-
 // Machine describes where the suite ran.
 type Machine struct {
 	CPU        string
@@ -167,7 +165,6 @@ type Results struct {
 	Variants  []Variant
 	Rows      []Row
 	Timelines []Timeline
-	Bars      []Bar
 	Errors    []string // measurements that failed, by variant
 	// FeatureVariants head the columns of FeatureRows: plain ginqueue and
 	// ginqueue with one feature on (section 10).
@@ -189,8 +186,8 @@ func (r *Results) Row(metric string) *Row {
 	return nil
 }
 
-// DescribeMachine reads the CPU model from /proc/cpuinfo where there is one.
-func DescribeMachine() Machine {
+// describeMachine reads the CPU model from /proc/cpuinfo where there is one.
+func describeMachine() Machine {
 	m := Machine{
 		CPU:        runtime.GOARCH,
 		Cores:      runtime.NumCPU(),
@@ -226,9 +223,9 @@ func loadAverage() string {
 	return f[0]
 }
 
-// SetBenchTime sets -test.benchtime for testing.Benchmark. A command must
+// setBenchTime sets -test.benchtime for testing.Benchmark. A command must
 // call testing.Init first; a test binary has the flag already.
-func SetBenchTime(d string) error {
+func setBenchTime(d string) error {
 	if flag.Lookup("test.benchtime") == nil {
 		return fmt.Errorf("bench: -test.benchtime is not registered; call testing.Init first")
 	}
@@ -244,14 +241,14 @@ type runner struct {
 }
 
 // Run measures every metric for every variant as plan says, logging
-// progress to log. It sets -test.benchtime (see SetBenchTime).
+// progress to log. It sets -test.benchtime (see setBenchTime).
 func Run(plan Plan, log io.Writer) (*Results, error) {
-	if err := SetBenchTime(plan.BenchTime); err != nil {
+	if err := setBenchTime(plan.BenchTime); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	r := &runner{plan: plan, vs: Variants(), log: log, res: &Results{
-		Machine: DescribeMachine(), Plan: plan, Date: start.UTC(), Variants: Variants(),
+		Machine: describeMachine(), Plan: plan, Date: start.UTC(), Variants: Variants(),
 	}}
 	for _, section := range []func(){
 		r.uncontended, r.handoff, r.schedule, r.grant, r.timeout, r.memory, r.growth, r.loopback, r.burst,
@@ -263,7 +260,6 @@ func Run(plan Plan, log io.Writer) (*Results, error) {
 	}
 	r.res.Took = time.Since(start)
 	r.res.Machine.LoadAfter = loadAverage()
-	r.res.Bars = computeBars(r.res)
 	return r.res, nil
 }
 
@@ -323,7 +319,7 @@ func newRow(metric, unit string, higher bool, f Format) Row {
 	return Row{Metric: metric, Unit: unit, Higher: higher, Format: f, Values: map[string]float64{}}
 }
 
-// Metric names: the table's rows, and the keys the bars look up.
+// Metric names: the table's rows, and the keys the targets look up.
 const (
 	MUncontendedRoute    = "1a. uncontended, route only"
 	MUncontendedRouteA   = "1a. uncontended, route only: allocs"
@@ -407,7 +403,7 @@ func (r *runner) schedule() {
 	r.logf("3. schedule efficiency")
 	xs := map[string][]float64{}
 	r.rounds(throttling(r.vs), func(_ int, v Variant) {
-		e, err := ScheduleEfficiency(v, r.plan.ScheduleRequests)
+		e, err := scheduleEfficiency(v, r.plan.ScheduleRequests)
 		if err != nil {
 			r.fail(v, MSchedule, err)
 			return
@@ -440,7 +436,7 @@ func (r *runner) grant() {
 		if v.Slow {
 			n = r.plan.GrantWaitersSlow
 		}
-		s, err := GrantLatency(v, n)
+		s, err := grantLatency(v, n)
 		if err != nil {
 			r.fail(v, "4. grant latency", err)
 			return
@@ -455,10 +451,10 @@ func (r *runner) timeout() {
 	samples := map[string][]time.Duration{}
 	r.rounds(r.vs, func(_ int, v Variant) {
 		if !v.Throttles {
-			samples[v.Name] = append(samples[v.Name], TimerLateness(r.plan.TimeoutWaiters)...)
+			samples[v.Name] = append(samples[v.Name], timerLateness(r.plan.TimeoutWaiters)...)
 			return
 		}
-		s, err := TimeoutLateness(v, r.plan.TimeoutWaiters)
+		s, err := timeoutLateness(v, r.plan.TimeoutWaiters)
 		if err != nil {
 			r.fail(v, "5. timeout lateness", err)
 			return
@@ -477,7 +473,7 @@ func (r *runner) memory() {
 	saved := r.plan.Rounds
 	r.plan.Rounds = min(saved, 3)
 	r.rounds(throttling(r.vs), func(_ int, v Variant) {
-		heap, stack, err := MemoryPerWaiter(v, r.plan.MemoryWaiters)
+		heap, stack, err := memoryPerWaiter(v, r.plan.MemoryWaiters)
 		if err != nil {
 			r.fail(v, MMemory, err)
 			return
@@ -495,7 +491,7 @@ func (r *runner) memory() {
 	own := newRow(MOwnMemory, "heap", false, FormatBytes)
 	var ownXs []float64
 	for range min(r.plan.Rounds, 3) {
-		b, err := BackendHeapPerWaiter(r.plan.MemoryWaiters)
+		b, err := backendHeapPerWaiter(r.plan.MemoryWaiters)
 		if err != nil {
 			r.fail(Variant{Name: GinQueue}, MOwnMemory, err)
 			continue
@@ -514,7 +510,7 @@ func (r *runner) growth() {
 	r.res.Rows = append(r.res.Rows, r.growthRows(MGrowthPrefix, MGrowthFlat, throttling(r.vs), r.plan.GrowthDepths)...)
 }
 
-// growthRows measures GrowthCost at each depth for each variant, at most 3
+// growthRows measures growthCost at each depth for each variant, at most 3
 // rounds, and returns a row per depth (named prefix + depth) and the row
 // flat, the deepest over the shallowest.
 func (r *runner) growthRows(prefix, flatMetric string, vs []Variant, depths []int) []Row {
@@ -526,9 +522,9 @@ func (r *runner) growthRows(prefix, flatMetric string, vs []Variant, depths []in
 	r.plan.Rounds = min(saved, 3)
 	r.rounds(vs, func(_ int, v Variant) {
 		for _, d := range depths {
-			c, err := GrowthCost(v, d, r.plan.GrowthWindow)
+			c, err := growthCost(v, d, r.plan.GrowthWindow)
 			if err != nil {
-				r.fail(v, prefix+groupDigits(d), err)
+				r.fail(v, prefix+GroupDigits(d), err)
 				continue
 			}
 			xs[d][v.Name] = append(xs[d][v.Name], float64(c))
@@ -539,7 +535,7 @@ func (r *runner) growthRows(prefix, flatMetric string, vs []Variant, depths []in
 	flat := newRow(flatMetric, "ratio", false, FormatRatio)
 	first, last := depths[0], depths[len(depths)-1]
 	for _, d := range depths {
-		row := newRow(prefix+groupDigits(d), "per request", false, FormatDuration)
+		row := newRow(prefix+GroupDigits(d), "per request", false, FormatDuration)
 		for name, x := range xs[d] {
 			row.Values[name] = median(x)
 		}
@@ -564,9 +560,9 @@ func (r *runner) loopback() {
 	r.rounds(r.vs, func(round int, v Variant) {
 		window := r.plan.LoopbackWindow
 		if v.Slow {
-			window = max(window, 3*SeedInterval)
+			window = max(window, 3*seedInterval)
 		}
-		x, err := Loopback(v, r.plan.LoopbackClients, window)
+		x, err := loopbackRate(v, r.plan.LoopbackClients, window)
 		if err != nil {
 			r.fail(v, MLoopback, err)
 			return
@@ -604,8 +600,8 @@ func (r *runner) burst() {
 	full := newRow(MBurstFull, "of 15", false, FormatCount)
 	timedOut := newRow(MBurstTimeout, "of 15", false, FormatCount)
 	last := newRow(MBurstLast, "", false, FormatDuration)
-	for _, v := range TimelineVariants() {
-		t := SeedBurst(v, r.plan.BurstWork, r.plan.BurstTimeout)
+	for _, v := range timelineVariants() {
+		t := seedBurst(v, r.plan.BurstWork, r.plan.BurstTimeout)
 		r.res.Timelines = append(r.res.Timelines, t)
 		if v.Name == SeedAsWritten {
 			continue // shown in the chart and its own paragraph
@@ -618,8 +614,8 @@ func (r *runner) burst() {
 	r.res.Rows = append(r.res.Rows, served, full, timedOut, last)
 }
 
-// groupDigits prints n with thin groups of three digits: 100,000.
-func groupDigits(n int) string {
+// GroupDigits prints n with thin groups of three digits: 100,000.
+func GroupDigits(n int) string {
 	sign := ""
 	if n < 0 {
 		sign, n = "-", -n

@@ -1,4 +1,4 @@
-package bench
+package suite
 
 import (
 	"context"
@@ -27,8 +27,8 @@ const DefaultRedisAddr = "127.0.0.1:6379"
 // RedisColumn is the key of the figures in RedisReport.Rows.
 const RedisColumn = "redisqueue"
 
-// redisClients is the number of concurrent clients of the pairs/s figure.
-const redisClients = 8
+// RedisClients is the number of concurrent clients of the pairs/s figure.
+const RedisClients = 8
 
 // Metric names of the Redis section.
 const (
@@ -53,18 +53,18 @@ type RedisReport struct {
 	Rows     []Row  // one figure each, under RedisColumn
 }
 
-// RedisAddr is REDIS_ADDR, or DefaultRedisAddr; fromEnv says which.
-func RedisAddr() (addr string, fromEnv bool) {
+// redisAddr is REDIS_ADDR, or DefaultRedisAddr; fromEnv says which.
+func redisAddr() (addr string, fromEnv bool) {
 	if a := os.Getenv("REDIS_ADDR"); a != "" {
 		return a, true
 	}
 	return DefaultRedisAddr, false
 }
 
-// NewRedisClient is a go-redis client for the backends: context deadlines
+// newRedisClient is a go-redis client for the backends: context deadlines
 // honoured (redisqueue needs ContextTimeoutEnabled), no retries, a short
 // dial timeout so that a missing Redis is noticed at once.
-func NewRedisClient(addr string) *redis.Client {
+func newRedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                  addr,
 		ContextTimeoutEnabled: true,
@@ -73,10 +73,10 @@ func NewRedisClient(addr string) *redis.Client {
 	})
 }
 
-// NewRedisName returns a fresh backend Name prefix for one run: its backends
-// are named prefix-rt, prefix-pairs and so on, and CleanRedis removes their
+// newRedisName returns a fresh backend Name prefix for one run: its backends
+// are named prefix-rt, prefix-pairs and so on, and cleanRedis removes their
 // keys.
-func NewRedisName() string {
+func newRedisName() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "bench-" + hex.EncodeToString(b[:])
@@ -85,7 +85,7 @@ func NewRedisName() string {
 // startRedisBackend builds and starts a redisqueue Backend on its own
 // client, as one replica would. close closes both.
 func startRedisBackend(addr, name string, l ginqueue.Limits) (b *redisqueue.Backend, closeAll func(), err error) {
-	rdb := NewRedisClient(addr)
+	rdb := newRedisClient(addr)
 	b, err = redisqueue.New(rdb, redisqueue.Options{Name: name})
 	if err == nil {
 		err = b.Start(l)
@@ -97,9 +97,9 @@ func startRedisBackend(addr, name string, l ginqueue.Limits) (b *redisqueue.Back
 	return b, func() { _ = b.Close(); _ = rdb.Close() }, nil
 }
 
-// RedisFloor times n pairs of PINGs: what two plain round trips cost, the
+// redisFloor times n pairs of PINGs: what two plain round trips cost, the
 // floor under an acquire+release pair (two script calls).
-func RedisFloor(ctx context.Context, c *redis.Client, n int) ([]time.Duration, error) {
+func redisFloor(ctx context.Context, c *redis.Client, n int) ([]time.Duration, error) {
 	d := make([]time.Duration, n)
 	for i := range d {
 		start := time.Now()
@@ -117,9 +117,9 @@ func RedisFloor(ctx context.Context, c *redis.Client, n int) ([]time.Duration, e
 // redisUncontended are limits that n acquire+release pairs never reach.
 var redisUncontended = ginqueue.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
 
-// RedisRoundTrip is metric 11a: one client, one acquire+release pair at a
+// redisRoundTrip is metric 11a: one client, one acquire+release pair at a
 // time on an uncontended limit; n timed pairs after n/10 to warm up.
-func RedisRoundTrip(ctx context.Context, addr, name string, n int) ([]time.Duration, error) {
+func redisRoundTrip(ctx context.Context, addr, name string, n int) ([]time.Duration, error) {
 	b, closeAll, err := startRedisBackend(addr, name, redisUncontended)
 	if err != nil {
 		return nil, err
@@ -148,26 +148,26 @@ func RedisRoundTrip(ctx context.Context, addr, name string, n int) ([]time.Durat
 	return d, nil
 }
 
-// RedisLoad is what Redis reported before and after a run: its CPU seconds
+// redisLoad is what Redis reported before and after a run: its CPU seconds
 // (used_cpu_sys + used_cpu_user) and the calls and microseconds of its
 // script commands (EVALSHA, EVAL).
-type RedisLoad struct {
+type redisLoad struct {
 	CPU         float64
 	ScriptCalls float64
 	ScriptUsec  float64
 }
 
-// ReadRedisLoad reads INFO cpu and commandstats.
-func ReadRedisLoad(ctx context.Context, c *redis.Client) (RedisLoad, error) {
+// readRedisLoad reads INFO cpu and commandstats.
+func readRedisLoad(ctx context.Context, c *redis.Client) (redisLoad, error) {
 	info, err := c.Info(ctx, "cpu", "commandstats").Result()
 	if err != nil {
-		return RedisLoad{}, err
+		return redisLoad{}, err
 	}
 	return parseRedisLoad(info), nil
 }
 
-func parseRedisLoad(info string) RedisLoad {
-	var l RedisLoad
+func parseRedisLoad(info string) redisLoad {
+	var l redisLoad
 	for line := range strings.SplitSeq(info, "\n") {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
 		switch k {
@@ -190,10 +190,10 @@ func parseRedisLoad(info string) RedisLoad {
 	return l
 }
 
-// RedisPairs is metric 11b: 8 clients on one backend, each doing
+// redisPairs is metric 11b: 8 clients on one backend, each doing
 // acquire+release pairs on an uncontended limit for window, windows times.
 // It returns the pairs per second of each window and the pairs in all.
-func RedisPairs(ctx context.Context, addr, name string, window time.Duration, windows int) (rates []float64, pairs int64, err error) {
+func redisPairs(ctx context.Context, addr, name string, window time.Duration, windows int) (rates []float64, pairs int64, err error) {
 	b, closeAll, err := startRedisBackend(addr, name, redisUncontended)
 	if err != nil {
 		return nil, 0, err
@@ -206,7 +206,7 @@ func RedisPairs(ctx context.Context, addr, name string, window time.Duration, wi
 		start := time.Now()
 		stop := start.Add(window)
 		var wg sync.WaitGroup
-		for range redisClients {
+		for range RedisClients {
 			wg.Go(func() {
 				for time.Now().Before(stop) {
 					t, err := b.Acquire(ctx, ginqueue.Arrival{})
@@ -230,11 +230,11 @@ func RedisPairs(ctx context.Context, addr, name string, window time.Duration, wi
 	return rates, pairs, nil
 }
 
-// RedisHandoff is metric 11c: two backends, each on its own client, share a
+// redisHandoff is metric 11c: two backends, each on its own client, share a
 // limit of 1. Backend A holds the slot while a request on backend B waits in
 // Redis; a sample is the time from the start of A's Release to B's Acquire
 // returning. n samples.
-func RedisHandoff(ctx context.Context, addr, name string, n int) ([]time.Duration, error) {
+func redisHandoff(ctx context.Context, addr, name string, n int) ([]time.Duration, error) {
 	l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
 	a, closeA, err := startRedisBackend(addr, name, l)
 	if err != nil {
@@ -291,9 +291,9 @@ func RedisHandoff(ctx context.Context, addr, name string, n int) ([]time.Duratio
 	return d, nil
 }
 
-// CleanRedis deletes every key of the backends whose Name starts with
+// cleanRedis deletes every key of the backends whose Name starts with
 // prefix (their keys are ginqueue:{Name}:…) and returns how many it deleted.
-func CleanRedis(ctx context.Context, c *redis.Client, prefix string) (int, error) {
+func cleanRedis(ctx context.Context, c *redis.Client, prefix string) (int, error) {
 	var keys []string
 	iter := c.Scan(ctx, 0, "ginqueue:{"+prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
@@ -314,13 +314,13 @@ func CleanRedis(ctx context.Context, c *redis.Client, prefix string) (int, error
 func (r *runner) redis() {
 	r.logf("11. redisqueue on Redis")
 	rep := &r.res.Redis
-	addr, fromEnv := RedisAddr()
+	addr, fromEnv := redisAddr()
 	where := "REDIS_ADDR (unset: the default, " + DefaultRedisAddr + ")"
 	if fromEnv {
 		where = "REDIS_ADDR"
 	}
 	ctx := context.Background()
-	ctl := NewRedisClient(addr)
+	ctl := newRedisClient(addr)
 	defer ctl.Close()
 	info, err := ctl.Info(ctx, "server").Result()
 	if err != nil {
@@ -339,9 +339,9 @@ func (r *runner) redis() {
 		}
 	}
 	rep.Measured = true
-	prefix := NewRedisName()
+	prefix := newRedisName()
 	defer func() {
-		n, err := CleanRedis(ctx, ctl, prefix)
+		n, err := cleanRedis(ctx, ctl, prefix)
 		if err != nil {
 			r.fail(Variant{Name: RedisColumn}, "11. cleaning up the keys", err)
 			return
@@ -355,21 +355,21 @@ func (r *runner) redis() {
 	}
 	fail := func(metric string, err error) { r.fail(Variant{Name: RedisColumn}, metric, err) }
 
-	if d, err := RedisRoundTrip(ctx, addr, prefix+"-rt", r.plan.RedisPairs); err != nil {
+	if d, err := redisRoundTrip(ctx, addr, prefix+"-rt", r.plan.RedisPairs); err != nil {
 		fail("11a. round trip", err)
 	} else {
 		one(MRedisRoundTripP50, FormatDuration, false, float64(quantile(d, 0.5)))
 		one(MRedisRoundTripP99, FormatDuration, false, float64(quantile(d, 0.99)))
 	}
-	if d, err := RedisFloor(ctx, ctl, r.plan.RedisPairs); err != nil {
+	if d, err := redisFloor(ctx, ctl, r.plan.RedisPairs); err != nil {
 		fail("11a. two PINGs", err)
 	} else {
 		one(MRedisFloorP50, FormatDuration, false, float64(quantile(d, 0.5)))
 		one(MRedisFloorP99, FormatDuration, false, float64(quantile(d, 0.99)))
 	}
-	before, err1 := ReadRedisLoad(ctx, ctl)
-	rates, pairs, err := RedisPairs(ctx, addr, prefix+"-pairs", r.plan.RedisWindow, r.plan.RedisWindows)
-	after, err2 := ReadRedisLoad(ctx, ctl)
+	before, err1 := readRedisLoad(ctx, ctl)
+	rates, pairs, err := redisPairs(ctx, addr, prefix+"-pairs", r.plan.RedisWindow, r.plan.RedisWindows)
+	after, err2 := readRedisLoad(ctx, ctl)
 	if err != nil {
 		fail(MRedisPairs, err)
 	}
@@ -384,7 +384,7 @@ func (r *runner) redis() {
 		one(MRedisScriptTime, FormatDuration, false, (after.ScriptUsec-before.ScriptUsec)*1e3/n)
 		one(MRedisScriptCalls, FormatRatio, false, (after.ScriptCalls-before.ScriptCalls)/n)
 	}
-	if d, err := RedisHandoff(ctx, addr, prefix+"-handoff", r.plan.RedisHandoffs); err != nil {
+	if d, err := redisHandoff(ctx, addr, prefix+"-handoff", r.plan.RedisHandoffs); err != nil {
 		fail("11c. hand-off", err)
 	} else {
 		one(MRedisHandoffP50, FormatDuration, false, float64(quantile(d, 0.5)))

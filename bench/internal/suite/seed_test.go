@@ -1,4 +1,4 @@
-package bench
+package suite
 
 import (
 	"testing"
@@ -30,13 +30,13 @@ func TestSeedBurst(t *testing.T) {
 		{SeedAsWritten, 3, 5, 7, 5100 * time.Millisecond, 5100 * time.Millisecond},
 	}
 	byName := map[string]Variant{}
-	for _, v := range TimelineVariants() {
+	for _, v := range timelineVariants() {
 		byName[v.Name] = v
 	}
 	for _, tt := range tests {
 		t.Run(byName[tt.variant].ID, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				tl := SeedBurst(byName[tt.variant], work, timeout)
+				tl := seedBurst(byName[tt.variant], work, timeout)
 				got := [3]int{tl.Count(OutcomeServed), tl.Count(OutcomeFull), tl.Count(OutcomeTimeout)}
 				if want := [3]int{tt.served, tt.full, tt.timedOut}; got != want {
 					t.Errorf("served, refused, timed out = %v, want %v", got, want)
@@ -53,7 +53,7 @@ func TestSeedBurst(t *testing.T) {
 // lone request waits for the next tick.
 func TestSeedIdleDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewSeedQueue(Limits{MaxConcurrent: 3, MaxQueue: 10, QueueTimeout: time.Second}, SeedInterval, false)
+		s := newSeedQueue(Limits{MaxConcurrent: 3, MaxQueue: 10, QueueTimeout: time.Second}, seedInterval, false)
 		defer s.Close()
 		time.Sleep(30 * time.Millisecond) // arrive between ticks
 		h, stop := newBareWith(s)

@@ -1,4 +1,4 @@
-package bench
+package suite
 
 import (
 	"net/http"
@@ -75,7 +75,7 @@ const (
 	XSync    = "x/sync semaphore"
 	Seed     = "seed port"
 	// SeedAsWritten is the seed port with the lesson's double increment; it
-	// appears only in the burst timeline (see SeedQueue).
+	// appears only in the burst timeline (see seedQueue).
 	SeedAsWritten = "seed as written"
 )
 
@@ -90,9 +90,9 @@ func Variants() []Variant {
 	}
 }
 
-// TimelineVariants returns the variants of the seed burst timeline: the
+// timelineVariants returns the variants of the seed burst timeline: the
 // table's, plus the seed port with its double increment.
-func TimelineVariants() []Variant {
+func timelineVariants() []Variant {
 	return append(Variants(), Variant{Name: SeedAsWritten, ID: "seed-as-written", Peer: true, Throttles: true, Slow: true, New: newSeed(true)})
 }
 
@@ -140,14 +140,14 @@ func newChi(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 }
 
 func newXSync(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
-	r := engine(NewSemaphoreMiddleware(l))
+	r := engine(semaphoreMiddleware(l))
 	r.GET("/", h)
 	return r, func() {}
 }
 
 func newSeed(doubleIncrement bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
 	return func(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
-		s := NewSeedQueue(l, SeedInterval, doubleIncrement)
+		s := newSeedQueue(l, seedInterval, doubleIncrement)
 		r := engine(s.Handler)
 		r.GET("/", h)
 		return r, s.Close

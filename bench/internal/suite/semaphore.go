@@ -1,4 +1,4 @@
-package bench
+package suite
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// NewSemaphoreMiddleware is the throttle a Gin user would write on
+// semaphoreMiddleware is the throttle a Gin user would write on
 // golang.org/x/sync/semaphore: TryAcquire first (it fails while anyone
 // waits, so FIFO holds), otherwise an atomic count of waiters bounds the
 // queue, and Acquire waits under a context that ends at QueueTimeout.
 // Queue full and queue timeout answer 503 and 408, like ginqueue; a client
 // that hung up gets nothing written and 499 recorded.
-func NewSemaphoreMiddleware(l Limits) gin.HandlerFunc {
+func semaphoreMiddleware(l Limits) gin.HandlerFunc {
 	sem := semaphore.NewWeighted(int64(l.MaxConcurrent))
 	var waiting atomic.Int64
 	maxQueue := int64(l.MaxQueue)

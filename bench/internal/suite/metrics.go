@@ -1,4 +1,4 @@
-package bench
+package suite
 
 import (
 	"context"
@@ -31,18 +31,20 @@ var (
 	HandoffLimits = Limits{MaxConcurrent: 4, MaxQueue: 64, QueueTimeout: 10 * time.Second}
 )
 
+// The fixed settings of the harnesses, the same in every Plan; the report
+// quotes them where it says how each figure is measured.
 const (
-	handoffGoroutines = 32
-	handoffWork       = 2 * time.Microsecond
-	scheduleSlots     = 8
-	scheduleWork      = 2 * time.Millisecond
-	grantWork         = 5 * time.Microsecond
-	timeoutSlots      = 2
-	memorySlots       = 4
-	growthSlots       = 4
-	burstRequests     = 15
-	burstSlots        = 3
-	burstQueue        = 10
+	HandoffGoroutines = 32                   // metric 2: goroutines over HandoffLimits
+	HandoffWork       = 2 * time.Microsecond // metric 2: the handler's spin
+	ScheduleSlots     = 8                    // metric 3
+	ScheduleWork      = 2 * time.Millisecond // metric 3: the handler's sleep
+	GrantWork         = 5 * time.Microsecond // metric 4: each waiter's spin
+	TimeoutSlots      = 2                    // metric 5: slots held throughout
+	MemorySlots       = 4                    // metric 6: slots held throughout
+	GrowthSlots       = 4                    // metric 7
+	BurstRequests     = 15                   // metric 9: requests at once
+	BurstSlots        = 3                    // metric 9
+	BurstQueue        = 10                   // metric 9: waiting places
 )
 
 // TimeoutPrecisionTimeout is the QueueTimeout of the timeout-precision
@@ -171,12 +173,12 @@ func serveParallel(b *testing.B, v Variant, h http.Handler) int64 {
 func BenchHandoff(v Variant) func(*testing.B) {
 	return func(b *testing.B) {
 		h, stop := v.New(HandoffLimits, func(c *gin.Context) {
-			spin(handoffWork)
+			spin(HandoffWork)
 			c.Status(http.StatusNoContent)
 		})
 		defer stop()
 		procs := runtime.GOMAXPROCS(0)
-		b.SetParallelism((handoffGoroutines + procs - 1) / procs)
+		b.SetParallelism((HandoffGoroutines + procs - 1) / procs)
 		b.ReportAllocs()
 		b.ResetTimer()
 		n := serveParallel(b, v, h)
@@ -188,12 +190,12 @@ func BenchHandoff(v Variant) func(*testing.B) {
 	}
 }
 
-// ScheduleEfficiency is metric 3: n requests of 2 ms arrive at once over 8
+// scheduleEfficiency is metric 3: n requests of 2 ms arrive at once over 8
 // slots. It returns the ideal makespan (n × 2 ms / 8) over the measured one,
 // from the first arrival to the last response.
-func ScheduleEfficiency(v Variant, n int) (float64, error) {
-	h, stop := v.New(Limits{MaxConcurrent: scheduleSlots, MaxQueue: n, QueueTimeout: 30 * time.Second}, func(c *gin.Context) {
-		time.Sleep(scheduleWork)
+func scheduleEfficiency(v Variant, n int) (float64, error) {
+	h, stop := v.New(Limits{MaxConcurrent: ScheduleSlots, MaxQueue: n, QueueTimeout: 30 * time.Second}, func(c *gin.Context) {
+		time.Sleep(ScheduleWork)
 		c.Status(http.StatusNoContent)
 	})
 	defer stop()
@@ -214,15 +216,15 @@ func ScheduleEfficiency(v Variant, n int) (float64, error) {
 	if b := bad.Load(); b > 0 {
 		return 0, fmt.Errorf("%s: %d of %d requests not served", v.Name, b, n)
 	}
-	ideal := time.Duration(n) * scheduleWork / scheduleSlots
+	ideal := time.Duration(n) * ScheduleWork / ScheduleSlots
 	return float64(ideal) / float64(took), nil
 }
 
-// GrantLatency is metric 4: one slot, held while waiters queue behind it;
+// grantLatency is metric 4: one slot, held while waiters queue behind it;
 // then the slot is let go and the waiters run one after another, each
 // spinning 5 µs. A sample is the time from one handler's return (its slot
 // about to be released) to the next handler's first line.
-func GrantLatency(v Variant, waiters int) ([]time.Duration, error) {
+func grantLatency(v Variant, waiters int) ([]time.Duration, error) {
 	base := time.Now()
 	n := waiters + 1
 	starts := make([]time.Duration, n)
@@ -235,7 +237,7 @@ func GrantLatency(v Variant, waiters int) ([]time.Duration, error) {
 		if i == 0 {
 			<-gate
 		} else {
-			spin(grantWork)
+			spin(GrantWork)
 		}
 		ends[i] = time.Since(base)
 		c.Status(http.StatusNoContent)
@@ -273,15 +275,15 @@ func GrantLatency(v Variant, waiters int) ([]time.Duration, error) {
 	return out, nil
 }
 
-// TimeoutLateness is metric 5: two slots held throughout; waiters arrive
+// timeoutLateness is metric 5: two slots held throughout; waiters arrive
 // 1 ms apart with a QueueTimeout of 20 ms, and each is answered with a
 // timeout. A sample is how long after its own deadline a waiter's response
 // came back.
-func TimeoutLateness(v Variant, waiters int) ([]time.Duration, error) {
+func timeoutLateness(v Variant, waiters int) ([]time.Duration, error) {
 	var seq atomic.Int64
 	gate := make(chan struct{})
-	h, stop := v.New(Limits{MaxConcurrent: timeoutSlots, MaxQueue: waiters + timeoutSlots, QueueTimeout: TimeoutPrecisionTimeout}, func(c *gin.Context) {
-		if seq.Add(1) <= timeoutSlots {
+	h, stop := v.New(Limits{MaxConcurrent: TimeoutSlots, MaxQueue: waiters + TimeoutSlots, QueueTimeout: TimeoutPrecisionTimeout}, func(c *gin.Context) {
+		if seq.Add(1) <= TimeoutSlots {
 			<-gate
 		}
 		c.Status(http.StatusNoContent)
@@ -290,7 +292,7 @@ func TimeoutLateness(v Variant, waiters int) ([]time.Duration, error) {
 	// The holders retry until they hold the slots: the seed port times out a
 	// request that arrives at an idle server more than 20 ms before a tick.
 	var blockers sync.WaitGroup
-	for range timeoutSlots {
+	for range TimeoutSlots {
 		blockers.Go(func() {
 			// A retry right after a 408 arrives just after a tick and would
 			// expire again; shifting each retry by 13 ms finds the window.
@@ -304,7 +306,7 @@ func TimeoutLateness(v Variant, waiters int) ([]time.Duration, error) {
 			}
 		})
 	}
-	if !waitFor(10*time.Second, func() bool { return seq.Load() == timeoutSlots }) {
+	if !waitFor(10*time.Second, func() bool { return seq.Load() == TimeoutSlots }) {
 		close(gate)
 		return nil, fmt.Errorf("%s: the slot holders never started", v.Name)
 	}
@@ -333,10 +335,10 @@ func TimeoutLateness(v Variant, waiters int) ([]time.Duration, error) {
 	return late, nil
 }
 
-// TimerLateness is the floor of metric 5: the same arrivals, each waiting on
+// timerLateness is the floor of metric 5: the same arrivals, each waiting on
 // a plain time.Timer of TimeoutPrecisionTimeout instead of a throttle. It is
 // how late the Go runtime wakes a goroutine on this machine.
-func TimerLateness(waiters int) []time.Duration {
+func timerLateness(waiters int) []time.Duration {
 	late := make([]time.Duration, waiters)
 	var wg sync.WaitGroup
 	for i := range waiters {
@@ -351,16 +353,16 @@ func TimerLateness(waiters int) []time.Duration {
 	return late
 }
 
-// MemoryPerWaiter is metric 6: with every slot held, n requests queue; the
+// memoryPerWaiter is metric 6: with every slot held, n requests queue; the
 // figure is the growth of live heap plus goroutine stacks from just before
 // they enter the route to once they all wait, per request. The goroutines
 // exist before the first reading, so what a bare goroutine costs is left out
 // and what the router and throttle add is counted.
-func MemoryPerWaiter(v Variant, n int) (heap, stack float64, err error) {
+func memoryPerWaiter(v Variant, n int) (heap, stack float64, err error) {
 	var seq atomic.Int64
 	gate := make(chan struct{})
-	h, stop := v.New(Limits{MaxConcurrent: memorySlots, MaxQueue: n + memorySlots, QueueTimeout: 5 * time.Minute}, func(c *gin.Context) {
-		if seq.Add(1) <= memorySlots {
+	h, stop := v.New(Limits{MaxConcurrent: MemorySlots, MaxQueue: n + MemorySlots, QueueTimeout: 5 * time.Minute}, func(c *gin.Context) {
+		if seq.Add(1) <= MemorySlots {
 			<-gate
 		}
 		c.Status(http.StatusNoContent)
@@ -368,7 +370,7 @@ func MemoryPerWaiter(v Variant, n int) (heap, stack float64, err error) {
 	var entered atomic.Int64
 	hc := counted(h, &entered)
 	var blockers, wg sync.WaitGroup
-	for range memorySlots {
+	for range MemorySlots {
 		blockers.Go(func() { hc.ServeHTTP(newDiscardWriter(), httptest.NewRequest(http.MethodGet, "/", nil)) })
 	}
 	defer func() {
@@ -377,7 +379,7 @@ func MemoryPerWaiter(v Variant, n int) (heap, stack float64, err error) {
 		blockers.Wait()
 		wg.Wait()
 	}()
-	if !waitFor(5*time.Second, func() bool { return seq.Load() == memorySlots }) {
+	if !waitFor(5*time.Second, func() bool { return seq.Load() == MemorySlots }) {
 		return 0, 0, fmt.Errorf("%s: the slot holders never started", v.Name)
 	}
 	start := make(chan struct{})
@@ -392,7 +394,7 @@ func MemoryPerWaiter(v Variant, n int) (heap, stack float64, err error) {
 	time.Sleep(20 * time.Millisecond)
 	h0, s0 := liveBytes()
 	close(start)
-	want := int64(n + memorySlots)
+	want := int64(n + MemorySlots)
 	if !waitFor(30*time.Second, func() bool { return entered.Load() == want }) {
 		return 0, 0, fmt.Errorf("%s: only %d of %d requests arrived", v.Name, entered.Load(), want)
 	}
@@ -411,10 +413,10 @@ func liveBytes() (heap, stack int64) {
 	return int64(m.HeapAlloc), int64(m.StackInuse)
 }
 
-// BackendHeapPerWaiter is the second half of metric 6: ginqueue's own
+// backendHeapPerWaiter is the second half of metric 6: ginqueue's own
 // structures per waiter, measured on its Backend alone (no gin, no HTTP):
 // the live heap that n parked Acquire calls add.
-func BackendHeapPerWaiter(n int) (float64, error) {
+func backendHeapPerWaiter(n int) (float64, error) {
 	b := ginqueue.NewMemoryBackend()
 	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: n, QueueTimeout: 5 * time.Minute}); err != nil {
 		return 0, err
@@ -457,17 +459,17 @@ func heapBytes() int64 {
 	return int64(m.HeapAlloc)
 }
 
-// GrowthCost is metric 7: depth+4 clients in a closed loop over 4 slots.
+// growthCost is metric 7: depth+4 clients in a closed loop over 4 slots.
 // The first 4 requests hold the slots until every client has queued, so the
 // run starts with depth requests waiting; from then on each client that is
 // served queues again at the tail, which keeps the queue that deep. The
 // figure is the wall time per completed request over window. A throttle
 // whose costs grow with its queue shows it here.
-func GrowthCost(v Variant, depth int, window time.Duration) (time.Duration, error) {
+func growthCost(v Variant, depth int, window time.Duration) (time.Duration, error) {
 	var seq atomic.Int64
 	gate := make(chan struct{})
-	h, stop := v.New(Limits{MaxConcurrent: growthSlots, MaxQueue: depth + 64, QueueTimeout: 5 * time.Minute}, func(c *gin.Context) {
-		if seq.Load() < growthSlots && seq.Add(1) <= growthSlots {
+	h, stop := v.New(Limits{MaxConcurrent: GrowthSlots, MaxQueue: depth + 64, QueueTimeout: 5 * time.Minute}, func(c *gin.Context) {
+		if seq.Load() < GrowthSlots && seq.Add(1) <= GrowthSlots {
 			<-gate
 		}
 		// Yield once while holding the slot: with more slots than cores and
@@ -475,7 +477,7 @@ func GrowthCost(v Variant, depth int, window time.Duration) (time.Duration, erro
 		runtime.Gosched()
 		c.Status(http.StatusNoContent)
 	})
-	clients := depth + growthSlots
+	clients := depth + GrowthSlots
 	var entered, done, bad atomic.Int64
 	hc := counted(h, &entered)
 	var halt atomic.Bool
@@ -519,10 +521,10 @@ func GrowthCost(v Variant, depth int, window time.Duration) (time.Duration, erro
 	return took / time.Duration(c1-c0), nil
 }
 
-// Loopback is metric 8: keep-alive clients against a real server on
+// loopbackRate is metric 8: keep-alive clients against a real server on
 // 127.0.0.1, limits not engaged; requests per second over window. The loop
 // is bounded by time and by count.
-func Loopback(v Variant, clients int, window time.Duration) (float64, error) {
+func loopbackRate(v Variant, clients int, window time.Duration) (float64, error) {
 	const maxRequests = 50_000_000
 	h, stop := v.New(UncontendedLimits, noContent)
 	defer stop()
@@ -623,13 +625,13 @@ func (t Timeline) Last() time.Duration {
 	return last
 }
 
-// SeedBurst is metric 9, the seed lesson's test: 15 requests at once, 3
+// seedBurst is metric 9, the seed lesson's test: 15 requests at once, 3
 // slots, 10 waiting places, the given queue timeout (the lesson's is 5 s)
 // and handlers that take work.
-func SeedBurst(v Variant, work, timeout time.Duration) Timeline {
+func seedBurst(v Variant, work, timeout time.Duration) Timeline {
 	base := time.Now()
-	events := make([]Event, burstRequests)
-	h, stop := v.New(Limits{MaxConcurrent: burstSlots, MaxQueue: burstQueue, QueueTimeout: timeout}, func(c *gin.Context) {
+	events := make([]Event, BurstRequests)
+	h, stop := v.New(Limits{MaxConcurrent: BurstSlots, MaxQueue: BurstQueue, QueueTimeout: timeout}, func(c *gin.Context) {
 		id, _ := strconv.Atoi(c.Query("id"))
 		events[id].Start = time.Since(base)
 		time.Sleep(work)
@@ -638,7 +640,7 @@ func SeedBurst(v Variant, work, timeout time.Duration) Timeline {
 	defer stop()
 	var wg sync.WaitGroup
 	ready := make(chan struct{})
-	for i := range burstRequests {
+	for i := range BurstRequests {
 		events[i].Start = -1
 		req := httptest.NewRequest(http.MethodGet, "/?id="+strconv.Itoa(i), nil)
 		wg.Go(func() {

@@ -1,4 +1,4 @@
-package bench
+package suite
 
 import (
 	"net/http"
@@ -167,7 +167,7 @@ func (r *runner) features() {
 	add(r.gobenchRows(MFRoute, MFRouteA, false, spread, BenchUncontendedRoute))
 	add(r.gobenchRows(MFRequest, MFRequestA, false, spread, BenchUncontendedRequest))
 	add(r.gobenchRows(MFHandoff, MFHandoffA, true, pinned, BenchHandoff))
-	r.logf("10d. growth over %s flows", groupDigits(r.plan.Flows))
+	r.logf("10d. growth over %s flows", GroupDigits(r.plan.Flows))
 	d := r.plan.GrowthDepths
 	add(r.growthRows(MFGrowthPrefix, MFGrowthFlat, spread[:2], []int{d[0], d[len(d)-1]})...)
 }
