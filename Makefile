@@ -57,8 +57,8 @@ adaptive-chart:
 	csv=$$(mktemp) && ADAPTIVE_CSV=$$csv $(GO) test -run TestAdaptiveLimitFollowsCapacity -count=1 . && (cd bench && $(GO) run ./cmd/adaptivechart -csv $$csv -out ../docs/adaptive.svg); rc=$$?; rm -f $$csv; exit $$rc
 
 # go mod tidy in every module. Plain `go mod tidy` ignores go.work and fails
-# in a sub-module while the ginqueue version it requires is unreleased; this
-# tidies each against the folders of the others (see RELEASING.md).
+# in a sub-module while the ginqueue version it requires is unreleased; there
+# this tidies against the folders of the other modules (see RELEASING.md).
 tidy:
 	.ci/tidy
 
