@@ -1,9 +1,11 @@
 # Every folder with a go.mod is a module; `make test` vets and tests each.
+# go.work at the root puts all of them in one workspace, so each sees the
+# others as they are in this tree (see RELEASING.md).
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \; | sort)
 GO ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo bench bench-smoke lint examples soak soak-smoke fuzz-smoke adaptive-chart
+.PHONY: test demo bench bench-smoke lint examples soak soak-smoke fuzz-smoke adaptive-chart tidy check-modules
 
 # Vet and race-test every module in the repository.
 test:
@@ -53,3 +55,13 @@ fuzz-smoke:
 # Runs the adaptive-limit simulation and draws docs/adaptive.svg from it.
 adaptive-chart:
 	csv=$$(mktemp) && ADAPTIVE_CSV=$$csv $(GO) test -run TestAdaptiveLimitFollowsCapacity -count=1 . && (cd bench && $(GO) run ./cmd/adaptivechart -csv $$csv -out ../docs/adaptive.svg); rc=$$?; rm -f $$csv; exit $$rc
+
+# go mod tidy in every module. Plain `go mod tidy` ignores go.work and fails
+# in a sub-module while the ginqueue version it requires is unreleased; there
+# this tidies against the folders of the other modules (see RELEASING.md).
+tidy:
+	.ci/tidy
+
+# No replace in a library's go.mod, no zero pseudo-version, go.work complete.
+check-modules:
+	.ci/check-modules

@@ -2,15 +2,11 @@ module github.com/ginqueue/ginqueue/_example
 
 go 1.26.0
 
-replace github.com/ginqueue/ginqueue => ../
-
-replace github.com/ginqueue/ginqueue/promqueue => ../promqueue
-
 require (
 	github.com/gin-gonic/gin v1.12.0
-	github.com/ginqueue/ginqueue v0.0.0-00010101000000-000000000000
-	github.com/ginqueue/ginqueue/promqueue v0.0.0-00010101000000-000000000000
-	github.com/ginqueue/ginqueue/redisqueue v0.0.0-00010101000000-000000000000
+	github.com/ginqueue/ginqueue v0.1.0
+	github.com/ginqueue/ginqueue/promqueue v0.1.0
+	github.com/ginqueue/ginqueue/redisqueue v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
@@ -53,5 +49,3 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/ginqueue/ginqueue/redisqueue => ../redisqueue

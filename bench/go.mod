@@ -2,17 +2,11 @@ module github.com/ginqueue/ginqueue/bench
 
 go 1.26.0
 
-replace (
-	github.com/ginqueue/ginqueue => ../
-	github.com/ginqueue/ginqueue/promqueue => ../promqueue
-	github.com/ginqueue/ginqueue/redisqueue => ../redisqueue
-)
-
 require (
 	github.com/gin-gonic/gin v1.12.0
-	github.com/ginqueue/ginqueue v0.0.0-00010101000000-000000000000
-	github.com/ginqueue/ginqueue/promqueue v0.0.0-00010101000000-000000000000
-	github.com/ginqueue/ginqueue/redisqueue v0.0.0-00010101000000-000000000000
+	github.com/ginqueue/ginqueue v0.1.0
+	github.com/ginqueue/ginqueue/promqueue v0.1.0
+	github.com/ginqueue/ginqueue/redisqueue v0.1.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0

@@ -2,11 +2,9 @@ module github.com/ginqueue/ginqueue/promqueue
 
 go 1.26.0
 
-replace github.com/ginqueue/ginqueue => ../
-
 require (
 	github.com/gin-gonic/gin v1.12.0
-	github.com/ginqueue/ginqueue v0.0.0-00010101000000-000000000000
+	github.com/ginqueue/ginqueue v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	go.uber.org/goleak v1.3.0
 )

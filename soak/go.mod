@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/gin-gonic/gin v1.12.0
-	github.com/ginqueue/ginqueue v0.0.0
-	github.com/ginqueue/ginqueue/redisqueue v0.0.0
+	github.com/ginqueue/ginqueue v0.1.0
+	github.com/ginqueue/ginqueue/redisqueue v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -41,9 +41,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.34.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
-)
-
-replace (
-	github.com/ginqueue/ginqueue => ../
-	github.com/ginqueue/ginqueue/redisqueue => ../redisqueue
 )
