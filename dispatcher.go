@@ -178,19 +178,16 @@ func (d *dispatcher) Start(l Limits) error {
 
 // Acquire implements Backend. It applies a.MaxAhead.
 func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
-	if d.tryFast() != 0 {
+	if d.TryAcquire() != 0 {
 		return Ticket{}, nil
 	}
 	return d.acquireSlow(ctx, a)
 }
 
-// TryAcquire implements FastBackend.
-func (d *dispatcher) TryAcquire() uint64 { return d.tryFast() }
-
-// tryFast takes a slot without mu when one is free and slowBit is clear.
-// It returns how many slots the fast path has taken so far, this one
-// included, or 0 if it took none.
-func (d *dispatcher) tryFast() uint64 {
+// TryAcquire implements FastBackend: it takes a slot without mu when one is
+// free and slowBit is clear, and returns how many slots it has taken so far,
+// this one included, or 0 if it took none.
+func (d *dispatcher) TryAcquire() uint64 {
 	for {
 		d.at(stepFastLoad)
 		st := d.state.Load()

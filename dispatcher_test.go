@@ -46,7 +46,7 @@ func TestFastPathNeverOvertakesWaiter(t *testing.T) {
 
 		d.finished.Add(1) // the first half of Release: the slot is free
 		d.state.Add(^uint64(0))
-		assert.Zero(t, d.tryFast(), "an arrival overtook the waiter")
+		assert.Zero(t, d.TryAcquire(), "an arrival overtook the waiter")
 		d.mu.Lock()
 		d.grantLocked() // the second half
 		d.settle()
@@ -266,8 +266,8 @@ func TestLateTimerDoesNotGrantExpiredWaiter(t *testing.T) {
 func TestReleaseBetweenFastPathAndParking(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
-		require.NotZero(t, d.tryFast())
-		require.Zero(t, d.tryFast())
+		require.NotZero(t, d.TryAcquire())
+		require.Zero(t, d.TryAcquire())
 		d.Release(Ticket{}) // slowBit is clear: the fast release path
 		done := make(chan error, 1)
 		go func() {
@@ -347,12 +347,12 @@ func TestDrainRateCoversItsWindow(t *testing.T) {
 func TestStateWordAtTheBounds(t *testing.T) {
 	d := startDispatcher(t, Limits{MaxConcurrent: MaxLimit, MaxQueue: MaxLimit, QueueTimeout: 1})
 	for range 1000 {
-		require.NotZero(t, d.tryFast(), "fast path refused below the limit")
+		require.NotZero(t, d.TryAcquire(), "fast path refused below the limit")
 	}
 	require.NoError(t, d.SetLimit(1))
 	run, limit := d.slots()
 	assert.Equal(t, [2]int64{1000, 1}, [2]int64{run, limit})
-	assert.Zero(t, d.tryFast(), "admitted past a lowered limit")
+	assert.Zero(t, d.TryAcquire(), "admitted past a lowered limit")
 	require.NoError(t, d.SetLimit(MaxLimit))
 	assert.Error(t, d.SetLimit(MaxLimit+1))
 	for range 1000 {
@@ -371,7 +371,7 @@ func TestGoneWaiterKeepsItsCause(t *testing.T) {
 		t.Run(map[waiterState]string{evicted: "evicted", closedOut: "closed", timedOut: "timed out", granted: "granted"}[fate], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2})
-				require.NotZero(t, d.tryFast())
+				require.NotZero(t, d.TryAcquire())
 				ctx, cancel := context.WithCancel(context.Background())
 				gone := acquireAsync(d, ctx)
 				synctest.Wait()

@@ -226,7 +226,7 @@ var stepNames = map[step]string{
 
 // The actors.
 var (
-	fastArrival = actor{"fast", func(d *dispatcher) string { return fmt.Sprint(d.tryFast() != 0) }}
+	fastArrival = actor{"fast", func(d *dispatcher) string { return fmt.Sprint(d.TryAcquire() != 0) }}
 	slowArrival = actor{"slow", func(d *dispatcher) string {
 		_, err := d.acquireSlow(context.Background(), Arrival{})
 		return fmt.Sprint(err)
@@ -303,7 +303,7 @@ func setLimit(n int) actor {
 
 // holdOne takes a slot before the actors start.
 func holdOne(d *dispatcher) {
-	if d.tryFast() == 0 {
+	if d.TryAcquire() == 0 {
 		panic("setup: no free slot")
 	}
 }
