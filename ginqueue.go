@@ -1,14 +1,3 @@
-// Package ginqueue is queue-based throttling for Gin: at most
-// Config.MaxConcurrent requests run at once, the excess waits its turn in a
-// bounded FIFO queue, a request that waits longer than Config.QueueTimeout
-// is answered 408 and one that finds the queue full is answered 503.
-//
-//	router.Use(ginqueue.New(ginqueue.DefaultConfig()))
-//
-// Each request has exactly one Outcome. A waiting request parks on a small
-// waiter struct in its own goroutine; slots are handed on in arrival order the
-// moment they free, and timeouts fire from one timer at the deadline. Nothing
-// polls.
 package ginqueue
 
 import (
