@@ -16,7 +16,7 @@ test:
 	@echo "== . (allocation counts, without -race)"
 	$(GO) test -count=1 -run 'Allocat' .
 
-# The seed lesson's burst against a real server on 127.0.0.1, as a timeline.
+# A burst of 15 requests on 3 slots against a real server on 127.0.0.1, as a timeline.
 demo:
 	cd _example && $(GO) run ./demo
 

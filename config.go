@@ -22,7 +22,8 @@ type Config struct {
 	MaxQueue int
 
 	// QueueTimeout is the longest a request waits in the queue before it is
-	// answered as queue timeout (408). Zero means no time limit: a waiter
+	// answered as queue timeout (408, or QueueTimeoutStatus). Zero means no
+	// time limit: a waiter
 	// leaves the queue only when it is granted a slot, when its client hangs
 	// up or when the Queue is closed. Negative is refused. Keep it shorter
 	// than your clients' own timeouts, or they give up before it fires.
@@ -133,9 +134,9 @@ type Config struct {
 	Adaptive *AdaptiveConfig
 
 	// Backend decides which requests run and in what order. Nil means the
-	// in-memory dispatcher of this package, which limits one process. A
-	// shared backend (see the redisqueue module) makes the limits global
-	// across every process that uses the same backend name.
+	// in-memory Backend of this package (NewMemoryBackend), which limits one
+	// process. A shared backend (see the redisqueue module) makes the limits
+	// global across every process that uses it with the same name.
 	Backend Backend
 }
 

@@ -29,7 +29,10 @@ type Outcome uint8
 const (
 	// OutcomeServed: the request got a slot and ran the rest of the chain.
 	OutcomeServed Outcome = iota
-	// OutcomeQueueFull: no free slot and no waiting place; 503.
+	// OutcomeQueueFull: no free slot and no waiting place (the queue or the
+	// flow's share of it full, a place given to a higher priority, a wait
+	// RejectEarly expects past QueueTimeout, or a Backend that cannot
+	// answer); 503.
 	OutcomeQueueFull
 	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
 	// request context's own deadline (a timeout middleware in front, say)
@@ -70,7 +73,7 @@ func (o Outcome) String() string {
 // Stats is a snapshot of a Queue. Counters only grow, from the Queue's
 // creation. Served is never below Running, and QueuedByPriority always adds
 // up to Queued (both come from one snapshot of the queue). Reading it never
-// waits for the dispatcher.
+// waits for the queue's lock.
 type Stats struct {
 	Running int // requests holding a slot now
 	Queued  int // requests waiting now
@@ -614,7 +617,10 @@ func (q *Queue) Close() error {
 }
 
 // Shutdown closes the Queue, then waits until every request running on it
-// has finished, or until ctx ends, when it returns ctx.Err().
+// has finished, or until ctx ends, when it returns ctx.Err(); Close's error,
+// if any, first. Call it before http.Server.Shutdown: waiters are answered
+// 503 at once instead of holding the server's shutdown for up to
+// QueueTimeout.
 func (q *Queue) Shutdown(ctx context.Context) error {
 	if err := q.Close(); err != nil {
 		return err

@@ -148,7 +148,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector: it reads every Queue's Stats and
-// WaitHistogram now. Neither blocks the Queue's dispatcher.
+// WaitHistogram now. Neither waits for the Queue's lock.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	var ms []prometheus.Metric
 	c.mu.Lock()

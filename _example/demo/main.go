@@ -1,4 +1,4 @@
-// Command demo replays the seed lesson's burst against a real server: 3 slots,
+// Command demo replays a burst against a real server: 3 slots,
 // 10 waiting places, a 5 second queue timeout and 15 requests of 300 ms sent
 // together, in a known order, over HTTP on 127.0.0.1. It prints a timeline
 // of each request (waiting, running, status) and the outcome counts, and
