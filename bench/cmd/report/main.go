@@ -44,7 +44,7 @@ func run(out string, smoke bool) error {
 	if err := render.Markdown(&md, res); err != nil {
 		return err
 	}
-	title := fmt.Sprintf("The seed burst: 15 requests, 3 slots, 10 places (%s)", res.Date.Format("2006-01-02"))
+	title := fmt.Sprintf("A burst of 15 requests, 3 slots, 10 places (%s)", res.Date.Format("2006-01-02"))
 	if err := render.Timeline(&svg, res.Timelines, title); err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func TestMarkdown(t *testing.T) {
 	}
 	md := b.String()
 	for _, s := range []string{
-		"| run | 0s, 5 rounds (1 for the seed port), Go benchmarks at -benchtime 200ms |\n\n## Targets",
+		"| run | 0s, 5 rounds (1 for the interval-polled queue), Go benchmarks at -benchtime 200ms |\n\n## Targets",
 		"| 1a. uncontended, route only | lower | 40 ns (0.67×) | 46 ns (0.77×) | 90 ns (1.50×) | 60 ns (1.00×) |",
 		"| core overhead and hand-off | hand-off throughput ≥ 1.0× the best peer | 900/s vs best peer chi Throttle 1,000/s: 0.90× | no |",
 		"| priorities and fair flows | Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain | 700/s vs plain ginqueue 1,000/s: 1.43× the cost (≤ 1.30×) | no |",
@@ -121,7 +121,7 @@ func TestMarkdownNoRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{
-		"## 11. redisqueue: one limit for a fleet, on Redis\n\nNo Redis answered at REDIS_ADDR.\n\n## The seed burst",
+		"## 11. redisqueue: one limit for a fleet, on Redis\n\nNo Redis answered at REDIS_ADDR.\n\n## A burst of 15 requests",
 		"| Redis backend | acquire+release round trip p50 ≤ 200 µs | – | not measured |",
 	} {
 		if !strings.Contains(b.String(), s) {

@@ -340,10 +340,10 @@ const (
 	MGrowthFlat          = "7. growth, deepest / shallowest"
 	MLoopback            = "8. loopback HTTP"
 	MLoopbackBare        = "8. loopback HTTP, ratio to bare"
-	MBurstServed         = "9. seed burst: served"
-	MBurstFull           = "9. seed burst: refused at once"
-	MBurstTimeout        = "9. seed burst: timed out"
-	MBurstLast           = "9. seed burst: last response"
+	MBurstServed         = "9. burst of 15: served"
+	MBurstFull           = "9. burst of 15: refused at once"
+	MBurstTimeout        = "9. burst of 15: timed out"
+	MBurstLast           = "9. burst of 15: last response"
 )
 
 // gobench runs one Go benchmark per variant per round and adds the median

@@ -73,10 +73,10 @@ const (
 	GinQueue = "ginqueue"
 	Chi      = "chi Throttle"
 	XSync    = "x/sync semaphore"
-	Seed     = "seed port"
+	Seed     = "interval-polled queue"
 	// SeedAsWritten is the seed port with the lesson's double increment; it
 	// appears only in the burst timeline (see seedQueue).
-	SeedAsWritten = "seed as written"
+	SeedAsWritten = "interval-polled, as written"
 )
 
 // Variants returns the variants of the table, in column order.
