@@ -98,9 +98,10 @@ type BackendStats struct {
 	Running int // requests holding a slot
 	Queued  int // requests waiting for one
 	Limit   int // slots in all
-	// Served counts the Tickets Acquire has handed out since Start. A grant
-	// that Acquire took back (its caller left in the same instant) does not
-	// count.
+	// Served counts the slots handed out since Start: the Tickets of
+	// Acquire and, for a FastBackend, the slots TryAcquire took. A grant that
+	// Acquire took back (its caller left in the same instant) does not
+	// count. It only grows, and is never below Running.
 	Served uint64
 	// QueuedByPriority splits Queued by priority, highest first; nil when
 	// nobody waits.
@@ -117,7 +118,7 @@ type PriorityCount struct {
 }
 
 // Backend admits requests: it decides which run now, which wait and in what
-// order. The in-memory dispatcher of this package is one (NewMemoryBackend);
+// order. The in-memory Backend of this package is one (NewMemoryBackend);
 // the redisqueue module has another. A Backend serves exactly one Queue and
 // must be safe for concurrent use.
 type Backend interface {
@@ -147,7 +148,12 @@ type Backend interface {
 	Release(t Ticket)
 
 	// Stats reports the current slots and queue. It must not block behind
-	// waiters.
+	// waiters: the Queue calls it for Queue.Stats and, for a Backend that is
+	// not a FastBackend, on the request path too (every rejection, for
+	// Retry-After; every queued arrival with RejectEarly; every adaptive
+	// window), so keep it cheap. Queue.Stats passes on what it returns:
+	// QueuedByPriority must add up to Queued (nil when nobody waits), and
+	// Served must never be below Running.
 	Stats() BackendStats
 
 	// Drain returns once every slot this Backend granted in this process has
@@ -161,7 +167,7 @@ type Backend interface {
 }
 
 // LimitSetter is a Backend whose limit can change while it runs; the
-// in-memory dispatcher is one. Queue.SetLimit and the adaptive limit need it.
+// in-memory Backend is one. Queue.SetLimit and the adaptive limit need it.
 type LimitSetter interface {
 	// SetLimit sets the number of slots. Raising it grants waiters at once;
 	// lowering it preempts nobody: running requests finish, and nobody is
@@ -173,19 +179,24 @@ type LimitSetter interface {
 // FastBackend is a Backend with a path that admits a request without an
 // Arrival, a context, a clock or a lock when a slot is free and nobody waits,
 // and with counts cheap enough to read on every queued grant. The Queue uses
-// both when its Backend has them; the in-memory dispatcher is one. Its
-// methods must be safe for concurrent use and must not allocate.
+// both when its Backend has them; the in-memory Backend is one. Its
+// methods must be safe for concurrent use and must not allocate. A
+// FastBackend must also apply Arrival.MaxAhead in Acquire.
 type FastBackend interface {
 	Backend
 
 	// TryAcquire takes a slot if one is free and nobody waits, and returns
 	// how many slots it has taken so far, this one included; 0 means it took
 	// none (the Queue then calls Acquire). A slot it took is given back with
-	// Release(Ticket{}). It must never let a request pass one that waits.
+	// Release(Ticket{}). It must never let a request pass one that waits,
+	// and must take nothing once Close has been called: the Queue tries it
+	// before anything else, so an arrival after Close is answered as closed
+	// only if TryAcquire refuses it. It is called on every request: it must
+	// not allocate, and should not wait for a lock that waiters hold.
 	TryAcquire() uint64
 
 	// Counts reports the slots and the queue now, without the split by
-	// priority. Running must never exceed Served in Counts nor in Stats.
+	// priority. Running must never exceed the Served of Stats.
 	Counts() Counts
 }
 

@@ -74,10 +74,12 @@ type Config struct {
 	// queue-full, queue-timeout and closed responses (preset for their
 	// hooks too) until a request has finished, rounded up to whole seconds.
 	// From then on the header is how long the slots need to serve everyone
-	// queued at the measured handler time (the limit over the mean time a
-	// request holds its slot, which idle periods do not change), in whole
-	// seconds, at least 1 and at most QueueTimeout, by when every current
-	// waiter has left. Zero means one second. Negative is refused.
+	// queued, (queued + 1) × the measured mean handler time ÷ the limit
+	// (idle periods do not change that mean), rounded up to whole seconds
+	// and capped at QueueTimeout rounded down to whole seconds, by when every
+	// current waiter has left; never below 1, the header's smallest value,
+	// so a QueueTimeout under a second still answers 1. Zero means one
+	// second. Negative is refused.
 	RetryAfter time.Duration
 
 	// Priority ranks a request: when a slot frees, a waiter of a higher

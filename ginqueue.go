@@ -551,7 +551,8 @@ func (q *Queue) Stats() Stats {
 // waiters at once; lowering it preempts nobody: running requests finish and
 // nobody is admitted until fewer than n run. With Config.Adaptive the
 // algorithm goes on from n (within its MinLimit and MaxLimit). It returns an
-// error for n < 1 or a Backend that cannot change its limit.
+// error (CheckLimit's) for n < 1 or n > MaxLimit, or for a Backend that
+// cannot change its limit.
 func (q *Queue) SetLimit(n int) error {
 	ls, ok := q.backend.(LimitSetter)
 	if !ok {

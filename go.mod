@@ -1,6 +1,6 @@
 module github.com/ginqueue/ginqueue
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/gin-gonic/gin v1.12.0

@@ -6,15 +6,20 @@ import (
 	"time"
 )
 
-// WaitBounds are the upper bounds, in seconds, of the buckets of
-// Queue.WaitHistogram: from 100 µs to a minute.
-var WaitBounds = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+// waitBounds are the upper bounds, in seconds, of the buckets of
+// Queue.WaitHistogram: from 100 µs to a minute. Read only.
+var waitBounds = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// WaitBuckets returns the upper bounds, in seconds, of the buckets of
+// Queue.WaitHistogram, from 100 µs to a minute, in a new slice each call:
+// WaitHistogram.Counts[i] counts the waits up to WaitBuckets()[i].
+func WaitBuckets() []float64 { b := waitBounds; return b[:] }
 
 // WaitHistogram is the distribution of the queue waits of served requests
 // since the Queue was built, in the shape of a Prometheus histogram.
 type WaitHistogram struct {
-	// Counts[i] is the number of waits <= WaitBounds[i] (cumulative).
-	Counts [len(WaitBounds)]uint64
+	// Counts[i] is the number of waits <= WaitBuckets()[i] (cumulative).
+	Counts [len(waitBounds)]uint64
 	// Count is the number of served requests; Sum their waits in seconds.
 	Count uint64
 	Sum   float64
@@ -34,7 +39,7 @@ const (
 type waitRecorder struct {
 	mu sync.Mutex
 	// All fields are guarded by mu.
-	coarse [len(WaitBounds) + 1]uint64 // per bucket, not cumulative; last is +Inf
+	coarse [len(waitBounds) + 1]uint64 // per bucket, not cumulative; last is +Inf
 	sum    float64
 	n      uint64 // recorded waits
 
@@ -68,7 +73,7 @@ func (r *waitRecorder) record(wait time.Duration, now time.Time, fast uint64) {
 	defer r.mu.Unlock()
 	secs := wait.Seconds()
 	i := 0
-	for i < len(WaitBounds) && secs > WaitBounds[i] {
+	for i < len(waitBounds) && secs > waitBounds[i] {
 		i++
 	}
 	r.coarse[i]++
@@ -161,7 +166,7 @@ func (r *waitRecorder) histogram(fast uint64) WaitHistogram {
 	defer r.mu.Unlock()
 	h := WaitHistogram{Count: fast + r.n, Sum: r.sum}
 	cum := fast
-	for i := range WaitBounds {
+	for i := range waitBounds {
 		cum += r.coarse[i]
 		h.Counts[i] = cum
 	}

@@ -335,3 +335,13 @@ func TestRejectionAfterAnEarlierWrite(t *testing.T) {
 	assert.Empty(t, w.Header().Get("Retry-After"))
 	assert.EqualValues(t, 1, q.Stats().Closed)
 }
+
+// WaitBuckets hands out a copy: changing it changes nothing in the Queue.
+func TestWaitBucketsIsACopy(t *testing.T) {
+	b := ginqueue.WaitBuckets()
+	require.Len(t, b, len(ginqueue.WaitHistogram{}.Counts))
+	assert.InDelta(t, 0.0001, b[0], 1e-12)
+	assert.InDelta(t, 60, b[len(b)-1], 1e-12)
+	b[0] = 1e9
+	assert.InDelta(t, 0.0001, ginqueue.WaitBuckets()[0], 1e-12)
+}

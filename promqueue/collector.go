@@ -21,7 +21,7 @@
 //	ginqueue_requests_total{queue,outcome}    counter: requests by outcome (served,
 //	                                          queue_full, queue_timeout, canceled, closed)
 //	ginqueue_queue_wait_seconds{queue}        histogram: queue waits of served requests,
-//	                                          buckets ginqueue.WaitBounds
+//	                                          buckets ginqueue.WaitBuckets()
 //
 // ginqueue_queued is the sum of ginqueue_queued_by_priority over priority;
 // it is a metric of its own because it also reads 0 when nobody waits, and a
@@ -201,8 +201,9 @@ func (e *entry) collect(d *descs, ms []prometheus.Metric) []prometheus.Metric {
 	}
 
 	h := e.q.WaitHistogram()
-	buckets := make(map[float64]uint64, len(ginqueue.WaitBounds))
-	for i, le := range ginqueue.WaitBounds {
+	bounds := ginqueue.WaitBuckets()
+	buckets := make(map[float64]uint64, len(bounds))
+	for i, le := range bounds {
 		buckets[le] = h.Counts[i]
 	}
 	return append(ms, prometheus.MustNewConstHistogram(d.wait, h.Count, h.Sum, buckets, e.name))

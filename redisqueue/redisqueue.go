@@ -20,11 +20,13 @@
 package redisqueue
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -90,11 +92,12 @@ type Backend struct {
 	decl   string // the limits as declared to other replicas
 	base   []any  // ARGV[1..3] of every script
 
-	nextID atomic.Uint64
-	served atomic.Uint64
-	limit  atomic.Int64 // the fleet's limit as last seen in a reply from Redis
-	down   atomic.Bool  // Redis is considered unreachable; see markDown
-	fails  atomic.Int32 // consecutive failed calls; see failed
+	nextID   atomic.Uint64
+	served   atomic.Uint64
+	released atomic.Uint64 // Releases, for Stats
+	limit    atomic.Int64  // the fleet's limit as last seen in a reply from Redis
+	down     atomic.Bool   // Redis is considered unreachable; see markDown
+	fails    atomic.Int32  // consecutive failed calls; see failed
 
 	kick   chan struct{} // wakes the maintainer; capacity 1
 	stop   chan struct{} // closed by Close
@@ -121,6 +124,8 @@ type Backend struct {
 // waiter is one lease id waiting in the Redis queue for a grant.
 type waiter struct {
 	id    uint64
+	prio  int           // its Arrival's, for Stats
+	since time.Time     // when it arrived, for Stats
 	ready chan struct{} // closed when state leaves waiting
 	state waitState     // guarded by Backend.mu until ready is closed
 	// queued is set, under Backend.mu, once Redis answered that the id is
@@ -300,7 +305,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			return b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
 		}
 		// Register before the call: the grant notice can beat the reply.
-		w := &waiter{id: b.nextID.Add(1), ready: make(chan struct{})}
+		w := &waiter{id: b.nextID.Add(1), prio: a.Priority, since: time.Now(), ready: make(chan struct{})}
 		b.waiters[w.id] = w
 		downCh := b.downCh
 		b.mu.Unlock()
@@ -575,6 +580,12 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 // answers (or, after Close, until LeaseTTL has passed: the lease has expired
 // by then).
 func (b *Backend) Release(t ginqueue.Ticket) {
+	b.released.Add(1)
+	b.release(t)
+}
+
+// release gives the slot of t back; Release, and a grant taken back.
+func (b *Backend) release(t ginqueue.Ticket) {
 	if t.ID&localBit != 0 {
 		b.mu.Lock()
 		l := b.locals[t.ID&^localBit]
@@ -612,6 +623,10 @@ func (b *Backend) idleCheckLocked() {
 // acquire or sync, within LeaseTTL/3). GlobalStats asks Redis for the
 // fleet's.
 func (b *Backend) Stats() ginqueue.BackendStats {
+	now := time.Now()
+	released := b.released.Load() // before Served: never more than it
+	byPrio := map[int]int{}
+	var oldest time.Time
 	b.mu.Lock()
 	s := ginqueue.BackendStats{
 		Running: len(b.held),
@@ -619,12 +634,35 @@ func (b *Backend) Stats() ginqueue.BackendStats {
 		Limit:   int(b.limit.Load()),
 		Served:  b.served.Load(),
 	}
+	for _, w := range b.waiters {
+		byPrio[w.prio]++
+		if oldest.IsZero() || w.since.Before(oldest) {
+			oldest = w.since
+		}
+	}
 	locals := b.locals
 	b.mu.Unlock()
+	if !oldest.IsZero() {
+		s.OldestWait = now.Sub(oldest)
+	}
 	for _, l := range locals {
 		ls := l.Stats()
 		s.Running += ls.Running
 		s.Queued += ls.Queued
+		s.OldestWait = max(s.OldestWait, ls.OldestWait)
+		for _, p := range ls.QueuedByPriority {
+			byPrio[p.Priority] += p.Queued
+		}
+	}
+	// A grant counts as served once Acquire returns it: until then its slot
+	// is held but not yet served, and Running must never exceed Served.
+	s.Running = min(s.Running, int(s.Served-min(s.Served, released)))
+	if s.Queued > 0 {
+		s.QueuedByPriority = make([]ginqueue.PriorityCount, 0, len(byPrio))
+		for p, n := range byPrio {
+			s.QueuedByPriority = append(s.QueuedByPriority, ginqueue.PriorityCount{Priority: p, Queued: n})
+		}
+		slices.SortFunc(s.QueuedByPriority, func(a, b ginqueue.PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) })
 	}
 	return s
 }

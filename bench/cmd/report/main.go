@@ -1,7 +1,7 @@
 // Command report runs the benchmark suite of ginqueue and its peers and
 // writes BENCHMARKS.md and the seed burst chart.
 //
-//	go run ./cmd/report -out ..   # full run, rewrites ../BENCHMARKS.md and ../docs/bench-seed.svg
+//	go run ./cmd/report -out ..   # full run, rewrites ../BENCHMARKS.md and ../docs/bench-burst.svg
 //	go run ./cmd/report -smoke    # every measurement once on tiny sizes; writes nothing
 package main
 

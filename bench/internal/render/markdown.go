@@ -17,7 +17,7 @@ import (
 
 // ChartPath is where the timeline chart goes, relative to the repository
 // root and to BENCHMARKS.md.
-const ChartPath = "docs/bench-seed.svg"
+const ChartPath = "docs/bench-burst.svg"
 
 // BenchstatVersion is the benchstat the report suggests; it is not needed to
 // build the report.

@@ -7,7 +7,7 @@
 //   - chi: go-chi/chi v5 middleware.ThrottleWithOpts wrapping the gin engine;
 //   - x/sync: a gin middleware on golang.org/x/sync/semaphore with an atomic
 //     count of waiters and a per-request context timeout (semaphore.go);
-//   - seed: a Go port of the seed lesson's queueThrottle (seed.go).
+//   - seed: a Go port of an interval-polled queue from a published tutorial (intervalpolled.go).
 //
 // The metrics are described on their harnesses in metrics.go. Two more
 // sections measure ginqueue against itself and its Redis backend:
