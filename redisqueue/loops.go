@@ -125,6 +125,45 @@ func (b *Backend) onMaster(c *redis.Client) bool {
 	return true
 }
 
+// checkReader drops the reader if its server is not the one the Backend's
+// client now sends its calls to. After a Sentinel failover the old master
+// can go on answering as a master for seconds, while the client has moved
+// to the new one: the reader, blocked on the old, would miss every grant
+// notice. It runs with the safety net, while requests wait here.
+func (b *Backend) checkReader() {
+	c, ok := b.rdb.(*redis.Client)
+	if !ok {
+		return // a cluster client's reader follows the slot map (see onMaster)
+	}
+	b.mu.Lock()
+	r, seen := b.reader, b.runID
+	b.mu.Unlock()
+	if r == nil || seen == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return
+	}
+	if id := runID(info); id != "" && id != seen {
+		b.dropReader(r) // the reader dials again, and finds the client's server
+		b.resync.Store(true)
+		b.wake()
+	}
+}
+
+// runID is the run_id field of an INFO server reply, or "".
+func runID(info string) string {
+	_, rest, ok := strings.Cut(info, "run_id:")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, "\r\n")
+	return id
+}
+
 // noteServer records the run id of c's server and asks for a sync when it
 // changed since the last one seen.
 func (b *Backend) noteServer(c *redis.Client) {
@@ -134,11 +173,10 @@ func (b *Backend) noteServer(c *redis.Client) {
 	if err != nil {
 		return
 	}
-	_, rest, ok := strings.Cut(info, "run_id:")
-	if !ok {
+	id := runID(info)
+	if id == "" {
 		return
 	}
-	id, _, _ := strings.Cut(rest, "\r\n")
 	b.mu.Lock()
 	changed := b.runID != "" && b.runID != id
 	b.runID = id
@@ -251,7 +289,9 @@ func (b *Backend) maintain() {
 		// reader saw another server: reconcile at once.
 		probe := !b.down.Load() && b.fails.Load() > 0 || b.resync.Swap(false)
 		if probe || !now.Before(last.Add(every)) {
-			_ = b.sync(false)
+			if b.sync(false) == nil && queued {
+				b.checkReader()
+			}
 			last = now
 			if b.down.Load() {
 				every = tick
