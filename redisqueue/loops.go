@@ -37,7 +37,13 @@ func (b *Backend) read() {
 				continue
 			}
 			if errors.Is(err, redis.Nil) {
-				continue // block timed out
+				// The block timed out: a quiet list may mean the master moved
+				// (a failover turns the old one into a replica, which keeps
+				// the connection open). Follow it.
+				if b.onMaster(c) {
+					continue
+				}
+				err = errors.New("the reader's server is no longer the master")
 			}
 		}
 		select {
@@ -90,13 +96,57 @@ func (b *Backend) readerClient() (*redis.Client, error) {
 	c := redis.NewClient(&opt)
 
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		_ = c.Close()
 		return nil, errors.New("closed")
 	}
 	b.reader = c
+	b.mu.Unlock()
+	b.noteServer(c) // a new connection may reach a new master
 	return c, nil
+}
+
+// onMaster reports whether c still talks to a master, and, when its server is
+// not the one the reader last saw (a failover happened), asks the maintainer
+// to sync at once, so that this replica's phantom slots in the new master are
+// reconciled within a tick, not a lease.
+func (b *Backend) onMaster(c *redis.Client) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+	defer cancel()
+	role, err := c.Do(ctx, "ROLE").Slice()
+	if err != nil || len(role) == 0 || role[0] != "master" {
+		if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+			cc.ReloadState(ctx) // so that the next dial finds the new master
+		}
+		return false
+	}
+	b.noteServer(c)
+	return true
+}
+
+// noteServer records the run id of c's server and asks for a sync when it
+// changed since the last one seen.
+func (b *Backend) noteServer(c *redis.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return
+	}
+	_, rest, ok := strings.Cut(info, "run_id:")
+	if !ok {
+		return
+	}
+	id, _, _ := strings.Cut(rest, "\r\n")
+	b.mu.Lock()
+	changed := b.runID != "" && b.runID != id
+	b.runID = id
+	b.mu.Unlock()
+	if changed {
+		b.resync.Store(true)
+		b.wake()
+	}
 }
 
 // dropReader closes c if it is still the reader's client.
@@ -197,8 +247,9 @@ func (b *Backend) maintain() {
 			every = tick
 		}
 		now := time.Now()
-		// A call failed but Redis is not marked down: probe at once.
-		probe := !b.down.Load() && b.fails.Load() > 0
+		// A call failed but Redis is not marked down: probe at once. The
+		// reader saw another server: reconcile at once.
+		probe := !b.down.Load() && b.fails.Load() > 0 || b.resync.Swap(false)
 		if probe || !now.Before(last.Add(every)) {
 			_ = b.sync(false)
 			last = now
@@ -226,8 +277,8 @@ func (b *Backend) maintain() {
 // a conflict is returned rather than remembered.
 func (b *Backend) sync(first bool) error {
 	b.mu.Lock()
-	args := make([]any, 0, 3+len(b.held)+len(b.waiters))
-	args = append(args, b.replica, b.decl, len(b.held))
+	args := make([]any, 0, 4+len(b.held)+len(b.waiters))
+	args = append(args, b.replica, b.decl, len(b.held), 0)
 	var ids []uint64
 	for id := range b.held {
 		args = append(args, b.leaseID(id))
@@ -238,6 +289,14 @@ func (b *Backend) sync(first bool) error {
 		if w.queued {
 			args = append(args, b.leaseID(id))
 			ids = append(ids, id)
+		}
+	}
+	args[3] = len(ids) - nh
+	// Waiters whose acquire is in flight may already hold a place or a slot
+	// in Redis: they are ours too, not phantoms.
+	for id, w := range b.waiters {
+		if !w.queued {
+			args = append(args, b.leaseID(id))
 		}
 	}
 	b.mu.Unlock()

@@ -95,6 +95,7 @@ type Backend struct {
 	limit  atomic.Int64 // the fleet's limit as last seen in a reply from Redis
 	down   atomic.Bool  // Redis is considered unreachable; see markDown
 	fails  atomic.Int32 // consecutive failed calls; see failed
+	resync atomic.Bool  // the reader saw another server: sync at once
 
 	kick   chan struct{} // wakes the maintainer; capacity 1
 	stop   chan struct{} // closed by Close
@@ -115,6 +116,7 @@ type Backend struct {
 	replicas int                 // live replicas Redis last reported; 0 until it answers
 	conflict error               // a limits conflict found after Start
 	locals   []ginqueue.Backend  // FailOpen fallbacks; the last one is current
+	runID    string              // the run id of the server the reader last saw; guarded by mu
 	reader   *redis.Client       // the reader's own connection; nil when not dialled
 }
 
@@ -156,13 +158,17 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		return nil, errors.New("redisqueue: New needs a Redis client, got nil")
 	case *redis.Client:
 		if !c.Options().ContextTimeoutEnabled {
-			return nil, errors.New("redisqueue: the client needs redis.Options.ContextTimeoutEnabled = true, " +
-				"or Options.CallTimeout could not bound its calls")
+			built := "redis.Options"
+			if c.Options().Addr == "FailoverClient" { // how go-redis names a Sentinel client
+				built = "redis.FailoverOptions (or redis.UniversalOptions with a MasterName)"
+			}
+			return nil, fmt.Errorf("redisqueue: the client needs ContextTimeoutEnabled: true in the %s it was built from, "+
+				"or Options.CallTimeout could not bound its calls", built)
 		}
 	case *redis.ClusterClient:
 		if !c.Options().ContextTimeoutEnabled {
-			return nil, errors.New("redisqueue: the client needs redis.ClusterOptions.ContextTimeoutEnabled = true, " +
-				"or Options.CallTimeout could not bound its calls")
+			return nil, errors.New("redisqueue: the client needs ContextTimeoutEnabled: true in the redis.ClusterOptions " +
+				"(or redis.UniversalOptions) it was built from, or Options.CallTimeout could not bound its calls")
 		}
 	default:
 		return nil, fmt.Errorf("redisqueue: New supports *redis.Client and *redis.ClusterClient, got %T", rdb)
@@ -378,7 +384,11 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
-		b.abandon(w)
+		if !b.abandon(w) {
+			// Granted in the same instant as the hang-up: nobody will run on
+			// the slot, so give it back (it was never counted as served).
+			b.Release(ginqueue.Ticket{ID: w.id})
+		}
 		return ginqueue.Ticket{}, ctx.Err(), false
 	case <-expired:
 		if !b.abandon(w) {
@@ -479,6 +489,11 @@ func (b *Backend) wake() {
 // within FailureThreshold call timeouts even with no other traffic, and one
 // slow call under a burst does not turn the whole replica to OnRedisDown.
 func (b *Backend) failed() {
+	if c, ok := b.rdb.(*redis.ClusterClient); ok {
+		// A dead master sends no MOVED: without a reload the client would
+		// keep dialing it until its periodic refresh, a minute later.
+		c.ReloadState(context.Background())
+	}
 	if int(b.fails.Add(1)) >= b.opts.FailureThreshold {
 		b.markDown()
 		return

@@ -50,12 +50,22 @@ func main() {
 	total := flag.Duration("duration", 150*time.Second, "total load time, split between the backends")
 	out := flag.String("out", "", "write RELIABILITY.md to this path")
 	addr := flag.String("redis", envOr("REDIS_ADDR", "127.0.0.1:6379"), "Redis address for the redisqueue run")
+	only := flag.String("backend", "", `run one backend only, "memory" or "redis", for the whole duration`)
 	flag.Parse()
 	gin.SetMode(gin.ReleaseMode)
 
+	backends := []string{"memory", "redis"}
+	switch *only {
+	case "":
+	case "memory", "redis":
+		backends = []string{*only}
+	default:
+		fmt.Fprintf(os.Stderr, "soak: -backend must be memory or redis, got %q\n", *only)
+		os.Exit(2)
+	}
 	var results []*result
-	for _, backend := range []string{"memory", "redis"} {
-		r, err := soak(backend, *total/2, *addr)
+	for _, backend := range backends {
+		r, err := soak(backend, *total/time.Duration(len(backends)), *addr)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "soak %s: %v\n", backend, err)
 			os.Exit(1)
