@@ -163,6 +163,14 @@ func TestTopologyCluster(t *testing.T) {
 	runTopology(t, top)
 }
 
+// TestTopologySentinel: KNOWN FAILING, manual/fail-open and
+// manual/fail-closed, with the library of this commit: after SENTINEL
+// FAILOVER the old master goes on answering as a master for about 2.5 s,
+// so the notice reader, which checks ROLE only when its 2 s BLPOP times
+// out, stays on it while the pool writes to the new master; grants then
+// come only from the 500 ms safety-net tick for the rest of the run, and
+// waiters time out (408, under FailClosed too). See the report of the
+// topology work for the timeline.
 func TestTopologySentinel(t *testing.T) {
 	top := sentinelTopology(startSentinel(t))
 	runTopology(t, top)
@@ -212,6 +220,7 @@ func (b traced) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticke
 // topoEvent is one request of the load.
 type topoEvent struct {
 	start, answered time.Time
+	ran             time.Time // when its handler started; zero if it did not run
 	code            int
 	local, policy   bool
 	conc            int
@@ -287,7 +296,7 @@ func (r *topoRun) serve(rep *topoReplica, hold <-chan struct{}) (topoEvent, *tra
 	if ev.answered.IsZero() {
 		ev.answered = time.Now()
 	}
-	ev.local, ev.policy, ev.conc = tr.local, tr.policy, tr.conc
+	ev.local, ev.policy, ev.conc, ev.ran = tr.local, tr.policy, tr.conc, tr.ran
 	return ev, tr
 }
 
@@ -365,10 +374,10 @@ func (r *topoRun) capacity(from, to time.Time) []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.events {
-		if e.conc == 0 || e.answered.Before(from) || !e.answered.Before(to) {
+		if e.ran.IsZero() || e.ran.Before(from) || !e.ran.Before(to) {
 			continue
 		}
-		i := int(e.answered.Sub(from) / topoBucket)
+		i := int(e.ran.Sub(from) / topoBucket)
 		out[i] = max(out[i], e.conc)
 	}
 	return out
@@ -420,7 +429,7 @@ type topoResult struct {
 	late              int // abnormal answers to requests that came 2 s after the new master or later
 	maxWait           time.Duration
 	peakSteady, peak  int
-	over              int // requests that ran above the limit in steady state
+	over              int           // requests that ran above the limit in steady state
 	under             time.Duration // from tm: how long the fleet ran short of its limit
 	capacity          string
 }
@@ -436,7 +445,9 @@ func (r *topoRun) analyse(t0, tm, end time.Time) topoResult {
 	for i, e := range ev {
 		res.maxWait = max(res.maxWait, e.answered.Sub(e.start))
 		res.peak = max(res.peak, e.conc)
-		if e.start.Before(t0) || !e.start.Before(steadyFrom) {
+		// Steady state: handlers that started before the trigger or 2 s
+		// after the new master.
+		if !e.ran.IsZero() && (e.ran.Before(t0) || !e.ran.Before(steadyFrom)) {
 			res.peakSteady = max(res.peakSteady, e.conc)
 			if e.conc > topoLimit {
 				res.over++
@@ -568,7 +579,7 @@ func runFailover(t *testing.T, top topology, kind string, policy redisqueue.Poli
 // replica, continued, is promoted without those writes. Redis then holds
 // two phantom slots (released, but not on the new master: the fleet runs
 // under its limit) and lacks four that are running (over it), until the
-// library or the leases reconcile. The four are held 1 s past the new
+// library or the leases reconcile. The four are held 0.5 s past the new
 // master; the load runs until the capacity is back at the limit, or 20 s.
 func runLostWrites(t *testing.T, top topology) {
 	r := newTopoRun(t, top, redisqueue.FailClosed, true)
@@ -602,7 +613,29 @@ func runLostWrites(t *testing.T, top topology) {
 	if n, err := mc.Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
 		t.Fatalf("WAIT 1 1000: %d, %v", n, err)
 	}
+	holders := func(addr string) map[string]bool {
+		// READONLY lets a cluster replica answer; elsewhere it is an error, ignored.
+		conn := top.ctl(addr).Conn()
+		defer conn.Close()
+		_ = conn.ReadOnly(ctx).Err()
+		m, err := conn.ZRange(ctx, r.key(), 0, -1).Result()
+		if err != nil {
+			t.Fatalf("ZRANGE on %s: %v", addr, err)
+		}
+		set := map[string]bool{}
+		for _, id := range m {
+			set[id] = true
+		}
+		return set
+	}
+	releasedIDs := holders(master)
+	// Stop the replica and cut its link: what the master acknowledges from
+	// now on stays in its backlog (bytes already in the socket would still
+	// reach a replica that is merely stopped).
 	top.proc(replica).signal(syscall.SIGSTOP)
+	if err := mc.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE replica: %v", err)
+	}
 	close(released)
 	for range 2 {
 		if ev := <-first; ev.code != http.StatusOK {
@@ -614,17 +647,26 @@ func runLostWrites(t *testing.T, top topology) {
 	second := hold(4, lost)
 	eventually(t, time.Second, "the four slots were not taken", running(4))
 
+	acquiredIDs := holders(master)
 	t0 := time.Now()
 	killed := top.proc(master)
 	killed.kill()
 	top.proc(replica).signal(syscall.SIGCONT)
-	tm := waitPromoted(t, top, replica, 20*time.Second)
-	phantoms := -1
-	if s, err := (top.ctl(replica)).ZCard(ctx, r.key()).Result(); err == nil {
-		phantoms = int(s)
+	kept := holders(replica) // what the replica will start from as master
+	phantoms, missing := 0, 0
+	for id := range releasedIDs {
+		if kept[id] {
+			phantoms++
+		}
 	}
+	for id := range acquiredIDs {
+		if !kept[id] {
+			missing++
+		}
+	}
+	tm := waitPromoted(t, top, replica, 20*time.Second)
 	stop := r.startLoad()
-	time.Sleep(time.Until(tm.Add(time.Second)))
+	time.Sleep(time.Until(tm.Add(500 * time.Millisecond))) // within QueueTimeout: nobody has to time out
 	close(lost)
 	for range 4 {
 		<-second
@@ -647,10 +689,10 @@ func runLostWrites(t *testing.T, top topology) {
 			overFor = time.Duration(i+1) * topoBucket
 		}
 	}
-	t.Logf("%s: new master %.2fs after the kill; it had %d holders when promoted (2 of them released on the old master: phantoms); "+
-		"over the limit by up to %d until new master+%.1fs (4 acquires lost, their requests ran until new master+1s); "+
-		"short of the limit until new master+%.1fs; capacity from the new master: %s",
-		what, tm.Sub(t0).Seconds(), phantoms, overBy, overFor.Seconds(), underUntil(capa).Seconds(), timeline(capa))
+	t.Logf("%s: new master %.2fs after the kill; it started with %d phantom holders (of the 2 released on the old master) "+
+		"and without %d of the 4 slots taken on the old master, whose requests ran until new master+0.5s; "+
+		"over the limit by up to %d until new master+%.1fs; short of it until new master+%.1fs; capacity from the new master: %s",
+		what, tm.Sub(t0).Seconds(), phantoms, missing, overBy, overFor.Seconds(), underUntil(capa).Seconds(), timeline(capa))
 	res := r.analyse(t0, tm, end)
 	r.check(t, what, redisqueue.FailClosed, res)
 	r.checkIdle(t, what)
