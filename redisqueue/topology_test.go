@@ -163,14 +163,10 @@ func TestTopologyCluster(t *testing.T) {
 	runTopology(t, top)
 }
 
-// TestTopologySentinel: KNOWN FAILING, manual/fail-open and
-// manual/fail-closed, with the library of this commit: after SENTINEL
-// FAILOVER the old master goes on answering as a master for about 2.5 s,
-// so the notice reader, which checks ROLE only when its 2 s BLPOP times
-// out, stays on it while the pool writes to the new master; grants then
-// come only from the 500 ms safety-net tick for the rest of the run, and
-// waiters time out (408, under FailClosed too). See the report of the
-// topology work for the timeline.
+// TestTopologySentinel: the failovers of a Sentinel set, under load. After
+// SENTINEL FAILOVER the old master goes on answering as a master for about
+// 2.5 s while the client moves to the new one: the notice reader must
+// follow the client, not the old master's ROLE.
 func TestTopologySentinel(t *testing.T) {
 	top := sentinelTopology(startSentinel(t))
 	runTopology(t, top)
