@@ -41,6 +41,7 @@ func (b *Backend) read() {
 				// (a failover turns the old one into a replica, which keeps
 				// the connection open). Follow it.
 				if b.onMaster(c) {
+					b.checkReader() // and still the server the client uses
 					continue
 				}
 				err = errors.New("the reader's server is no longer the master")
@@ -129,7 +130,8 @@ func (b *Backend) onMaster(c *redis.Client) bool {
 // client now sends its calls to. After a Sentinel failover the old master
 // can go on answering as a master for seconds, while the client has moved
 // to the new one: the reader, blocked on the old, would miss every grant
-// notice. It runs with the safety net, while requests wait here.
+// notice. It runs with the safety net, while requests wait here, and when
+// the reader's list has been quiet for its block time.
 func (b *Backend) checkReader() {
 	c, ok := b.rdb.(*redis.Client)
 	if !ok {
