@@ -44,7 +44,7 @@ func (b *Backend) read() {
 					b.checkReader() // and still the server the client uses
 					continue
 				}
-				err = errors.New("the reader's server is no longer the master")
+				// No longer a master: dial again, below.
 			}
 		}
 		select {
