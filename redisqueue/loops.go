@@ -319,8 +319,10 @@ func (b *Backend) maintain() {
 // a conflict is returned rather than remembered.
 func (b *Backend) sync(first bool) error {
 	b.mu.Lock()
-	args := make([]any, 0, 4+len(b.held)+len(b.waiters))
-	args = append(args, b.replica, b.decl, len(b.held), 0)
+	args := make([]any, 0, 5+len(b.held)+len(b.waiters))
+	// Every id given out so far is above nothing new: an acquire that begins
+	// after this list takes a higher id, which the reconcile leaves alone.
+	args = append(args, b.replica, b.decl, len(b.held), 0, b.nextID.Load())
 	var ids []uint64
 	for id := range b.held {
 		args = append(args, b.leaseID(id))
@@ -374,6 +376,16 @@ func (b *Backend) sync(first bool) error {
 	if l, ok := out[2].(int64); ok {
 		b.limit.Store(l)
 	}
+	var ghosts []uint64
+	defer func() {
+		// Not through pending: the release's own leave may be in flight
+		// with the same id, and would clear it from pending when it returns.
+		for _, id := range ghosts {
+			if _, err := b.call(leaveScript, b.leaseID(id)); err != nil {
+				b.leave(id) // retried in the background
+			}
+		}
+	}()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.conflict = nil
@@ -384,7 +396,13 @@ func (b *Backend) sync(first bool) error {
 		}
 		st := out[3+i].(int64)
 		if i < nh {
-			continue // holders: lost or reclaimed leases need nothing from us
+			// A holder reclaimed (status 2) that was released since the list
+			// was taken: its leave ran first, and the reclaim made a slot
+			// nobody holds. Give it back now.
+			if _, held := b.held[id]; st == 2 && !held {
+				ghosts = append(ghosts, id)
+			}
+			continue
 		}
 		w := b.waiters[id]
 		if w == nil || w.state != waiting {

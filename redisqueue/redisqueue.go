@@ -163,7 +163,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		return nil, errors.New("redisqueue: New needs a Redis client, got nil")
 	case *redis.Client:
 		if !c.Options().ContextTimeoutEnabled {
-			built := "redis.Options"
+			built := "redis.Options (or redis.UniversalOptions)"
 			if c.Options().Addr == "FailoverClient" { // how go-redis names a Sentinel client
 				built = "redis.FailoverOptions (or redis.UniversalOptions with a MasterName)"
 			}
@@ -173,7 +173,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	case *redis.ClusterClient:
 		if !c.Options().ContextTimeoutEnabled {
 			return nil, errors.New("redisqueue: the client needs ContextTimeoutEnabled: true in the redis.ClusterOptions " +
-				"(or redis.UniversalOptions) it was built from, or Options.CallTimeout could not bound its calls")
+				"(or the redis.UniversalOptions or redis.FailoverOptions) it was built from, or Options.CallTimeout could not bound its calls")
 		}
 	default:
 		return nil, fmt.Errorf("redisqueue: New supports *redis.Client and *redis.ClusterClient, got %T", rdb)

@@ -238,9 +238,12 @@ return 1
 // syncScript is the heartbeat, the lease refresh, the safety net and the
 // reconcile in one call. ARGV[4] replica id, ARGV[5] its declared limits,
 // ARGV[6] the number of holder ids, ARGV[7] the number of queued waiter ids,
+// ARGV[8] the highest id this replica had given out when it listed them,
 // then holder ids, then queued waiter ids, then the ids of waiters whose
-// acquire is in flight. Every lease of this replica in h, w or q that is
-// none of these is a phantom (a release or cancel acknowledged by a master
+// acquire is in flight. Every lease of this replica in h, w or q up to that
+// id that is none of these is a phantom (a lease of a higher id is an
+// acquire that began after the list was taken, and may have reached Redis
+// first) (a release or cancel acknowledged by a master
 // that then lost it in a failover, say) and is dropped, its slot promoted:
 // a replica knows which slots it holds.
 //
@@ -256,7 +259,7 @@ return 1
 // status: 0 queued (refreshed), 1 granted (the notice may be lost), -2
 // evicted (likewise), -1 lost (not in Redis: enqueue again).
 var syncScript = newScript(prelude + `
-local rep, decl, nh, nw = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local rep, decl, nh, nw, maxid = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 clock()
 local dead = redis.call('ZRANGEBYSCORE', R, '-inf', now, 'LIMIT', 0, 64)
 for _, r in ipairs(dead) do
@@ -287,15 +290,20 @@ redis.call('ZREMRANGEBYSCORE', EV, '-inf', now)
 redis.call('LTRIM', G, -1000, -1)
 expire_waiters()
 local mine = {}
-for i = 8, #ARGV do mine[ARGV[i]] = true end
+for i = 9, #ARGV do mine[ARGV[i]] = true end
 local plen = #rep
+local function phantom(id)
+  if string.sub(id, 1, plen) ~= rep or mine[id] then return false end
+  local n = tonumber(string.sub(id, plen + 1), 36)
+  return n ~= nil and n <= maxid
+end
 for _, id in ipairs(redis.call('ZRANGE', H, 0, -1)) do
-  if string.sub(id, 1, plen) == rep and not mine[id] then redis.call('ZREM', H, id) end
+  if phantom(id) then redis.call('ZREM', H, id) end
 end
 local wl = redis.call('HGETALL', W)
 for i = 1, #wl, 2 do
   local id = wl[i]
-  if string.sub(id, 1, plen) == rep and not mine[id] then
+  if phantom(id) then
     redis.call('HDEL', W, id)
     redis.call('ZREM', Q, wl[i + 1])
     redis.call('ZREM', WE, id)
@@ -305,7 +313,7 @@ if lim() and over and redis.call('ZCARD', H) <= limit then
   redis.call('HDEL', L, 'o')
 end
 local out = {1, redis.call('ZCARD', R), limit}
-for i = 8, 7 + nh do
+for i = 9, 8 + nh do
   local id = ARGV[i]
   if redis.call('ZSCORE', H, id) then
     redis.call('ZADD', H, now + ttl, id)
@@ -318,7 +326,7 @@ for i = 8, 7 + nh do
   end
 end
 promote()
-for i = 8 + nh, 7 + nh + nw do
+for i = 9 + nh, 8 + nh + nw do
   local id = ARGV[i]
   if redis.call('ZSCORE', H, id) then
     out[#out + 1] = 1
