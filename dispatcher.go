@@ -613,9 +613,3 @@ func (d *dispatcher) lock() {
 	d.at(stepLock)
 	d.mu.Lock()
 }
-
-// slots is the number of slots held and the limit, for tests.
-func (d *dispatcher) slots() (run, limit int64) {
-	st := d.state.Load()
-	return running(st), limitOf(st)
-}
