@@ -108,3 +108,25 @@ func TestThirdBackendsGetTheFastPath(t *testing.T) {
 		assert.EqualValues(t, 1, q.Stats().Served)
 	})
 }
+
+// RejectEarly with a Backend that is not a FastBackend follows the same
+// rule from its Stats: with 100 ms handlers on one slot and a 250 ms
+// QueueTimeout, two waiters may be ahead, not three.
+func TestRejectEarlyOnAPlainBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 8, QueueTimeout: 250 * time.Millisecond,
+			RejectEarly: true, Backend: plainBackend{ginqueue.NewMemoryBackend()}})
+		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+		out := make(chan result, 8)
+		burst(r, 1, 0, out) // times the handler: 100 ms
+		time.Sleep(100 * time.Millisecond)
+		require.Equal(t, http.StatusOK, (<-out).code)
+		burst(r, 4, 1, out) // 1 runs, 2 and 3 wait, 4 would be third in line
+		res := <-out
+		assert.Equal(t, 4, res.id)
+		assert.Equal(t, http.StatusServiceUnavailable, res.code)
+		for range 3 {
+			<-out
+		}
+	})
+}

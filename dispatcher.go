@@ -332,6 +332,12 @@ func (w *waiter) err() error {
 // Counts implements FastBackend. Running is Served - Finished, read in that
 // order, so it is never above the served count and never negative.
 func (d *dispatcher) Counts() Counts {
+	c, _ := d.counts()
+	return c
+}
+
+// counts is Counts and the served count, from one read of each counter.
+func (d *dispatcher) counts() (c Counts, served uint64) {
 	fast, slow := d.fastServed.Load(), d.slowServed.Load()
 	finished := d.finished.Load()
 	return Counts{
@@ -340,7 +346,7 @@ func (d *dispatcher) Counts() Counts {
 		Limit:    int(limitOf(d.state.Load())),
 		Fast:     fast,
 		Finished: finished,
-	}
+	}, fast + slow
 }
 
 // Release implements Backend.
@@ -506,11 +512,9 @@ func (d *dispatcher) SetLimit(n int) error {
 // room, refreshed when mu is free at one of a few tries (otherwise the
 // last snapshot is returned, which may lag by the operations in flight).
 func (d *dispatcher) Stats() BackendStats {
-	slow := d.slowServed.Load() // before Counts reads Finished: Served >= Running
-	c := Counts{Fast: d.fastServed.Load()}
-	c.Running = int(max(int64(c.Fast+slow-d.finished.Load()), 0))
-	queued := int(d.queuedN.Load())
-	st := BackendStats{Running: c.Running, Limit: int(limitOf(d.state.Load())), Served: c.Fast + slow}
+	c, served := d.counts()
+	queued := c.Queued
+	st := BackendStats{Running: c.Running, Limit: c.Limit, Served: served}
 	if o := d.oldestAt.Load(); o != 0 {
 		st.OldestWait = time.Duration(d.now() - (o - 1))
 	}

@@ -298,9 +298,9 @@ func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
 	var t Ticket
 	var err error
 	if q.fast != nil {
-		a.MaxAhead = q.maxAhead() // applied as the arrival takes its place
+		a.MaxAhead = q.maxAhead(q.fast.Counts().Limit) // applied as the arrival takes its place
 		t, err = q.fast.Acquire(ctx, a)
-	} else if q.rejectEarly && q.expectedWait(a) > q.timeout {
+	} else if q.rejectEarly && q.tooFarBack(a) {
 		err = errRejectedEarly
 	} else {
 		t, err = q.backend.Acquire(ctx, a)
@@ -341,13 +341,13 @@ func (q *Queue) progress() (fast, finished uint64) {
 // errRejectedEarly is ErrQueueFull for RejectEarly.
 var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", ErrQueueFull)
 
-// maxAhead is RejectEarly's bound for a FastBackend, as Arrival.MaxAhead:
-// an arrival whose expected wait, (ahead + 1) × handler time / limit, would
-// exceed QueueTimeout has at least timeout × limit / handler time waiters
-// ahead. Zero (no bound) with RejectEarly off, or before a handler time is
-// measured, so nobody is refused on a guess; -1 when even the first in line
-// would wait too long.
-func (q *Queue) maxAhead() int {
+// maxAhead is RejectEarly's bound, as Arrival.MaxAhead, for slots of the
+// given limit: an arrival whose expected wait, (ahead + 1) × handler time /
+// limit, would exceed QueueTimeout has at least timeout × limit / handler
+// time waiters ahead. Zero (no bound) with RejectEarly off, or before a
+// handler time is measured, so nobody is refused on a guess; -1 when even
+// the first in line would wait too long.
+func (q *Queue) maxAhead(limit int) int {
 	if !q.rejectEarly {
 		return 0
 	}
@@ -355,7 +355,7 @@ func (q *Queue) maxAhead() int {
 	if !ok || perSlot <= 0 {
 		return 0
 	}
-	n := math.Floor(float64(q.timeout) * float64(q.servingLimit(q.load().limit)) / float64(perSlot))
+	n := math.Floor(float64(q.timeout) * float64(q.servingLimit(limit)) / float64(perSlot))
 	switch {
 	case !(n < math.MaxInt32):
 		return 0
@@ -365,17 +365,12 @@ func (q *Queue) maxAhead() int {
 	return int(n)
 }
 
-// expectedWait is how long an arrival a would wait if it joined the queue
-// of a Backend other than the in-memory one now: the waiters served before
-// it, plus itself, over the rate the slots serve at (the limit over the
-// measured handler time). Zero until a timed request has finished.
-func (q *Queue) expectedWait(a Arrival) time.Duration {
-	perSlot, ok := q.service.mean()
-	if !ok {
-		return 0
-	}
+// tooFarBack applies maxAhead's bound for a Backend that is not a
+// FastBackend, from its Stats: the waiters of a's priority or higher.
+func (q *Queue) tooFarBack(a Arrival) bool {
 	b := q.backend.Stats()
-	return drainTime(aheadIn(b, a)+1, perSlot, q.servingLimit(b.Limit))
+	m := q.maxAhead(b.Limit)
+	return m < 0 || m > 0 && aheadIn(b, a) >= m
 }
 
 // aheadIn is the number of waiters of a Backend other than the in-memory
