@@ -22,11 +22,16 @@ import (
 // grant or the eviction instead.
 func (b *Backend) read() {
 	defer close(b.readDn)
+	pause := time.Duration(0)
 	for {
 		c, err := b.readerClient()
 		if err == nil {
+			pause = 0
 			var res []string
 			res, err = c.BLPop(context.Background(), 2*time.Second, b.list).Result()
+			if err == nil || errors.Is(err, redis.Nil) {
+				b.listening.Store(true)
+			}
 			if err == nil {
 				if len(res) == 2 && b.notice(res[1]) {
 					// Let the waiter just woken run on this P before the
@@ -47,17 +52,35 @@ func (b *Backend) read() {
 				// No longer a master: dial again, below.
 			}
 		}
+		b.listening.Store(false)
 		select {
 		case <-b.stop:
 			return
 		default:
 		}
 		b.dropReader(c)
+		// Dial again soon: grants made meanwhile wait unread in the list
+		// (the safety net finds them, but only at its next tick). Quickly
+		// at first, then at the safety net's pace while the server stays
+		// away; at once when the maintainer's call gets an answer again.
+		pause = min(max(2*pause, readerPause), b.opts.TickInterval)
 		select {
 		case <-b.stop:
 			return
-		case <-time.After(b.opts.TickInterval):
+		case <-b.redial:
+		case <-time.After(pause):
 		}
+	}
+}
+
+// readerPause is the reader's first pause before it dials again.
+const readerPause = 10 * time.Millisecond
+
+// wakeReader has a reader that waits to dial again dial now.
+func (b *Backend) wakeReader() {
+	select {
+	case b.redial <- struct{}{}:
+	default:
 	}
 }
 
@@ -94,6 +117,7 @@ func (b *Backend) readerClient() (*redis.Client, error) {
 	opt.MinIdleConns = 0
 	opt.MaxIdleConns = 1
 	opt.MaxActiveConns = 1
+	opt.DialerRetries = 1 // one attempt per dial: read paces its own
 	c := redis.NewClient(&opt)
 
 	b.mu.Lock()
@@ -104,7 +128,9 @@ func (b *Backend) readerClient() (*redis.Client, error) {
 	}
 	b.reader = c
 	b.mu.Unlock()
-	b.noteServer(c) // a new connection may reach a new master
+	if b.noteServer(c) { // a new connection may reach a new master
+		b.listening.Store(true)
+	}
 	return c, nil
 }
 
@@ -167,17 +193,17 @@ func runID(info string) string {
 }
 
 // noteServer records the run id of c's server and asks for a sync when it
-// changed since the last one seen.
-func (b *Backend) noteServer(c *redis.Client) {
+// changed since the last one seen. It reports whether the server answered.
+func (b *Backend) noteServer(c *redis.Client) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
 	defer cancel()
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
-		return
+		return false
 	}
 	id := runID(info)
 	if id == "" {
-		return
+		return true
 	}
 	b.mu.Lock()
 	changed := b.runID != "" && b.runID != id
@@ -187,6 +213,7 @@ func (b *Backend) noteServer(c *redis.Client) {
 		b.resync.Store(true)
 		b.wake()
 	}
+	return true
 }
 
 // dropReader closes c if it is still the reader's client.
@@ -286,13 +313,22 @@ func (b *Backend) maintain() {
 		if queued || b.down.Load() {
 			every = tick
 		}
+		if queued && !b.listening.Load() {
+			// Grant notices may sit unread until the reader is back: the
+			// safety net is the only way they reach the waiters.
+			every = max(tick/10, readerPause)
+		}
 		now := time.Now()
 		// A call failed but Redis is not marked down: probe at once. The
 		// reader saw another server: reconcile at once.
 		probe := !b.down.Load() && b.fails.Load() > 0 || b.resync.Swap(false)
 		if probe || !now.Before(last.Add(every)) {
-			if b.sync(false) == nil && queued {
-				b.checkReader()
+			if b.sync(false) == nil {
+				if !b.listening.Load() {
+					b.wakeReader() // the server answers: no need to wait
+				} else if queued {
+					b.checkReader()
+				}
 			}
 			last = now
 			if b.down.Load() {

@@ -99,8 +99,13 @@ type Backend struct {
 	down     atomic.Bool   // Redis is considered unreachable; see markDown
 	fails    atomic.Int32  // consecutive failed calls; see failed
 	resync   atomic.Bool   // the reader saw another server: sync at once
+	// listening is set while the reader has a connection to the server
+	// (dialled and answered), cleared when a call on it fails; while it is
+	// clear, grant notices can sit unread, and the safety net runs faster.
+	listening atomic.Bool
 
 	kick   chan struct{} // wakes the maintainer; capacity 1
+	redial chan struct{} // wakes a reader waiting to dial again; capacity 1
 	stop   chan struct{} // closed by Close
 	readDn chan struct{} // closed when the reader returns
 	mainDn chan struct{} // closed when the maintainer returns
@@ -185,6 +190,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		opts:    o,
 		replica: hex.EncodeToString(rnd[:]),
 		kick:    make(chan struct{}, 1),
+		redial:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		readDn:  make(chan struct{}),
 		mainDn:  make(chan struct{}),
