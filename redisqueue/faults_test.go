@@ -488,3 +488,115 @@ func TestGrantReachesWaiterSoonAfterServerReturns(t *testing.T) {
 	}
 	eventually(t, 2*time.Second, "slots or places leaked in Redis", func() bool { return globalIdle(b) })
 }
+
+// A waiter whose QueueTimeout passes while Redis does not answer, before
+// the replica has marked it down, was not refused by the queue: under
+// FailClosed it gets the policy's 503 (an error wrapping ErrUnavailable),
+// not a 408. Under FailOpen it is a queue timeout.
+func TestWaiterTimedOutWhileRedisPausedIsUnavailable(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
+	for _, policy := range []redisqueue.Policy{redisqueue.FailClosed, redisqueue.FailOpen} {
+		o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
+			TickInterval: 100 * time.Millisecond, OnRedisDown: policy,
+			FailureThreshold: 1000} // never marked down in this test: the pause is short of it
+		l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 300 * time.Millisecond}
+		b := startBackends2(t, srv.addr(), l, o)
+		ctx := context.Background()
+		holder, err := b.Acquire(ctx, ginqueue.Arrival{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := b.Acquire(ctx, ginqueue.Arrival{})
+			errc <- err
+		}()
+		waitQueued(t, b, 1)
+		ctl := newClient(t, srv.addr())
+		if err := ctl.Do(ctx, "CLIENT", "PAUSE", 600, "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		err = <-errc
+		switch policy {
+		case redisqueue.FailClosed:
+			if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, ginqueue.ErrQueueFull) || errors.Is(err, ginqueue.ErrQueueTimeout) {
+				t.Errorf("FailClosed: the waiter got %v, want an error wrapping ErrUnavailable and ErrQueueFull", err)
+			}
+		case redisqueue.FailOpen:
+			if !errors.Is(err, ginqueue.ErrQueueTimeout) {
+				t.Errorf("FailOpen: the waiter got %v, want ErrQueueTimeout", err)
+			}
+		}
+		b.Release(holder)
+		eventually(t, 3*time.Second, "slots or places leaked in Redis", func() bool { return globalIdle(b) })
+	}
+}
+
+// Under FailOpen the replicas' local limits add up to the fleet's limit
+// (4 on 3 replicas: 2, 1 and 1, by replica id), and a request that still
+// runs on a slot granted by Redis counts against its replica's local limit
+// until it ends.
+func TestFailOpenLocalLimitsAddUpToTheFleets(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t)
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 600 * time.Millisecond,
+		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
+	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 30, QueueTimeout: 10 * time.Second}
+	var bs []*redisqueue.Backend
+	for range 3 {
+		bs = append(bs, startBackends2(t, srv.addr(), l, o))
+	}
+	ctx := context.Background()
+	eventually(t, 2*time.Second, "the replicas did not see each other", func() bool {
+		s, err := bs[0].GlobalStats(ctx)
+		return err == nil && s.Replicas == 3
+	})
+	time.Sleep(o.LeaseTTL) // every replica has synced since: each knows there are 3
+	redisHeld, err := bs[0].Acquire(ctx, ginqueue.Arrival{})
+	if err != nil || redisqueue.GrantedLocally(redisHeld) {
+		t.Fatalf("before the outage: %v, granted locally %v", err, redisqueue.GrantedLocally(redisHeld))
+	}
+	srv.stop()
+	// grab takes local slots on b until one does not come within 50 ms.
+	grab := func(b *redisqueue.Backend) []ginqueue.Ticket {
+		var ts []ginqueue.Ticket
+		for {
+			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			tk, err := b.Acquire(c, ginqueue.Arrival{})
+			cancel()
+			if err != nil {
+				return ts
+			}
+			if !redisqueue.GrantedLocally(tk) {
+				t.Fatal("a grant from Redis while it is stopped")
+			}
+			ts = append(ts, tk)
+		}
+	}
+	var held [3][]ginqueue.Ticket
+	total := 0
+	for i, b := range bs {
+		held[i] = grab(b)
+		total += len(held[i])
+	}
+	if total != l.MaxConcurrent-1 {
+		t.Errorf("the local limits admitted %d (%d, %d, %d) besides the request running on a slot from Redis, want %d in all",
+			total, len(held[0]), len(held[1]), len(held[2]), l.MaxConcurrent-1)
+	}
+	// Its end frees a local slot on its replica.
+	bs[0].Release(redisHeld)
+	if more := grab(bs[0]); len(more) != 1 {
+		t.Errorf("after the request on a slot from Redis ended, its replica admitted %d more locally, want 1", len(more))
+	} else {
+		held[0] = append(held[0], more...)
+	}
+	for i, b := range bs {
+		for _, tk := range held[i] {
+			b.Release(tk)
+		}
+	}
+	srv.start()
+}

@@ -405,7 +405,7 @@ func (b *Backend) sync(first bool) error {
 		}
 		return err
 	}
-	if len(out) < 3 {
+	if len(out) < 4 {
 		return fmt.Errorf("redisqueue: unexpected sync reply %v", res)
 	}
 	b.markUp()
@@ -426,11 +426,12 @@ func (b *Backend) sync(first bool) error {
 	defer b.mu.Unlock()
 	b.conflict = nil
 	b.replicas = int(out[1].(int64))
+	b.rank = int(out[3].(int64))
 	for i, id := range ids {
-		if 3+i >= len(out) {
+		if 4+i >= len(out) {
 			break
 		}
-		st := out[3+i].(int64)
+		st := out[4+i].(int64)
 		if i < nh {
 			// A holder reclaimed (status 2) that was released since the list
 			// was taken: its leave ran first, and the reclaim made a slot

@@ -14,9 +14,12 @@ type Policy uint8
 const (
 	// FailOpen admits requests on a local limit, inside this process only,
 	// while Redis is down. The local limit is Options.LocalLimit, or when that
-	// is zero MaxConcurrent divided by the number of live replicas of the
-	// Name that Redis last reported, rounded up (MaxConcurrent when Redis has
-	// never answered). The local queue is sized the same way from MaxQueue.
+	// is zero the fleet's limit split among the live replicas of the Name
+	// that Redis last reported, so that the local limits add up to it (each
+	// gets limit/n, the first limit%n by replica id one more, and every one
+	// at least 1; MaxConcurrent when Redis has never answered). Requests a
+	// replica still runs on slots granted by Redis count against its local
+	// limit until they end. The local queue is sized the same way from MaxQueue.
 	// The fleet then admits about MaxConcurrent in all, but no longer in one
 	// global order; see the README. It is the zero value and the default.
 	FailOpen Policy = iota
@@ -101,8 +104,8 @@ type Options struct {
 	// value is FailOpen.
 	OnRedisDown Policy
 
-	// LocalLimit overrides the FailOpen local limit. Zero means
-	// MaxConcurrent divided by the live replicas last seen, rounded up.
+	// LocalLimit overrides the FailOpen local limit. Zero means the fleet's
+	// limit split among the live replicas last seen (see FailOpen).
 	// Negative is refused. Ignored with FailClosed.
 	LocalLimit int
 

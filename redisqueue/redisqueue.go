@@ -122,6 +122,8 @@ type Backend struct {
 	downCh   chan struct{}       // closed when Redis goes down; replaced when it is back
 	idle     chan struct{}       // closed when held and pending are empty; nil unless draining
 	replicas int                 // live replicas Redis last reported; 0 until it answers
+	rank     int                 // this replica's rank among them by id; see newLocal
+	reserved int                 // slots of the current FailOpen fallback taken for requests granted by Redis
 	conflict error               // a limits conflict found after Start
 	locals   []ginqueue.Backend  // FailOpen fallbacks; the last one is current
 	runID    string              // the run id of the server the reader last saw; guarded by mu
@@ -406,6 +408,12 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 			// Granted in the same instant as the deadline: serve it.
 			return ginqueue.Ticket{ID: w.id}, nil, false
 		}
+		if b.opts.OnRedisDown == FailClosed && (b.fails.Load() > 0 || b.down.Load()) {
+			// Redis stopped answering while it waited (a pause, a failover
+			// not yet marked down): that, not the queue, is why no grant
+			// came. FailClosed answers it as unavailable.
+			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("Redis did not answer while the request waited")}, false
+		}
 		return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
 	case <-downCh:
 		if !b.abandon(w) {
@@ -539,13 +547,23 @@ func (b *Backend) markUp() {
 }
 
 // newLocal builds the FailOpen fallback, sized as Options.LocalLimit says:
-// by default from the fleet's limit as last seen, which SetLimit may have
-// moved from MaxConcurrent. Requires b.mu.
+// by default the fleet's limit as last seen (which SetLimit may have moved
+// from MaxConcurrent), split among the live replicas last reported: each
+// gets limit/n, and the first limit%n of them by id one more, so that the
+// local limits add up to the fleet's (at least 1 each). Requests this
+// replica runs on slots from Redis count against it: as many of its slots
+// as they are are taken at once, and given back as they end. Requires
+// b.mu.
 func (b *Backend) newLocal() ginqueue.Backend {
 	n := max(b.replicas, 1)
 	limit, queue := b.opts.LocalLimit, b.opts.LocalQueue
 	if limit == 0 {
-		limit = (int(b.limit.Load()) + n - 1) / n
+		fleet := int(b.limit.Load())
+		limit = fleet / n
+		if b.rank%n < fleet%n {
+			limit++
+		}
+		limit = max(limit, 1)
 	}
 	if queue == 0 {
 		queue = (b.limits.MaxQueue + n - 1) / n
@@ -554,6 +572,10 @@ func (b *Backend) newLocal() ginqueue.Backend {
 	// Deadlines are enforced by fallback, so that the whole wait, Redis
 	// part included, stays within QueueTimeout.
 	_ = l.Start(ginqueue.Limits{MaxConcurrent: limit, MaxQueue: queue})
+	b.reserved = min(len(b.held), limit)
+	for range b.reserved {
+		_, _ = l.Acquire(context.Background(), ginqueue.Arrival{}) // a free slot: at once
+	}
 	return l
 }
 
@@ -616,7 +638,16 @@ func (b *Backend) release(t ginqueue.Ticket) {
 	}
 	b.mu.Lock()
 	delete(b.held, t.ID)
+	var local ginqueue.Backend
+	if b.reserved > len(b.held) {
+		// It counted against the current fallback: its slot there is free now.
+		b.reserved--
+		local = b.locals[len(b.locals)-1]
+	}
 	b.mu.Unlock()
+	if local != nil {
+		local.Release(ginqueue.Ticket{})
+	}
 	b.leave(t.ID)
 	b.mu.Lock()
 	b.idleCheckLocked()

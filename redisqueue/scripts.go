@@ -249,7 +249,8 @@ return 1
 //
 // Returns {0, other replica, its limits} when a live replica of the same
 // Name declared other limits (nothing else is done), or {1, live replicas,
-// the fleet's limit, one status per holder id, one per waiter id}. A
+// the fleet's limit, this replica's rank among them by id, one status per
+// holder id, one per waiter id}. A
 // replica that declares limits while l was set by a replica of other
 // limits (none is live, or this would be a conflict) deletes l: a fleet
 // started again with other limits starts from its own MaxConcurrent. Holder status: 1 refreshed,
@@ -312,7 +313,13 @@ end
 if lim() and over and redis.call('ZCARD', H) <= limit then
   redis.call('HDEL', L, 'o')
 end
-local out = {1, redis.call('ZCARD', R), limit}
+-- this replica's rank among the live ones by id, so that FailOpen's
+-- local limits split the fleet's exactly (ids are stable; expiries are not)
+local rank, reps = 0, redis.call('ZRANGE', R, 0, -1)
+for _, r in ipairs(reps) do
+  if r < rep then rank = rank + 1 end
+end
+local out = {1, #reps, limit, rank}
 for i = 9, 8 + nh do
   local id = ARGV[i]
   if redis.call('ZSCORE', H, id) then

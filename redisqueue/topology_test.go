@@ -26,7 +26,8 @@ import (
 //
 //   - normal service (grants from Redis, no 408, no OnRedisDown answer, the
 //     limit's full capacity) resumes within 2 s of the topology having a new
-//     master, with the default LeaseTTL of 15 s;
+//     master, with the default LeaseTTL of 15 s, with 3 s and with 1 min, and
+//     after two manual failovers in a row;
 //   - nobody waits past QueueTimeout + CallTimeout;
 //   - FailClosed answers 503, never 408;
 //   - once the load stops, GlobalStats is idle within a few seconds;
@@ -68,6 +69,10 @@ type topology struct {
 	promoted func(replica string) bool
 	// heal restarts a killed node and waits until the topology is whole.
 	heal func(t *testing.T, killed *proc, master string)
+	// again is how long after one manual failover the next can succeed: a
+	// Cluster master votes for a replica of the same slots at most once in
+	// two node timeouts.
+	again time.Duration
 }
 
 func clusterTopology(c *testCluster) topology {
@@ -107,6 +112,7 @@ func clusterTopology(c *testCluster) topology {
 			}
 			c.waitHealthy()
 		},
+		again: 3 * time.Second,
 	}
 }
 
@@ -179,7 +185,17 @@ func runTopology(t *testing.T, top topology) {
 	for _, kind := range []string{"manual", "kill"} {
 		for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
 			t.Run(kind+"/"+policy.String(), func(t *testing.T) {
-				runFailover(t, top, kind, policy)
+				runFailover(t, top, kind, policy, 0)
+			})
+		}
+	}
+	// Whatever LeaseTTL is: the reconcile, not the leases, heals a
+	// failover. "double" is two manual failovers in a row, the second back
+	// to the first master as soon as it is a healthy replica.
+	for _, lease := range []time.Duration{3 * time.Second, time.Minute} {
+		for _, kind := range []string{"double", "kill"} {
+			t.Run(fmt.Sprintf("%s/FailClosed/lease-%v", kind, lease), func(t *testing.T) {
+				runFailover(t, top, kind, redisqueue.FailClosed, lease)
 			})
 		}
 	}
@@ -241,13 +257,14 @@ type topoReplica struct {
 	e *gin.Engine
 }
 
-func newTopoRun(t *testing.T, top topology, policy redisqueue.Policy, universal bool) *topoRun {
+func newTopoRun(t *testing.T, top topology, policy redisqueue.Policy, universal bool, lease time.Duration) *topoRun {
 	t.Helper()
 	r := &topoRun{t: t, name: newName(t)}
 	for range 3 {
 		rdb := top.client(universal)
 		t.Cleanup(func() { _ = rdb.Close() })
-		b, err := redisqueue.New(rdb, redisqueue.Options{Name: r.name, CallTimeout: topoCallTimeout, OnRedisDown: policy})
+		b, err := redisqueue.New(rdb, redisqueue.Options{Name: r.name, CallTimeout: topoCallTimeout, OnRedisDown: policy,
+			LeaseTTL: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -544,23 +561,36 @@ func (r *topoRun) checkIdle(t *testing.T, what string) {
 }
 
 // runFailover triggers one failover of the master that holds the Name's
-// slot under load and checks the targets.
-func runFailover(t *testing.T, top topology, kind string, policy redisqueue.Policy) {
-	r := newTopoRun(t, top, policy, kind == "kill")
+// slot under load (two for "double") and checks the targets. lease is the
+// LeaseTTL; zero is the default.
+func runFailover(t *testing.T, top topology, kind string, policy redisqueue.Policy, lease time.Duration) {
+	r := newTopoRun(t, top, policy, kind == "kill", lease)
 	what := top.kind + " " + kind + " " + policy.String()
+	if lease > 0 {
+		what += fmt.Sprintf(" LeaseTTL %v", lease)
+	}
 	master, replica := top.owner(t, r.key())
 	stop := r.startLoad()
 	time.Sleep(time.Second)
 	t0 := time.Now()
 	var killed *proc
 	switch kind {
-	case "manual":
+	case "manual", "double":
 		top.manual(t, replica)
 	case "kill":
 		killed = top.proc(master)
 		killed.kill()
 	}
 	tm := waitPromoted(t, top, replica, 20*time.Second)
+	if kind == "double" {
+		top.heal(t, nil, replica) // the old master is a healthy replica again
+		time.Sleep(time.Until(tm.Add(top.again)))
+		t.Logf("%s: first new master %.2fs after the trigger, the second failover %.2fs after it",
+			what, tm.Sub(t0).Seconds(), time.Since(t0).Seconds())
+		top.manual(t, master)
+		tm = waitPromoted(t, top, master, 20*time.Second)
+		replica = master
+	}
 	time.Sleep(time.Until(tm.Add(3 * time.Second)))
 	stop()
 	end := time.Now()
@@ -578,7 +608,7 @@ func runFailover(t *testing.T, top topology, kind string, policy redisqueue.Poli
 // library or the leases reconcile. The four are held 0.5 s past the new
 // master; the load runs until the capacity is back at the limit, or 20 s.
 func runLostWrites(t *testing.T, top topology) {
-	r := newTopoRun(t, top, redisqueue.FailClosed, true)
+	r := newTopoRun(t, top, redisqueue.FailClosed, true, 0)
 	what := top.kind + " lost-writes"
 	master, replica := top.owner(t, r.key())
 	ctx := context.Background()
