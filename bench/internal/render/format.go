@@ -31,6 +31,8 @@ func formatValue(f suite.Format, x float64) string {
 		return suite.GroupDigits(int(math.Round(x))) + "/s"
 	case suite.FormatBytes:
 		return suite.GroupDigits(int(math.Round(x))) + " B"
+	case suite.FormatShare:
+		return fmt.Sprintf("%.1f%%", 100*x)
 	}
 	return fmt.Sprintf("%.2f", x)
 }

@@ -28,11 +28,30 @@ var reportTemplate string
 
 // Markdown renders r as BENCHMARKS.md.
 func Markdown(w io.Writer, r *suite.Results) error {
+	return execute(w, "report", r)
+}
+
+// GoodputMarkdown renders section 12 of r alone, its targets first, as
+// BENCHMARKS.md would show them: what `make bench-goodput` prints.
+func GoodputMarkdown(w io.Writer, r *suite.Results) error {
+	return execute(w, "goodput-alone", r)
+}
+
+// execute runs the template name of report.md.tmpl on r.
+func execute(w io.Writer, name string, r *suite.Results) error {
 	tmpl, err := template.New("report").Option("missingkey=error").
 		Funcs(template.FuncMap{"digits": suite.GroupDigits}).Parse(reportTemplate)
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
+	if err := tmpl.ExecuteTemplate(w, name, data(r)); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	return nil
+}
+
+// data is what the templates of report.md.tmpl read.
+func data(r *suite.Results) map[string]any {
 	var peers, depths, bursts []string
 	for _, v := range r.Variants {
 		if v.Peer {
@@ -50,17 +69,25 @@ func Markdown(w io.Writer, r *suite.Results) error {
 		x, ok := row.Values[suite.Plain]
 		return x, ok && row.Format != suite.FormatCount
 	}
-	return tmpl.Execute(w, map[string]any{
+	ts := targets(r)
+	var goodputTargets []target
+	for _, t := range ts {
+		if t.Area == goodputArea {
+			goodputTargets = append(goodputTargets, t)
+		}
+	}
+	return map[string]any{
 		"R":       r,
 		"Took":    r.Took.Round(time.Second),
-		"Targets": targets(r),
-		"Peers":   strings.Join(peers, ", "),
+		"Targets": ts, "GoodputTargets": goodputTargets,
+		"Peers": strings.Join(peers, ", "),
 		"Table": table(names(r.Variants), names(r.Variants), r.Rows, func(row suite.Row) (float64, bool) {
 			_, x, ok := bestPeer(row, r.Variants)
 			return x, ok
 		}),
 		"Features": table(names(r.FeatureVariants), names(r.FeatureVariants), r.FeatureRows, plain),
-		"Redis":    table([]string{"figure"}, []string{suite.RedisColumn}, r.Redis.Rows, func(suite.Row) (float64, bool) { return 0, false }),
+		"Redis":    table([]string{"figure"}, []string{suite.RedisColumn}, r.Redis.Rows, noBase),
+		"Goodput":  table(names(r.Goodput.Variants), names(r.Goodput.Variants), r.Goodput.Rows, noBase),
 		"Bursts":   bursts,
 		"Depths":   strings.Join(depths, ", "),
 
@@ -73,9 +100,15 @@ func Markdown(w io.Writer, r *suite.Results) error {
 		"TimeoutSlots": suite.TimeoutSlots, "TimeoutPrecision": suite.TimeoutPrecisionTimeout,
 		"MemorySlots": suite.MemorySlots, "GrowthSlots": suite.GrowthSlots, "ScrapeInterval": suite.ScrapeInterval,
 		"BurstRequests": suite.BurstRequests, "BurstSlots": suite.BurstSlots, "BurstQueue": suite.BurstQueue,
-		"RedisClients": suite.RedisClients,
-	})
+		"RedisClients":     suite.RedisClients,
+		"GoodputChartPath": GoodputChartPath, "GoodputMissing": goodputMissing(r.Goodput), "GoodputWarmUps": goodputWarmUps(r.Plan),
+		"GoodputSlots": suite.GoodputSlots, "GoodputWork": suite.GoodputWork, "GoodputCapacity": suite.GoodputCapacity,
+		"GoodputPatience": suite.GoodputPatience, "GoodputLimits": suite.GoodputLimits, "GoodputLoads": suite.GoodputLoads, "GoodputIdleConns": suite.GoodputIdleConns,
+	}
 }
+
+// noBase gives a table no ratios in brackets.
+func noBase(suite.Row) (float64, bool) { return 0, false }
 
 func names(vs []suite.Variant) []string {
 	out := make([]string, len(vs))

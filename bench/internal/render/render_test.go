@@ -33,6 +33,12 @@ func fakeResults() *suite.Results {
 		row(suite.MFRouteA, false, suite.FormatCount, map[string]float64{plain: 0, pf: 0, obs: 1, ad: 0}),
 		row(suite.MFHandoff, true, suite.FormatRate, map[string]float64{plain: 1000, pf: 700, obs: 990, ad: 900}),
 	}
+	cl, fifo := suite.GoodCoDelLIFO, suite.GoodFIFO
+	r.Goodput = suite.GoodputReport{Variants: suite.GoodputVariants(), Loads: suite.GoodputLoads, Rows: []suite.Row{
+		row(suite.GoodputMetric(1, suite.GoodputShare), true, suite.FormatShare, map[string]float64{cl: 0.97, fifo: 0.96}),
+		row(suite.GoodputMetric(5, suite.GoodputShare), true, suite.FormatShare, map[string]float64{cl: 0.934, fifo: 0.012}),
+		row(suite.GoodputMetric(5, suite.GoodputP99), false, suite.FormatDuration, map[string]float64{cl: 120e6, fifo: 999e6}),
+	}}
 	r.Redis = suite.RedisReport{Measured: true, Version: "7.0.0", Rows: []suite.Row{
 		row(suite.MRedisRoundTripP50, false, suite.FormatDuration, map[string]float64{suite.RedisColumn: 150e3}),
 		row(suite.MRedisPairs, true, suite.FormatRate, map[string]float64{suite.RedisColumn: 12000}),
@@ -58,6 +64,8 @@ func TestTargets(t *testing.T) {
 		"acquire+release round trip p50 ≤ 200 µs":                                "yes",
 		"≥ 15,000 acquire+release pairs/s, 8 clients, uncontended":               "no",
 		"hand-off across backends p50 ≤ 300 µs":                                  "not measured",
+		"CoDel + LIFO at 5× C: goodput ≥ 90% of C":                               "yes",
+		"CoDel + LIFO at 5× C: p99 of delivered ≤ 100 ms":                        "no",
 	}
 	seen := 0
 	for _, tg := range targets(fakeResults()) {
@@ -99,6 +107,10 @@ func TestMarkdown(t *testing.T) {
 		"waiters parked behind 4 held slots",
 		"so that 10, 1,000, 100,000 requests are always queued",
 		"benchstat@" + BenchstatVersion,
+		"| goodput under overload | CoDel + LIFO at 5× C: goodput ≥ 90% of C | 93.4% (at least 90.0%) | yes |",
+		"| 12. 5× C: goodput | higher | 1.2% | – | – | 93.4% | – | – |",
+		"](" + GoodputChartPath + ")",
+		"1.5s at 5×",
 	} {
 		if !strings.Contains(md, s) {
 			t.Errorf("report lacks %q", s)
@@ -121,7 +133,7 @@ func TestMarkdownNoRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{
-		"## 11. redisqueue: one limit for a fleet, on Redis\n\nNo Redis answered at REDIS_ADDR.\n\n## A burst of 15 requests",
+		"## 11. redisqueue: one limit for a fleet, on Redis\n\nNo Redis answered at REDIS_ADDR.\n\n## 12. Goodput under overload",
 		"| Redis backend | acquire+release round trip p50 ≤ 200 µs | – | not measured |",
 	} {
 		if !strings.Contains(b.String(), s) {
@@ -145,6 +157,28 @@ func TestTimeline(t *testing.T) {
 	}
 }
 
+// TestGoodputAlone: section 12 alone, its targets first, and the chart.
+func TestGoodputAlone(t *testing.T) {
+	r := fakeResults()
+	var b bytes.Buffer
+	if err := GoodputMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	if !strings.HasPrefix(md, "| area | target | figure | met |\n|---|---|---|---|\n| goodput under overload | CoDel + LIFO at 5× C: goodput") ||
+		!strings.Contains(md, "| 12. 5× C: delivered p99 | lower | 999.0 ms | – | – | 120.0 ms | – | – |") ||
+		strings.Contains(md, "## Targets") || strings.Contains(md, "\n\n\n") {
+		t.Errorf("section 12 alone:\n%s", md)
+	}
+	b.Reset()
+	if err := GoodputChart(&b, r.Goodput, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "<svg") || !strings.Contains(b.String(), suite.GoodCoDelLIFO) {
+		t.Errorf("not a chart of CoDel + LIFO: %.100q", b.String())
+	}
+}
+
 func TestFormat(t *testing.T) {
 	for _, tt := range []struct {
 		f    suite.Format
@@ -161,6 +195,7 @@ func TestFormat(t *testing.T) {
 		{suite.FormatCount, 0.04, "0"},
 		{suite.FormatRatio, 0.891, "0.89"},
 		{suite.FormatRatio, math.NaN(), "–"},
+		{suite.FormatShare, 0.9346, "93.5%"},
 	} {
 		if got := formatValue(tt.f, tt.x); got != tt.want {
 			t.Errorf("formatValue(%v, %v) = %q, want %q", tt.f, tt.x, got, tt.want)

@@ -34,6 +34,9 @@ type spec struct {
 	limit                             float64
 }
 
+// goodputArea is the area of section 12's targets.
+const goodputArea = "goodput under overload"
+
 // targets checks a run against every target, in the table's order. Each
 // Figure is built from the run's own numbers.
 func targets(r *suite.Results) []target {
@@ -43,6 +46,7 @@ func targets(r *suite.Results) []target {
 		redis    = "Redis backend"
 		observed = "observability"
 		adaptive = "adaptive limit"
+		goodput  = goodputArea
 	)
 	g, bare, pf, obs, ad, plain, rq := suite.GinQueue, suite.Bare, suite.PrioFlows, suite.Observed, suite.AdaptiveCol, suite.Plain, suite.RedisColumn
 	specs := []spec{
@@ -70,6 +74,8 @@ func targets(r *suite.Results) []target {
 		{adaptive, "Adaptive: uncontended ns/op ≤ 1.2× fixed (route only)", suite.MFRoute, ad, plain, cost, 1.2},
 		{adaptive, "Adaptive: uncontended ns/op ≤ 1.2× fixed (request)", suite.MFRequest, ad, plain, cost, 1.2},
 		{adaptive, "Adaptive: saturated hand-off, time per request ≤ 1.2× fixed", suite.MFHandoff, ad, plain, cost, 1.2},
+		{goodput, "CoDel + LIFO at 5× C: goodput ≥ 90% of C", suite.GoodputMetric(5, suite.GoodputShare), suite.GoodCoDelLIFO, "", atLeast, 0.9},
+		{goodput, "CoDel + LIFO at 5× C: p99 of delivered ≤ 100 ms", suite.GoodputMetric(5, suite.GoodputP99), suite.GoodCoDelLIFO, "", atMost, 100e6},
 	}
 	ts := make([]target, len(specs))
 	for i, s := range specs {

@@ -38,7 +38,9 @@ import (
 
 // Plan is how much work each measurement does.
 type Plan struct {
-	Smoke     bool
+	Smoke bool
+	// Only names the sections to run (see SectionNames); empty runs all.
+	Only      []string
 	BenchTime string // -test.benchtime of each Go benchmark run
 	Rounds    int    // rounds of each measurement; variants alternate within a round
 	// SlowRounds replaces Rounds for the variants that grant on a 100 ms
@@ -65,6 +67,13 @@ type Plan struct {
 	RedisWindow   time.Duration
 	RedisWindows  int
 	RedisHandoffs int
+	// Goodput under overload (section 12): rounds of every variant at every
+	// load, the shortest warm-up of a point (GoodputWarmUp), whether the
+	// warm-up waits for a FIFO queue to fill, and the window counted.
+	GoodputRounds int
+	GoodputWarmUp time.Duration
+	GoodputFill   bool
+	GoodputWindow time.Duration
 }
 
 // FullPlan is the plan of `make bench`: a few minutes on a 2-core machine.
@@ -90,6 +99,10 @@ func FullPlan() Plan {
 		RedisWindow:      time.Second,
 		RedisWindows:     3,
 		RedisHandoffs:    500,
+		GoodputRounds:    2,
+		GoodputWarmUp:    time.Second,
+		GoodputFill:      true,
+		GoodputWindow:    1500 * time.Millisecond,
 	}
 }
 
@@ -118,6 +131,9 @@ func SmokePlan() Plan {
 		RedisWindow:      50 * time.Millisecond,
 		RedisWindows:     1,
 		RedisHandoffs:    5,
+		GoodputRounds:    1,
+		GoodputWarmUp:    100 * time.Millisecond,
+		GoodputWindow:    200 * time.Millisecond,
 	}
 }
 
@@ -131,6 +147,7 @@ const (
 	FormatRate                   // per second
 	FormatBytes                  // bytes
 	FormatRatio                  // a plain number, two decimals
+	FormatShare                  // a fraction, printed as a percentage
 )
 
 // Row is one metric of the table: a figure per variant.
@@ -172,11 +189,13 @@ type Results struct {
 	FeatureRows     []Row
 	// Redis is section 11, the redisqueue backend on a real Redis.
 	Redis RedisReport
+	// Goodput is section 12, goodput under overload over loopback.
+	Goodput GoodputReport
 }
 
 // Row returns the row named metric, in any table, or nil.
 func (r *Results) Row(metric string) *Row {
-	for _, rows := range [][]Row{r.Rows, r.FeatureRows, r.Redis.Rows} {
+	for _, rows := range [][]Row{r.Rows, r.FeatureRows, r.Redis.Rows, r.Goodput.Rows} {
 		for i := range rows {
 			if rows[i].Metric == metric {
 				return &rows[i]
@@ -250,17 +269,47 @@ func Run(plan Plan, log io.Writer) (*Results, error) {
 	r := &runner{plan: plan, vs: Variants(), log: log, res: &Results{
 		Machine: describeMachine(), Plan: plan, Date: start.UTC(), Variants: Variants(),
 	}}
-	for _, section := range []func(){
-		r.uncontended, r.handoff, r.schedule, r.grant, r.timeout, r.memory, r.growth, r.loopback, r.burst,
-		r.features, r.redis,
-	} {
+	sections := r.sections()
+	for _, name := range plan.Only {
+		if !slices.ContainsFunc(sections, func(s section) bool { return s.name == name }) {
+			return nil, fmt.Errorf("bench: no section %q (sections: %s)", name, strings.Join(SectionNames(), ", "))
+		}
+	}
+	for _, s := range sections {
+		if len(plan.Only) > 0 && !slices.Contains(plan.Only, s.name) {
+			continue
+		}
 		t := time.Now()
-		section()
+		s.run()
 		r.logf("  (%v)", time.Since(t).Round(100*time.Millisecond))
 	}
 	r.res.Took = time.Since(start)
 	r.res.Machine.LoadAfter = loadAverage()
 	return r.res, nil
+}
+
+// section is one part of a run, named for Plan.Only.
+type section struct {
+	name string
+	run  func()
+}
+
+// sections are the parts of a run, in the order they run.
+func (r *runner) sections() []section {
+	return []section{
+		{"uncontended", r.uncontended}, {"handoff", r.handoff}, {"schedule", r.schedule}, {"grant", r.grant},
+		{"timeout", r.timeout}, {"memory", r.memory}, {"growth", r.growth}, {"loopback", r.loopback},
+		{"burst", r.burst}, {"features", r.features}, {"redis", r.redis}, {"goodput", r.goodput},
+	}
+}
+
+// SectionNames are the names Plan.Only accepts, in the order they run.
+func SectionNames() []string {
+	var out []string
+	for _, s := range (&runner{}).sections() {
+		out = append(out, s.name)
+	}
+	return out
 }
 
 func (r *runner) logf(format string, args ...any) {
