@@ -206,13 +206,18 @@ func (c CoDel) check(from string) error {
 	case c.Interval < 0:
 		return fmt.Errorf("ginqueue: %s.Interval must not be negative, got %v", from, c.Interval)
 	case d.Target > d.Interval:
-		what := ""
-		if c.Interval == 0 {
-			what = ", the default for zero"
-		}
-		return fmt.Errorf("ginqueue: %s.Target must not exceed %s.Interval (%v%s), got %v", from, from, d.Interval, what, d.Target)
+		return fmt.Errorf("ginqueue: %s.Target must not exceed %s.Interval, got %v%s and %v%s",
+			from, from, d.Target, byDefault(c.Target), d.Interval, byDefault(c.Interval))
 	}
 	return nil
+}
+
+// byDefault notes, in an error, that a value was zero and is its default.
+func byDefault(v time.Duration) string {
+	if v == 0 {
+		return " (the default for zero)"
+	}
+	return ""
 }
 
 // DefaultConfig returns a Config with 100 concurrent requests, 1000 waiting
