@@ -5,7 +5,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 GO ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo bench bench-smoke lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules
+.PHONY: test demo bench bench-smoke bench-goodput lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules
 
 # Vet and race-test every module in the repository.
 test:
@@ -24,13 +24,18 @@ demo:
 examples:
 	cd _example && $(GO) build ./...
 
-# The benchmark suite: rewrites BENCHMARKS.md and its chart (a few minutes).
+# The benchmark suite: rewrites BENCHMARKS.md and its charts (a few minutes).
 bench:
 	cd bench && $(GO) run ./cmd/report -out ..
 
 # Every benchmark once, to keep the suite compiling and running (CI).
 bench-smoke:
 	cd bench && $(GO) run ./cmd/report -smoke
+
+# Section 12 of the suite alone, goodput under overload (about 2 minutes);
+# prints its targets and table, writes nothing.
+bench-goodput:
+	cd bench && $(GO) run ./cmd/report -goodput
 
 # gofmt and staticcheck over every module.
 lint:

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -270,7 +271,9 @@ func sendOnce(base context.Context, c *http.Client, url string, at, deadline tim
 	}
 	end := time.Now()
 	switch {
-	case err != nil && ctx.Err() != nil, err == nil && !end.Before(deadline):
+	// A dial can fail on the deadline before the context's timer has
+	// fired: net.Dialer sets it on the socket.
+	case !end.Before(deadline), err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)):
 		return gaveUp, end, 0, nil
 	case err != nil:
 		return failed, end, 0, err
