@@ -21,8 +21,8 @@ import (
 const GoodputChartPath = "docs/bench-goodput.svg"
 
 // GoodputChart draws section 12 as an SVG: the goodput share of capacity
-// over the offered load, one line per measured variant, and capacity itself
-// as a dashed line. A variant with no figure at some load has no line.
+// over the offered load, one line per variant, and capacity itself as a
+// dashed line. A variant with no figure at a load has no point there.
 func GoodputChart(w io.Writer, g suite.GoodputReport, title string) error {
 	p := plot.New()
 	p.Title.Text = title
@@ -91,17 +91,6 @@ func goodputValue(g suite.GoodputReport, load int, variant string) (float64, boo
 		}
 	}
 	return 0, false
-}
-
-// goodputMissing lists the variants of g that were not measured, with why.
-func goodputMissing(g suite.GoodputReport) []string {
-	var out []string
-	for _, v := range g.Variants {
-		if v.Missing != "" {
-			out = append(out, v.Name+": "+v.Missing)
-		}
-	}
-	return out
 }
 
 // goodputWarmUps says how long each load of plan warms up: "1s at 1×, …".

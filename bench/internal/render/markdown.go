@@ -101,7 +101,7 @@ func data(r *suite.Results) map[string]any {
 		"MemorySlots": suite.MemorySlots, "GrowthSlots": suite.GrowthSlots, "ScrapeInterval": suite.ScrapeInterval,
 		"BurstRequests": suite.BurstRequests, "BurstSlots": suite.BurstSlots, "BurstQueue": suite.BurstQueue,
 		"RedisClients":     suite.RedisClients,
-		"GoodputChartPath": GoodputChartPath, "GoodputMissing": goodputMissing(r.Goodput), "GoodputWarmUps": goodputWarmUps(r.Plan),
+		"GoodputChartPath": GoodputChartPath, "GoodputWarmUps": goodputWarmUps(r.Plan),
 		"GoodputSlots": suite.GoodputSlots, "GoodputWork": suite.GoodputWork, "GoodputCapacity": suite.GoodputCapacity,
 		"GoodputPatience": suite.GoodputPatience, "GoodputLimits": suite.GoodputLimits, "GoodputLoads": suite.GoodputLoads, "GoodputIdleConns": suite.GoodputIdleConns,
 	}

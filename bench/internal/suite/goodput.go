@@ -54,20 +54,23 @@ const (
 
 // GoodputVariants returns the columns of section 12, in column order: four
 // configurations of ginqueue, then chi's ThrottleBacklog and the x/sync
-// middleware with the same limit, backlog and timeout. A variant this build
-// cannot measure has Missing set and New nil.
+// middleware with the same limit, backlog and timeout.
 func GoodputVariants() []Variant {
-	codel, codelLIFO := codelVariant(false), codelVariant(true)
-	codel.Name, codel.ID = GoodCoDel, "codel"
-	codelLIFO.Name, codelLIFO.ID = GoodCoDelLIFO, "codel-lifo"
 	return []Variant{
 		{Name: GoodFIFO, ID: "fifo", Throttles: true, New: newFeature(nil)},
 		{Name: GoodRejectEarly, ID: "rejectearly", Throttles: true, New: newFeature(func(c *ginqueue.Config) { c.RejectEarly = true })},
-		codel,
-		codelLIFO,
+		{Name: GoodCoDel, ID: "codel", Throttles: true, New: newCoDel(false)},
+		{Name: GoodCoDelLIFO, ID: "codel-lifo", Throttles: true, New: newCoDel(true)},
 		{Name: Chi, ID: "chi", Peer: true, Throttles: true, New: newChi},
 		{Name: XSync, ID: "xsync", Peer: true, Throttles: true, New: newXSync},
 	}
+}
+
+// newCoDel is ginqueue with Config.CoDel at its defaults (Target 5 ms,
+// Interval 100 ms) and its LIFO switch set to lifo. Its drops are queue
+// timeouts, answered 408.
+func newCoDel(lifo bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
+	return newFeature(func(c *ginqueue.Config) { c.CoDel = &ginqueue.CoDel{LIFO: lifo} })
 }
 
 // GoodputWarmUp is how long a point of plan offers load before its window
@@ -285,9 +288,8 @@ func sendOnce(base context.Context, c *http.Client, url string, at, deadline tim
 
 // GoodputReport is section 12: goodput under overload.
 type GoodputReport struct {
-	// Variants head the columns; those with Missing set were not measured.
-	Variants []Variant
-	Loads    []int // the offered loads, in multiples of GoodputCapacity
+	Variants []Variant // the columns
+	Loads    []int     // the offered loads, in multiples of GoodputCapacity
 	Rows     []Row
 }
 
@@ -314,14 +316,6 @@ func (r *runner) goodput() {
 	vs := GoodputVariants()
 	rep := &r.res.Goodput
 	rep.Variants, rep.Loads = vs, GoodputLoads
-	var measured []Variant
-	for _, v := range vs {
-		if v.Missing == "" {
-			measured = append(measured, v)
-		} else {
-			r.logf("  %s: %s", v.Name, v.Missing)
-		}
-	}
 	type point struct {
 		load    int
 		variant string
@@ -329,8 +323,8 @@ func (r *runner) goodput() {
 	pooled := map[point]*goodputCounts{}
 	for round := range r.plan.GoodputRounds {
 		for _, load := range GoodputLoads {
-			for i := range measured {
-				v := measured[(i+round)%len(measured)]
+			for i := range vs {
+				v := vs[(i+round)%len(vs)]
 				c, err := goodputPoint(v, load, GoodputWarmUp(r.plan, load), r.plan.GoodputWindow)
 				if err != nil {
 					r.fail(v, GoodputMetric(load, GoodputShare), err)
@@ -354,7 +348,7 @@ func (r *runner) goodput() {
 		ref := newRow(GoodputMetric(load, GoodputRefused), "share of offered", false, FormatShare)
 		gone := newRow(GoodputMetric(load, GoodputGaveUp), "share of offered", false, FormatShare)
 		ceil := newRow(GoodputMetric(load, GoodputCeiling), "share of C", true, FormatShare)
-		for _, v := range measured {
+		for _, v := range vs {
 			c := pooled[point{load, v.Name}]
 			if c == nil {
 				continue

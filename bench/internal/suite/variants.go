@@ -42,9 +42,6 @@ type Variant struct {
 	// harness). Nil means GET / with no headers. The feature variants send
 	// the headers their Priority and FlowKey read (see featureRequest).
 	Request func(client, seq int) *http.Request
-	// Missing, when set, says why this build cannot measure the variant;
-	// New is nil then, and the report shows its column as not measured.
-	Missing string
 }
 
 // request is the seq-th request of client for v.
