@@ -24,6 +24,20 @@ const GoodputChartPath = "docs/bench-goodput.svg"
 // over the offered load, one line per variant, and capacity itself as a
 // dashed line. A variant with no figure at a load has no point there.
 func GoodputChart(w io.Writer, g suite.GoodputReport, title string) error {
+	p, err := goodputPlot(g, title)
+	if err != nil {
+		return err
+	}
+	wt, err := p.WriterTo(8*vg.Inch, 5*vg.Inch, "svg")
+	if err != nil {
+		return fmt.Errorf("render: goodput chart: %w", err)
+	}
+	_, err = wt.WriteTo(w)
+	return err
+}
+
+// goodputPlot is the plot GoodputChart draws.
+func goodputPlot(g suite.GoodputReport, title string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = fmt.Sprintf("offered load, in multiples of capacity C = %s/s", suite.GroupDigits(suite.GoodputCapacity))
@@ -38,15 +52,19 @@ func GoodputChart(w io.Writer, g suite.GoodputReport, title string) error {
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(xt)
 	p.Y.Tick.Marker = plot.ConstantTicks(yt)
+	// The lines end at the highest load; the legend goes to the right of
+	// it, where no line runs.
+	first, last := 1.0, 5.0
 	if len(g.Loads) > 0 {
-		p.X.Min, p.X.Max = float64(g.Loads[0])-0.25, float64(g.Loads[len(g.Loads)-1])+0.25
+		first, last = float64(g.Loads[0]), float64(g.Loads[len(g.Loads)-1])
 	}
+	p.X.Min, p.X.Max = first-0.25, last+0.6*(last-first)
 	p.Y.Min, p.Y.Max = 0, 1.1
 	p.Add(plotter.NewGrid())
 	if len(g.Loads) > 0 {
-		capLine, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 1}, {X: p.X.Max, Y: 1}})
+		capLine, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 1}, {X: last + 0.25, Y: 1}})
 		if err != nil {
-			return fmt.Errorf("render: goodput chart: %w", err)
+			return nil, fmt.Errorf("render: goodput chart: %w", err)
 		}
 		capLine.Color, capLine.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(capLine)
@@ -64,7 +82,7 @@ func GoodputChart(w io.Writer, g suite.GoodputReport, title string) error {
 		}
 		line, dots, err := plotter.NewLinePoints(pts)
 		if err != nil {
-			return fmt.Errorf("render: goodput chart: %w", err)
+			return nil, fmt.Errorf("render: goodput chart: %w", err)
 		}
 		line.Color, line.Width = plotutil.Color(i), vg.Points(2)
 		dots.GlyphStyle = draw.GlyphStyle{Color: plotutil.Color(i), Radius: vg.Points(3.5), Shape: plotutil.Shape(i)}
@@ -72,13 +90,7 @@ func GoodputChart(w io.Writer, g suite.GoodputReport, title string) error {
 		p.Legend.Add(v.Name, line, dots)
 	}
 	p.Legend.Top = true
-	p.Legend.Left = false
-	wt, err := p.WriterTo(8*vg.Inch, 5*vg.Inch, "svg")
-	if err != nil {
-		return fmt.Errorf("render: goodput chart: %w", err)
-	}
-	_, err = wt.WriteTo(w)
-	return err
+	return p, nil
 }
 
 // goodputValue is variant's goodput share at load, if the run has one.
