@@ -87,8 +87,8 @@ func offer(codel *ginqueue.CoDel) (result, error) {
 	}
 	defer q.Close()
 	r := gin.New()
-	r.Use(q.Handler())
-	r.GET("/", func(c *gin.Context) {
+	r.GET("/ping", func(c *gin.Context) { c.Status(http.StatusNoContent) }) // not throttled
+	r.Group("/", q.Handler()).GET("/", func(c *gin.Context) {
 		time.Sleep(work) // waiting on something else: a database, say
 		c.String(http.StatusOK, "ok")
 	})
@@ -105,6 +105,7 @@ func offer(codel *ginqueue.CoDel) (result, error) {
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	url := "http://" + ln.Addr().String() + "/"
+	warm(client, url+"ping", load*capacity/10)
 
 	var (
 		mu  sync.Mutex
@@ -154,6 +155,23 @@ func offer(codel *ginqueue.CoDel) (result, error) {
 	cancel() // everyone still waiting gives up now, uncounted
 	wg.Wait()
 	return res, nil
+}
+
+// warm leaves n connections open in client's pool, as a busy service's
+// clients have when a surge begins: without them every arrival of the first
+// moments dials, and on a small machine the dialling alone can hold the
+// server back for seconds.
+func warm(client *http.Client, url string, n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if resp, err := client.Get(url); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // p99 is the 99th percentile of ds, 0 when there are none.
