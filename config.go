@@ -233,7 +233,9 @@ func DefaultConfig() Config {
 // Validate reports the first field of c that cannot work, naming the field
 // and its value. It returns nil for a usable Config.
 func (c Config) Validate() error {
-	if err := c.limits().check("Config"); err != nil {
+	l := c.limits()
+	l.CoDel = c.CoDel // as given, so that an error can tell a default from a value
+	if err := l.check("Config"); err != nil {
 		return err
 	}
 	switch {
