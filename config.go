@@ -50,9 +50,10 @@ type Config struct {
 	OnQueueFull gin.HandlerFunc
 
 	// OnQueueTimeout writes the response for a request that waited
-	// QueueTimeout without getting a slot, or whose request context's
-	// deadline (a timeout middleware in front, say) passed while it waited,
-	// so it can run even when QueueTimeout is zero. As with OnQueueFull, the
+	// QueueTimeout (or the shorter time CoDel allowed) without getting a
+	// slot, or whose request context's deadline (a timeout middleware in
+	// front, say) passed while it waited, so it can run even when
+	// QueueTimeout is zero. As with OnQueueFull, the
 	// request is already aborted, holds no slot, and the default response is
 	// preset: status QueueTimeoutStatus (408 unless set) and a Retry-After
 	// header. Nil means the default response.
@@ -163,7 +164,8 @@ type Config struct {
 // The budget is the same for every waiter at any moment, and it is the
 // queue's state now that decides it: when the queue starts standing, every
 // waiter that has already waited Target leaves at once. The zero value is
-// usable: Target 5 ms, Interval 100 ms, first in first out.
+// usable: Target 5 ms, Interval 100 ms, first in first out. NewQueue reads
+// it once and copies it, like the rest of the Config.
 type CoDel struct {
 	// Target is how long a waiter may wait while the queue stands. Zero
 	// means 5 ms. Negative, or above Interval, is refused.
@@ -233,7 +235,9 @@ func DefaultConfig() Config {
 // Validate reports the first field of c that cannot work, naming the field
 // and its value. It returns nil for a usable Config.
 func (c Config) Validate() error {
-	if err := c.limits().check("Config"); err != nil {
+	l := c.limits()
+	l.CoDel = c.CoDel // as given, so that an error can tell a default from a value
+	if err := l.check("Config"); err != nil {
 		return err
 	}
 	switch {
