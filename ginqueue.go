@@ -380,9 +380,14 @@ func (q *Queue) maxAhead(limit int, budget time.Duration) int {
 }
 
 // tooFarBack applies maxAhead's bound for a Backend that is not a
-// FastBackend, from its Stats: the waiters of a's priority or higher.
+// FastBackend, from its Stats: the waiters of a's priority or higher. An
+// arrival that finds a free slot and nobody waiting would not wait, so no
+// bound refuses it (Arrival.MaxAhead's rule).
 func (q *Queue) tooFarBack(a Arrival, budget time.Duration) bool {
 	b := q.backend.Stats()
+	if b.Queued == 0 && b.Running < b.Limit {
+		return false
+	}
 	m := q.maxAhead(b.Limit, budget)
 	return m < 0 || m > 0 && aheadIn(b, a) >= m
 }
