@@ -70,8 +70,9 @@ type Config struct {
 
 	// OnQueueTimeout writes the response for a request that waited
 	// QueueTimeout without getting a slot, or whose request context's
-	// deadline (a timeout middleware in front, say) passed while it waited,
-	// so it can run even when QueueTimeout is zero. As with OnQueueFull, the
+	// deadline (a timeout middleware in front, say) or client's deadline
+	// (Deadline) passed while it waited, so it can run even when
+	// QueueTimeout is zero. As with OnQueueFull, the
 	// request is already aborted, holds no slot, and the default response is
 	// preset: status QueueTimeoutStatus (408 unless set) and a Retry-After
 	// header. Nil means the default response.
@@ -139,7 +140,8 @@ type Config struct {
 	ServerTiming bool
 
 	// RejectEarly answers 503 at once to an arrival whose expected wait
-	// already exceeds QueueTimeout, instead of a 408 once the time is spent.
+	// already exceeds QueueTimeout (or, with Deadline, the time its client
+	// has left, when that is less), instead of a 408 once the time is spent.
 	// The expected wait counts only the waiters that would be served before
 	// the arrival (higher priorities, and the turns of other flows), at the
 	// rate the slots serve (the limit over the measured handler time); until

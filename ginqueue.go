@@ -31,13 +31,15 @@ const (
 	OutcomeServed Outcome = iota
 	// OutcomeQueueFull: no free slot and no waiting place (the queue or the
 	// flow's share of it full, a place given to a higher priority, a wait
-	// RejectEarly expects past QueueTimeout, or a Backend that cannot
-	// answer); 503.
+	// RejectEarly expects past QueueTimeout or the client's deadline, a
+	// client deadline RejectEarly finds passed on arrival, or a Backend that
+	// cannot answer); 503.
 	OutcomeQueueFull
 	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
-	// request context's own deadline (a timeout middleware in front, say)
-	// passed while it waited, with or without a QueueTimeout; 408, or
-	// Config.QueueTimeoutStatus.
+	// request context's own deadline (a timeout middleware in front, say) or
+	// the client's (Config.Deadline) passed while it waited, with or without
+	// a QueueTimeout, or the client's had passed on arrival (without
+	// RejectEarly); 408, or Config.QueueTimeoutStatus.
 	OutcomeQueueTimeout
 	// OutcomeCanceled: the client hung up while waiting (its request context
 	// was canceled); no body is written, 499 is recorded. Over HTTP/1.x,
