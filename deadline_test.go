@@ -296,11 +296,12 @@ func TestDeadlineRequestPutBack(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
 				type look struct {
-					before, after, inner *http.Request
-					afterErr             error
+					before, after *http.Request
+					afterErr      error
 				}
 				looks := make(chan look, 1)
 				var innerCtx atomic.Pointer[context.Context]
+				var inner atomic.Pointer[http.Request]
 				r := gin.New()
 				r.Use(gin.Recovery(), func(c *gin.Context) {
 					var l look
@@ -315,6 +316,7 @@ func TestDeadlineRequestPutBack(t *testing.T) {
 				r.GET("/", func(c *gin.Context) {
 					ctx := c.Request.Context()
 					innerCtx.Store(&ctx)
+					inner.Store(c.Request)
 					if panics {
 						panic("boom")
 					}
@@ -329,6 +331,7 @@ func TestDeadlineRequestPutBack(t *testing.T) {
 					want = http.StatusInternalServerError
 				}
 				assert.Equal(t, want, res.code)
+				assert.NotSame(t, l.before, inner.Load(), "the handler gets a copy")
 				assert.Same(t, l.before, l.after, "the chain in front gets its own request back")
 				assert.NoError(t, l.afterErr)
 				ctx := *innerCtx.Load()
