@@ -56,6 +56,19 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 }
 
+// Config.CoDel cannot be honoured across the fleet: NewQueue says so, and
+// nothing is left running (Redis is never asked).
+func TestCoDelIsRefused(t *testing.T) {
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, Backend: b, CoDel: &ginqueue.CoDel{}})
+	if err == nil || !strings.HasPrefix(err.Error(), "redisqueue: Config.CoDel is not supported: ") {
+		t.Fatalf("NewQueue with CoDel: got %v, want redisqueue's refusal", err)
+	}
+}
+
 func TestConflictingLimitsAreRefused(t *testing.T) {
 	needRedis(t)
 	t.Parallel()

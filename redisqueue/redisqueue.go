@@ -218,14 +218,24 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 
 var _ ginqueue.Backend = (*Backend)(nil)
 
+// errCoDel refuses Config.CoDel. Its budget hangs on when the queue last
+// emptied, and the queue here is the fleet's, while each replica times out
+// only its own waiters: each would apply a rule of its own.
+var errCoDel = errors.New("redisqueue: Config.CoDel is not supported: its budget depends on when the queue " +
+	"shared by every replica last emptied, which no replica knows; leave Config.CoDel nil with this Backend")
+
 // Start implements ginqueue.Backend. It declares l to the other replicas of
 // the Name and returns an error wrapping ErrConflict if a live one declared
 // other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
 // and OnRedisDown applies until it does; the declaration is then checked
-// when Redis answers. Start may be called once.
+// when Redis answers. Start may be called once. It refuses l.CoDel
+// (Config.CoDel): see errCoDel.
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
 		return err
+	}
+	if l.CoDel != nil {
+		return errCoDel
 	}
 	b.mu.Lock()
 	if b.started || b.closed {
