@@ -39,6 +39,26 @@ type Config struct {
 	// is refused.
 	QueueTimeoutStatus int
 
+	// Deadline tells when the client of a request stops waiting for its
+	// answer, such as from a header it sends (see DeadlineHeader); a zero
+	// Time means it set none. The request's deadline is the earlier of this
+	// and its request context's own. It never waits in the queue past it:
+	// it is then answered as queue timeout (408, or QueueTimeoutStatus;
+	// OnQueueTimeout), while a client that hangs up first is still canceled.
+	// With RejectEarly, an arrival whose expected wait exceeds the time it
+	// has left, when that is less than QueueTimeout, gets 503 at once. The
+	// handler chain runs with c.Request's context ending at the deadline, so
+	// the calls it makes give up when the client does; c.Request is a copy
+	// for that, and the original is put back when the Queue's handler
+	// returns. A request whose deadline has passed when it arrives does not
+	// run, even if a slot is free: it is answered at once as queue timeout,
+	// or with RejectEarly as queue full (503). Nil means no client deadlines:
+	// the Queue works as it did without this field, where a request
+	// context's deadline ends a wait (a queue timeout) but RejectEarly and
+	// arrivals do not look at it. It runs on the request's goroutine, for
+	// every request that Skip does not exempt.
+	Deadline func(*gin.Context) time.Time
+
 	// OnQueueFull writes the response for a request that found the queue
 	// full. The request is already aborted (c.Abort) when it is called and
 	// holds no slot, and the default response is preset: status 503 and a
@@ -52,7 +72,8 @@ type Config struct {
 	// OnQueueTimeout writes the response for a request that waited
 	// QueueTimeout (or the shorter time CoDel allowed) without getting a
 	// slot, or whose request context's deadline (a timeout middleware in
-	// front, say) passed while it waited, so it can run even when
+	// front, say) or client's deadline (Deadline) passed while it waited,
+	// so it can run even when
 	// QueueTimeout is zero. As with OnQueueFull, the
 	// request is already aborted, holds no slot, and the default response is
 	// preset: status QueueTimeoutStatus (408 unless set) and a Retry-After
@@ -121,7 +142,8 @@ type Config struct {
 	ServerTiming bool
 
 	// RejectEarly answers 503 at once to an arrival whose expected wait
-	// already exceeds QueueTimeout, instead of a 408 once the time is spent.
+	// already exceeds QueueTimeout (or, with Deadline, the time its client
+	// has left, when that is less), instead of a 408 once the time is spent.
 	// The expected wait counts only the waiters that would be served before
 	// the arrival (higher priorities, and the turns of other flows), at the
 	// rate the slots serve (the limit over the measured handler time); until

@@ -84,8 +84,8 @@ type dispatcher struct {
 	idle    chan struct{} // closed when running reaches 0; nil unless draining
 	waiters sync.Pool     // of *waiter; see newWaiter
 
-	// codel is Limits.CoDel compiled; nil when off, and then nothing below
-	// is read. busySince is when the room last went from empty to not
+	// codel is Limits.CoDel compiled; nil when off, and then busySince is
+	// neither written nor read. busySince is when the room last went from empty to not
 	// empty: while room.n > 0 the queue has not emptied since, and it
 	// stands from busySince + codel.interval on.
 	codel     *codel
@@ -123,6 +123,7 @@ type codel struct {
 	lifo     bool  // while it stands, grant the newest waiter first
 }
 
+// newCoDel compiles c, whose defaults are filled in, for a QueueTimeout.
 func newCoDel(c CoDel, timeout time.Duration) *codel {
 	long, short := c.Interval, c.Target
 	if timeout > 0 {
@@ -171,9 +172,10 @@ type waiter struct {
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
 // Config.Backend is nil: one process, strict FIFO within a priority and flow
-// (unless CoDel.LIFO serves a standing queue newest first), no polling. It is a FastBackend and a LimitSetter. Other backends may use
-// it as a local fallback. Like every Backend it serves one Queue: a second
-// Start fails.
+// (unless CoDel.LIFO serves a standing queue newest first), no polling. It
+// honours Limits.CoDel. It is a FastBackend and a LimitSetter. Other backends
+// may use it as a local fallback. Like every Backend it serves one Queue: a
+// second Start fails.
 func NewMemoryBackend() Backend { return &dispatcher{} }
 
 var (

@@ -98,6 +98,7 @@ type Backend struct {
 	limit    atomic.Int64  // the fleet's limit as last seen in a reply from Redis
 	down     atomic.Bool   // Redis is considered unreachable; see markDown
 	fails    atomic.Int32  // consecutive failed calls; see failed
+	lastOK   atomic.Int64  // when a call last got an answer (UnixNano)
 	resync   atomic.Bool   // the reader saw another server: sync at once
 	// listening is set while the reader has a connection to the server
 	// (dialled and answered), cleared when a call on it fails; while it is
@@ -292,6 +293,7 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 	if err != nil {
 		b.failed()
 	} else {
+		b.lastOK.Store(time.Now().UnixNano())
 		b.fails.Store(0)
 	}
 	return res, err
@@ -418,7 +420,7 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 			// Granted in the same instant as the deadline: serve it.
 			return ginqueue.Ticket{ID: w.id}, nil, false
 		}
-		if b.opts.OnRedisDown == FailClosed && (b.fails.Load() > 0 || b.down.Load()) {
+		if b.opts.OnRedisDown == FailClosed && !b.answering() {
 			// Redis stopped answering while it waited (a pause, a failover
 			// not yet marked down): that, not the queue, is why no grant
 			// came. FailClosed answers it as unavailable.
@@ -444,6 +446,21 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 		return ginqueue.Ticket{}, errEvicted, false
 	}
 	return ginqueue.Ticket{}, ginqueue.ErrClosed, false
+}
+
+// answering reports whether Redis answers: no failed call since the last
+// answer and, if that answer is older than CallTimeout (the server may have
+// frozen since, with no call made to notice), a probe answers now. At most
+// one CallTimeout.
+func (b *Backend) answering() bool {
+	if b.fails.Load() > 0 || b.down.Load() {
+		return false
+	}
+	if time.Since(time.Unix(0, b.lastOK.Load())) <= b.opts.CallTimeout {
+		return true
+	}
+	_, err := b.call(probeScript)
+	return err == nil
 }
 
 // grantLocked hands w its slot. Requires b.mu and w.state == waiting.
