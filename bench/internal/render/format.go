@@ -16,12 +16,13 @@ func formatValue(f suite.Format, x float64) string {
 	switch f {
 	case suite.FormatDuration:
 		a := math.Abs(x)
+		// Each unit up to the figure that would round to 1,000 of it.
 		switch {
-		case a < 1e3:
+		case a < 999.5:
 			return fmt.Sprintf("%.0f ns", x)
-		case a < 1e6:
+		case a < 999.95e3:
 			return fmt.Sprintf("%.1f µs", x/1e3)
-		case a < 1e9:
+		case a < 999.95e6:
 			return fmt.Sprintf("%.1f ms", x/1e6)
 		}
 		return fmt.Sprintf("%.2f s", x/1e9)

@@ -189,6 +189,8 @@ func TestFormat(t *testing.T) {
 		{suite.FormatDuration, 12345, "12.3 µs"},
 		{suite.FormatDuration, 2.5e6, "2.5 ms"},
 		{suite.FormatDuration, 5.1e9, "5.10 s"},
+		{suite.FormatDuration, 999.97e6, "1.00 s"},
+		{suite.FormatDuration, 999.96e3, "1.0 ms"},
 		{suite.FormatRate, 1234567, "1,234,567/s"},
 		{suite.FormatBytes, -820, "-820 B"},
 		{suite.FormatBytes, 2576, "2,576 B"},

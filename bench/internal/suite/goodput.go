@@ -150,6 +150,13 @@ func (c *goodputCounts) ceiling() float64 {
 	return GoodputSlots / mean / float64(GoodputCapacity)
 }
 
+// ended is how many requests ended in the window, however they ended. It
+// is near offered, not equal to it: a request is counted by when it ended,
+// and some that end in the window were sent before it.
+func (c *goodputCounts) ended() int {
+	return c.delivered + c.refused + c.gaveUp + c.errs
+}
+
 // share is the goodput as a share of GoodputCapacity.
 func (c *goodputCounts) share() float64 {
 	return float64(c.delivered) / c.window.Seconds() / float64(GoodputCapacity)
@@ -395,8 +402,8 @@ func (r *runner) goodput() {
 		share := newRow(GoodputMetric(load, GoodputShare), "share of C", true, FormatShare)
 		p50 := newRow(GoodputMetric(load, GoodputP50), "", false, FormatDuration)
 		p99 := newRow(GoodputMetric(load, GoodputP99), "", false, FormatDuration)
-		ref := newRow(GoodputMetric(load, GoodputRefused), "share of offered", false, FormatShare)
-		gone := newRow(GoodputMetric(load, GoodputGaveUp), "share of offered", false, FormatShare)
+		ref := newRow(GoodputMetric(load, GoodputRefused), "share of ended", false, FormatShare)
+		gone := newRow(GoodputMetric(load, GoodputGaveUp), "share of ended", false, FormatShare)
 		ceil := newRow(GoodputMetric(load, GoodputCeiling), "share of C", true, FormatShare)
 		for _, v := range vs {
 			c := pooled[point{load, v.Name}]
@@ -415,9 +422,9 @@ func (r *runner) goodput() {
 				p50.Values[v.Name] = float64(quantile(c.latencies, 0.5))
 				p99.Values[v.Name] = float64(quantile(c.latencies, 0.99))
 			}
-			if c.offered > 0 {
-				ref.Values[v.Name] = float64(c.refused) / float64(c.offered)
-				gone.Values[v.Name] = float64(c.gaveUp) / float64(c.offered)
+			if n := c.ended(); n > 0 {
+				ref.Values[v.Name] = float64(c.refused) / float64(n)
+				gone.Values[v.Name] = float64(c.gaveUp) / float64(n)
 			}
 		}
 		rep.Rows = append(rep.Rows, share, p50, p99, ref, gone, ceil)
