@@ -9,13 +9,16 @@
 //     count of waiters and a per-request context timeout (semaphore.go);
 //   - seed: a Go port of an interval-polled queue from a published tutorial (intervalpolled.go).
 //
-// The metrics are described on their harnesses in metrics.go. Two more
-// sections measure ginqueue against itself and its Redis backend:
+// The metrics are described on their harnesses in metrics.go. Three more
+// sections measure ginqueue against itself, its Redis backend and overload:
 // features.go runs the harnesses of metrics 1, 2 and 7 on ginqueue with
 // Priority + FlowKey, ServerTiming + a scraped promqueue Collector, or an
 // adaptive limit, against plain ginqueue (section 10); redis.go measures the
 // redisqueue backend against the Redis at REDIS_ADDR, or says plainly that
-// none answered (section 11).
+// none answered (section 11); goodput.go offers a real server over loopback
+// up to five times its capacity, from clients that give up after a second,
+// and counts what is delivered in time through four configurations of
+// ginqueue, chi and x/sync (section 12).
 //
 // Run runs them all, alternating the variants within each round, and
 // returns the figures; package render turns them into BENCHMARKS.md and the
