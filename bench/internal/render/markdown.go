@@ -1,5 +1,5 @@
-// Package render turns a run of the suite into BENCHMARKS.md and the seed
-// burst chart. Every figure it prints comes from the suite's Results; the
+// Package render turns a run of the suite into BENCHMARKS.md and its charts:
+// the seed burst and goodput under overload. Every figure it prints comes from the suite's Results; the
 // prose around them is report.md.tmpl.
 package render
 

@@ -21,8 +21,8 @@
 // ginqueue, chi and x/sync (section 12).
 //
 // Run runs them all, alternating the variants within each round, and
-// returns the figures; package render turns them into BENCHMARKS.md and the
-// seed burst chart.
+// returns the figures; package render turns them into BENCHMARKS.md and its
+// charts.
 package suite
 
 import (
