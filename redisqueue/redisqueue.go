@@ -424,7 +424,7 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 			// Redis stopped answering while it waited (a pause, a failover
 			// not yet marked down): that, not the queue, is why no grant
 			// came. FailClosed answers it as unavailable.
-			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("Redis did not answer while the request waited")}, false
+			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("no answer from Redis while the request waited")}, false
 		}
 		return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
 	case <-downCh:
