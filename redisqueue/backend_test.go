@@ -56,6 +56,23 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 }
 
+// Config.Cost is refused at NewQueue, before any call to Redis, rather than
+// ignored: Redis would count a heavy request as one slot.
+func TestCostIsRefused(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: "cost-" + t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 4, Backend: b,
+		Cost: func(*gin.Context) int { return 2 }})
+	if err == nil || !strings.HasPrefix(err.Error(), "redisqueue: Config.Cost is not supported") {
+		t.Fatalf("NewQueue with Cost: got %v, want redisqueue's refusal", err)
+	}
+}
+
 func TestConflictingLimitsAreRefused(t *testing.T) {
 	needRedis(t)
 	t.Parallel()

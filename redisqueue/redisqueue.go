@@ -221,10 +221,16 @@ var _ ginqueue.Backend = (*Backend)(nil)
 // the Name and returns an error wrapping ErrConflict if a live one declared
 // other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
 // and OnRedisDown applies until it does; the declaration is then checked
-// when Redis answers. Start may be called once.
+// when Redis answers. Start may be called once. It refuses l.Weighted
+// (ginqueue.Config.Cost): Redis counts every request as one slot, and costs
+// ignored would let a heavy request run as a light one.
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
 		return err
+	}
+	if l.Weighted {
+		return errors.New("redisqueue: Config.Cost is not supported yet: Redis counts every request as one slot; " +
+			"leave Cost nil with this Backend, or use the in-memory one for weighted requests")
 	}
 	b.mu.Lock()
 	if b.started || b.closed {
