@@ -224,3 +224,65 @@ func TestBackendsLearnOfCosts(t *testing.T) {
 	}
 	assert.EqualValues(t, [2]int64{2, 1}, [2]int64{b.tries.Load(), b.acquires.Load()}, "tries and acquires")
 }
+
+// The adaptive limit works on slots: with a mix of cost-1 and cost-4
+// requests whose handler time grows once more than 6 slots are in use, the
+// limit moves within [MinLimit, MaxLimit] (its probes hold MinLimit 2, below
+// the cost of the heavy requests, which then run on 2 slots alone), every
+// request is served, and none is left holding a slot.
+func TestAdaptiveWithCosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 8, MaxQueue: 1000, QueueTimeout: time.Minute, Cost: byQueryCost,
+			Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 2, MaxLimit: 16}})
+		var slots slotMeter
+		limits := map[int]bool{}
+		var mu sync.Mutex
+		r := newEngine(q.Handler(), func(c *gin.Context) {
+			cost := int64(byQueryCost(c))
+			slots.enter(cost)
+			st := q.Stats()
+			mu.Lock()
+			limits[st.Limit] = true
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond * time.Duration(max(1, slots.now.Load()/6)))
+			slots.leave(cost)
+			c.Status(http.StatusOK)
+		})
+		var sent, ok, heavy atomic.Int64
+		var clients sync.WaitGroup
+		end := time.Now().Add(10 * time.Second)
+		for i := range 24 {
+			clients.Go(func() {
+				for j := 0; time.Now().Before(end); j++ {
+					cost := 1
+					if (i+j)%4 == 0 {
+						cost = 4
+					}
+					w := httptest.NewRecorder()
+					r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?c="+strconv.Itoa(cost), nil))
+					sent.Add(1)
+					if w.Code == http.StatusOK {
+						ok.Add(1)
+						if cost == 4 {
+							heavy.Add(1)
+						}
+					}
+				}
+			})
+		}
+		clients.Wait()
+		assert.Equal(t, sent.Load(), ok.Load(), "every request served")
+		assert.Positive(t, heavy.Load())
+		assert.LessOrEqual(t, slots.peak.Load(), int64(16), "more slots in use than MaxLimit")
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Greater(t, len(limits), 1, "the limit never moved")
+		for l := range limits {
+			assert.True(t, l >= 2 && l <= 16, "limit %d", l)
+		}
+		st := q.Stats()
+		assert.Zero(t, st.Running)
+		assert.EqualValues(t, sent.Load(), st.Served)
+		t.Logf("%d requests (%d of cost 4), limits seen %v", sent.Load(), heavy.Load(), limits)
+	})
+}
