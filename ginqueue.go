@@ -357,9 +357,9 @@ var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", 
 // limit, would exceed QueueTimeout has at least timeout × limit / slot time
 // waiters ahead. The slot time is the measured mean of handler time × slots
 // held, so with Config.Cost the waiters ahead count as requests of the mix
-// served so far, whatever each of them costs. Zero (no bound) with RejectEarly off, or before a
-// handler time is measured, so nobody is refused on a guess; -1 when even
-// the first in line would wait too long.
+// served so far, whatever each of them costs. Zero (no bound) with
+// RejectEarly off, or before a handler time is measured, so nobody is
+// refused on a guess; -1 when even the first in line would wait too long.
 func (q *Queue) maxAhead(limit int) int {
 	if !q.rejectEarly {
 		return 0
@@ -559,10 +559,9 @@ func (q *Queue) Stats() Stats {
 // waiters at once; lowering it preempts nobody: running requests finish and
 // a request is admitted only once its slots (Config.Cost) fit under n beside
 // those still held. A request keeps the slots it was granted, and gives back
-// exactly those. With Config.Adaptive the
-// algorithm goes on from n (within its MinLimit and MaxLimit). It returns an
-// error (CheckLimit's) for n < 1 or n > MaxLimit, or for a Backend that
-// cannot change its limit.
+// exactly those. With Config.Adaptive the algorithm goes on from n (within
+// its MinLimit and MaxLimit). It returns an error (CheckLimit's) for n < 1
+// or n > MaxLimit, or for a Backend that cannot change its limit.
 func (q *Queue) SetLimit(n int) error {
 	ls, ok := q.backend.(LimitSetter)
 	if !ok {
