@@ -77,10 +77,10 @@ type dispatcher struct {
 	// heavyServed and heavyFinished, which stay zero while every cost is 1,
 	// so the fast path and Release of a cost-1 request touch neither. The
 	// running slots Stats reports are (Served + heavyServed) - (finished +
-	// heavyFinished), the grants read before the releases: a request counts
-	// its grant before it can release, so the result is never negative, and
-	// never above the slots the requests in Served were granted (without
-	// costs, never above Served).
+	// heavyFinished), the grants read before the releases (heavyServed
+	// before slowServed): a request counts its grant before it can release,
+	// so the result is never negative, and never above the slots the
+	// requests in Served were granted (without costs, never above Served).
 	fastServed    atomic.Uint64
 	slowServed    atomic.Uint64
 	finished      atomic.Uint64
@@ -261,12 +261,14 @@ func (d *dispatcher) tryAcquireN(cost int) uint64 {
 	}
 }
 
-// served counts a grant of n slots kept through Acquire.
+// served counts a grant of n slots kept through Acquire: the request, then
+// its slots beyond the first. counts reads them the other way round, so the
+// extra slots it sees belong to requests it counts.
 func (d *dispatcher) served(n uint64) {
+	d.slowServed.Add(1)
 	if n > 1 {
 		d.heavyServed.Add(n - 1)
 	}
-	d.slowServed.Add(1)
 }
 
 // acquireSlow is Acquire when the fast path failed: take the slots under mu
@@ -424,7 +426,8 @@ func (d *dispatcher) Counts() Counts {
 
 // counts is Counts and the served count, from one read of each counter.
 func (d *dispatcher) counts() (c Counts, served uint64) {
-	fast, slow, heavy := d.fastServed.Load(), d.slowServed.Load(), d.heavyServed.Load()
+	heavy := d.heavyServed.Load() // before slowServed: see served
+	fast, slow := d.fastServed.Load(), d.slowServed.Load()
 	finished, heavyDone := d.finished.Load(), d.heavyFinished.Load()
 	return Counts{
 		Running:  int(max(int64(fast+slow+heavy-finished-heavyDone), 0)),
