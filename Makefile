@@ -59,6 +59,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzSchedule$$' -fuzztime 80000x .
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigValidate$$' -fuzztime 50000x .
 	$(GO) test -run '^$$' -fuzz '^FuzzAdaptive$$' -fuzztime 20000x .
+	$(GO) test -run '^$$' -fuzz '^FuzzCoDel$$' -fuzztime 50000x .
 
 # Runs the adaptive-limit simulation and draws docs/adaptive.svg from it.
 adaptive-chart:

@@ -12,7 +12,8 @@ import (
 var (
 	// ErrQueueFull means the request found no free slot and no waiting place.
 	ErrQueueFull = errors.New("ginqueue: queue full")
-	// ErrQueueTimeout means the request waited QueueTimeout without a slot.
+	// ErrQueueTimeout means the request waited QueueTimeout without a slot,
+	// or the shorter time that Config.CoDel allowed it.
 	ErrQueueTimeout = errors.New("ginqueue: queue timeout")
 	// ErrClosed means the backend was closed before the request got a slot.
 	ErrClosed = errors.New("ginqueue: closed")
@@ -43,6 +44,11 @@ type Limits struct {
 	// one slot must refuse it in Start, rather than ignore the costs. False:
 	// every Arrival.Cost is 1 (or zero, which means 1).
 	Weighted bool
+
+	// CoDel is Config.CoDel with its defaults filled in, a copy the Backend
+	// may keep; nil means off. A Backend that cannot honour it must refuse
+	// it in Start rather than ignore it.
+	CoDel *CoDel
 }
 
 // Validate reports the first limit that cannot work, naming the Limits
@@ -71,6 +77,8 @@ func (l Limits) check(from string) error {
 		return field("MaxQueuePerFlow", "must not be negative", l.MaxQueuePerFlow)
 	case l.MaxQueuePerFlow > l.MaxQueue:
 		return field("MaxQueuePerFlow", fmt.Sprintf("must not exceed %s.MaxQueue (%d)", from, l.MaxQueue), l.MaxQueuePerFlow)
+	case l.CoDel != nil:
+		return l.CoDel.check(from + ".CoDel")
 	}
 	return nil
 }

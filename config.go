@@ -1,6 +1,7 @@
 package ginqueue
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -38,6 +39,26 @@ type Config struct {
 	// is refused.
 	QueueTimeoutStatus int
 
+	// Deadline tells when the client of a request stops waiting for its
+	// answer, such as from a header it sends (see DeadlineHeader); a zero
+	// Time means it set none. The request's deadline is the earlier of this
+	// and its request context's own. It never waits in the queue past it:
+	// it is then answered as queue timeout (408, or QueueTimeoutStatus;
+	// OnQueueTimeout), while a client that hangs up first is still canceled.
+	// With RejectEarly, an arrival whose expected wait exceeds the time it
+	// has left, when that is less than QueueTimeout, gets 503 at once. The
+	// handler chain runs with c.Request's context ending at the deadline, so
+	// the calls it makes give up when the client does; c.Request is a copy
+	// for that, and the original is put back when the Queue's handler
+	// returns. A request whose deadline has passed when it arrives does not
+	// run, even if a slot is free: it is answered at once as queue timeout,
+	// or with RejectEarly as queue full (503). Nil means no client deadlines:
+	// the Queue works as it did without this field, where a request
+	// context's deadline ends a wait (a queue timeout) but RejectEarly and
+	// arrivals do not look at it. It runs on the request's goroutine, for
+	// every request that Skip does not exempt.
+	Deadline func(*gin.Context) time.Time
+
 	// OnQueueFull writes the response for a request that found the queue
 	// full. The request is already aborted (c.Abort) when it is called and
 	// holds no slot, and the default response is preset: status 503 and a
@@ -49,9 +70,11 @@ type Config struct {
 	OnQueueFull gin.HandlerFunc
 
 	// OnQueueTimeout writes the response for a request that waited
-	// QueueTimeout without getting a slot, or whose request context's
-	// deadline (a timeout middleware in front, say) passed while it waited,
-	// so it can run even when QueueTimeout is zero. As with OnQueueFull, the
+	// QueueTimeout (or the shorter time CoDel allowed) without getting a
+	// slot, or whose request context's deadline (a timeout middleware in
+	// front, say) or client's deadline (Deadline) passed while it waited,
+	// so it can run even when
+	// QueueTimeout is zero. As with OnQueueFull, the
 	// request is already aborted, holds no slot, and the default response is
 	// preset: status QueueTimeoutStatus (408 unless set) and a Retry-After
 	// header. Nil means the default response.
@@ -136,7 +159,8 @@ type Config struct {
 	ServerTiming bool
 
 	// RejectEarly answers 503 at once to an arrival whose expected wait
-	// already exceeds QueueTimeout, instead of a 408 once the time is spent.
+	// already exceeds QueueTimeout (or, with Deadline, the time its client
+	// has left, when that is less), instead of a 408 once the time is spent.
 	// The expected wait counts only the waiters that would be served before
 	// the arrival (higher priorities, and the turns of other flows), at the
 	// rate the slots serve (the limit over the measured mean slot time, as
@@ -153,11 +177,89 @@ type Config struct {
 	// LimitSetter.
 	Adaptive *AdaptiveConfig
 
+	// CoDel, when set, bounds each wait by how long the queue has stood
+	// instead of by QueueTimeout alone, and with CoDel.LIFO serves the
+	// newest waiters first while the queue stands; see CoDel. Nil means
+	// every waiter may wait QueueTimeout, in arrival order. The Queue copies
+	// it, with its defaults filled in, into the Limits it gives the Backend;
+	// the in-memory Backend honours it, and a Backend that cannot (the
+	// redisqueue module's) makes NewQueue fail.
+	CoDel *CoDel
+
 	// Backend decides which requests run and in what order. Nil means the
 	// in-memory Backend of this package (NewMemoryBackend), which limits one
 	// process. A shared backend (see the redisqueue module) makes the limits
 	// global across every process that uses it with the same name.
 	Backend Backend
+}
+
+// CoDel is controlled-delay queueing as Facebook runs it ("Fail at Scale",
+// ACM Queue, 2015): a queue that empties now and then is absorbing bursts and
+// may hold a waiter for up to Interval; a queue that has not emptied for a
+// whole Interval is standing, only adds delay, and holds a waiter only for
+// Target. Both are capped by Config.QueueTimeout (when it is not zero). A
+// waiter dropped this way is a queue timeout like any other: ErrQueueTimeout,
+// Config.OnQueueTimeout, the QueueTimeout counter and QueueTimeoutStatus.
+//
+// The budget is the same for every waiter at any moment, and it is the
+// queue's state now that decides it: when the queue starts standing, every
+// waiter that has already waited Target leaves at once. The zero value is
+// usable: Target 5 ms, Interval 100 ms, first in first out. NewQueue reads
+// it once and copies it, like the rest of the Config.
+type CoDel struct {
+	// Target is how long a waiter may wait while the queue stands. Zero
+	// means 5 ms. Negative, or above Interval, is refused.
+	Target time.Duration
+
+	// Interval is how long a waiter may wait while the queue absorbs a
+	// burst, and how long the queue must go without emptying before it
+	// stands. Zero means 100 ms. Negative is refused.
+	Interval time.Duration
+
+	// LIFO serves the newest waiter first while the queue stands: at the
+	// highest priority waiting, the newest waiter of the flow whose turn it
+	// is. A client that has just arrived is the likeliest one still to be
+	// there, while the oldest are close to their deadline. As soon as the
+	// queue empties, waiters are served first in first out again. False
+	// means first in first out always.
+	LIFO bool
+}
+
+// The CoDel defaults, for a zero Target or Interval.
+const (
+	defaultCoDelTarget   = 5 * time.Millisecond
+	defaultCoDelInterval = 100 * time.Millisecond
+)
+
+// withDefaults returns c with its zero fields set to their defaults.
+func (c CoDel) withDefaults() CoDel {
+	c.Target = cmp.Or(c.Target, defaultCoDelTarget)
+	c.Interval = cmp.Or(c.Interval, defaultCoDelInterval)
+	return c
+}
+
+// check reports the first field of c that cannot work, naming it as a field
+// of the struct called from (Config.CoDel or Limits.CoDel).
+func (c CoDel) check(from string) error {
+	d := c.withDefaults()
+	switch {
+	case c.Target < 0:
+		return fmt.Errorf("ginqueue: %s.Target must not be negative, got %v", from, c.Target)
+	case c.Interval < 0:
+		return fmt.Errorf("ginqueue: %s.Interval must not be negative, got %v", from, c.Interval)
+	case d.Target > d.Interval:
+		return fmt.Errorf("ginqueue: %s.Target must not exceed %s.Interval, got %v%s and %v%s",
+			from, from, d.Target, byDefault(c.Target), d.Interval, byDefault(c.Interval))
+	}
+	return nil
+}
+
+// byDefault notes, in an error, that a value was zero and is its default.
+func byDefault(v time.Duration) string {
+	if v == 0 {
+		return " (the default for zero)"
+	}
+	return ""
 }
 
 // DefaultConfig returns a Config with 100 concurrent requests, 1000 waiting
@@ -173,7 +275,9 @@ func DefaultConfig() Config {
 // Validate reports the first field of c that cannot work, naming the field
 // and its value. It returns nil for a usable Config.
 func (c Config) Validate() error {
-	if err := c.limits().check("Config"); err != nil {
+	l := c.limits()
+	l.CoDel = c.CoDel // as given, so that an error can tell a default from a value
+	if err := l.check("Config"); err != nil {
 		return err
 	}
 	switch {
@@ -194,8 +298,13 @@ func (c Config) Validate() error {
 
 // limits returns the part of c that a Backend needs.
 func (c Config) limits() Limits {
-	return Limits{MaxConcurrent: c.MaxConcurrent, MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout,
+	l := Limits{MaxConcurrent: c.MaxConcurrent, MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout,
 		MaxQueuePerFlow: c.MaxQueuePerFlow, Weighted: c.Cost != nil}
+	if c.CoDel != nil {
+		cd := c.CoDel.withDefaults() // a copy: the Config's can change afterwards
+		l.CoDel = &cd
+	}
+	return l
 }
 
 // retryAfterHeader renders d as whole seconds, rounded up, at least one.

@@ -37,7 +37,8 @@ import (
 //   - One timer, armed for the oldest waiter's deadline, expires waiters. All
 //     waiters share QueueTimeout, so arrival order is deadline order and the
 //     timer only ever needs the head. The timer runs a function (AfterFunc),
-//     so an idle dispatcher owns no goroutine at all.
+//     so an idle dispatcher owns no goroutine at all. CoDel keeps this: see
+//     wakeAt.
 //
 // A waiter's fate (granted, timed out, evicted, closed) is decided once, under
 // mu, and sent on its ready channel; its goroutine reads w.state after the
@@ -96,10 +97,17 @@ type dispatcher struct {
 	closed bool
 
 	epoch   time.Time     // times are nanoseconds since epoch (monotonic)
-	timer   *time.Timer   // AfterFunc(expire); nil when QueueTimeout is 0
+	timer   *time.Timer   // AfterFunc(expire); nil when no waiter has a deadline
 	timerAt int64         // deadline the timer is armed for; 0 when disarmed
 	idle    chan struct{} // closed when running reaches 0; nil unless draining
 	waiters sync.Pool     // of *waiter; see newWaiter
+
+	// codel is Limits.CoDel compiled; nil when off, and then busySince is
+	// neither written nor read. busySince is when the room last went from empty to not
+	// empty: while room.n > 0 the queue has not emptied since, and it
+	// stands from busySince + codel.interval on.
+	codel     *codel
+	busySince int64
 
 	// step, when set, is called before each atomic step on state and
 	// before taking mu; the interleaving tests use it to enumerate the
@@ -121,6 +129,25 @@ type roomSnap struct {
 	ver    uint64
 	queued int
 	counts []PriorityCount
+}
+
+// codel is Limits.CoDel as the dispatcher uses it: the two budgets a waiter
+// can have, in nanoseconds, each already capped by QueueTimeout, so at any
+// moment one of them is every waiter's budget.
+type codel struct {
+	long     int64 // while the queue absorbs a burst: Interval, capped
+	short    int64 // while it stands: Target, capped; never above long
+	interval int64 // the queue stands once it has not emptied for this long
+	lifo     bool  // while it stands, grant the newest waiter first
+}
+
+// newCoDel compiles c, whose defaults are filled in, for a QueueTimeout.
+func newCoDel(c CoDel, timeout time.Duration) *codel {
+	long, short := c.Interval, c.Target
+	if timeout > 0 {
+		long, short = min(long, timeout), min(short, timeout)
+	}
+	return &codel{long: int64(long), short: int64(short), interval: int64(c.Interval), lifo: c.LIFO}
 }
 
 // The fields of dispatcher.state.
@@ -178,10 +205,11 @@ type waiter struct {
 }
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
-// Config.Backend is nil: one process, strict FIFO within a priority and flow,
-// no polling. It is a FastBackend and a LimitSetter. Other backends may use
-// it as a local fallback. Like every Backend it serves one Queue: a second
-// Start fails.
+// Config.Backend is nil: one process, strict FIFO within a priority and flow
+// (unless CoDel.LIFO serves a standing queue newest first), no polling. It
+// honours Limits.CoDel. It is a FastBackend and a LimitSetter. Other backends
+// may use it as a local fallback. Like every Backend it serves one Queue: a
+// second Start fails.
 func NewMemoryBackend() Backend { return &dispatcher{} }
 
 var (
@@ -203,7 +231,10 @@ func (d *dispatcher) Start(l Limits) error {
 	d.room = newWaitroom()
 	d.state.Store(uint64(l.MaxConcurrent) << limitShift)
 	d.epoch = time.Now()
-	if l.QueueTimeout > 0 && l.MaxQueue > 0 {
+	if l.CoDel != nil {
+		d.codel = newCoDel(l.CoDel.withDefaults(), l.QueueTimeout)
+	}
+	if (l.QueueTimeout > 0 || d.codel != nil) && l.MaxQueue > 0 {
 		d.timer = time.AfterFunc(time.Hour, d.expire)
 		d.timer.Stop()
 	}
@@ -459,15 +490,28 @@ func (d *dispatcher) Release(t Ticket) {
 // grantLocked wakes head waiters, in order, while the head's slots are free,
 // and tells a drainer when none is held. A head whose slots are not all free
 // holds the line: nobody behind it is granted. A waiter past its deadline is
-// timed out, not granted. Requires d.mu.
+// timed out, not granted. Under CoDel with LIFO, while the queue stands, the
+// head is the newest waiter of the flow whose turn it is. Requires d.mu.
 func (d *dispatcher) grantLocked() {
-	now := int64(-1) // read the clock once, and only if a waiter is granted
+	now := int64(-1) // read the clock once, and only if a waiter is granted or LIFO may apply
 	for d.room.n > 0 {
-		n := d.grantable(d.room.peek())
+		lifo := false
+		if c := d.codel; c != nil && c.lifo {
+			if now < 0 {
+				now = d.now()
+			}
+			lifo = d.standing(now)
+		}
+		n := d.grantable(d.room.peek(lifo))
 		if n == 0 {
 			break
 		}
-		w := d.room.next() // the waiter peek returned
+		var w *waiter // the waiter peek returned
+		if lifo {
+			w = d.room.newest()
+		} else {
+			w = d.room.next()
+		}
 		if w.ctx.Err() != nil {
 			// Its client left and it has not noticed yet: the slot goes to
 			// the next waiter instead.
@@ -478,9 +522,10 @@ func (d *dispatcher) grantLocked() {
 			if now < 0 {
 				now = d.now()
 			}
-			if d.deadline(w) <= now {
+			if now-w.arrived >= d.budget(now) {
 				// Its deadline passed and the timer has not fired yet (a
-				// loaded machine): it gets its 408, not the slot.
+				// loaded machine, or CoDel's budget shrank this instant):
+				// it gets its 408, not the slot.
 				d.wake(w, timedOut)
 				continue
 			}
@@ -543,19 +588,60 @@ func (d *dispatcher) makeRoom(a Arrival) bool {
 
 // push queues w and arms the timer if it was idle. Requires d.mu.
 func (d *dispatcher) push(w *waiter, a Arrival) {
+	if d.codel != nil && d.room.n == 0 {
+		d.busySince = w.arrived
+	}
 	d.room.push(w, a.Priority, a.Flow)
 	if d.timer != nil && d.timerAt == 0 {
-		d.arm(d.deadline(w))
+		d.arm(d.wakeAt(w.arrived))
 	}
 }
 
-// deadline is when w times out, in nanoseconds since epoch.
-// It saturates: a QueueTimeout of centuries means never, not the past.
-func (d *dispatcher) deadline(w *waiter) int64 {
-	if t := int64(d.limits.QueueTimeout); w.arrived > math.MaxInt64-t {
+// budget is how long a waiter may wait, as of now: QueueTimeout, or under
+// CoDel the budget of the queue's state now. Every waiter has the same, so
+// the oldest waiter is always the first to run out. Requires d.mu.
+func (d *dispatcher) budget(now int64) int64 {
+	c := d.codel
+	if c == nil {
+		return int64(d.limits.QueueTimeout)
+	}
+	if d.standing(now) {
+		return c.short
+	}
+	return c.long
+}
+
+// standing reports whether, under CoDel, the queue stands at now: it has
+// waiters and has not emptied for a whole interval. Requires d.mu.
+func (d *dispatcher) standing(now int64) bool {
+	return d.room.n > 0 && now-d.busySince >= d.codel.interval
+}
+
+// wakeAt is when the timer must fire next for the waiters queued at now:
+// the oldest waiter's deadline under the budget now, or, under CoDel, the
+// moment the queue starts standing if that is sooner, since the budget
+// shrinks from long to short then and every waiter's deadline moves with
+// it. That is enough for one timer: between two such moments the budget is
+// fixed, so arrival order is deadline order and only the head can be due.
+// Once the queue stands, only its emptying changes the budget, and that
+// lengthens it (the room is then empty: nobody to expire), so the timer
+// never fires late; it may fire early (the head left, or the room emptied
+// and filled again), and then it re-arms. Saturates: a budget of centuries
+// means never, not the past. Requires d.mu and room.n > 0.
+func (d *dispatcher) wakeAt(now int64) int64 {
+	at := addSat(d.room.all.first.arrived, d.budget(now))
+	if c := d.codel; c != nil && c.short < c.long && !d.standing(now) {
+		at = min(at, addSat(d.busySince, c.interval))
+	}
+	return at
+}
+
+// addSat is a + b for b >= 0, or math.MaxInt64 if that overflows.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
 		return math.MaxInt64
 	}
-	return w.arrived + int64(d.limits.QueueTimeout)
+	return a + b
 }
 
 // finish removes a waiting w and wakes it with its fate. Requires d.mu.
@@ -584,11 +670,14 @@ func (d *dispatcher) expire() {
 	}
 	now := d.now()
 	heavy := d.room.heavy > 0
-	for w := d.room.all.first; w != nil && d.deadline(w) <= now; w = d.room.all.first {
+	// One budget for the whole sweep: removing waiters cannot make the queue
+	// stand or stop standing until it is empty, and then the sweep ends.
+	budget := d.budget(now)
+	for w := d.room.all.first; w != nil && now-w.arrived >= budget; w = d.room.all.first {
 		d.finish(w, timedOut)
 	}
-	if w := d.room.all.first; w != nil {
-		d.arm(d.deadline(w))
+	if d.room.n > 0 {
+		d.arm(d.wakeAt(now))
 	}
 	if heavy {
 		d.grantLocked() // a waiter that held the line may have gone

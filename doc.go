@@ -29,9 +29,11 @@
 //   - OutcomeServed: it got a slot, at once or after waiting its turn.
 //   - OutcomeQueueFull: 503 at once. Every slot and place was taken, its flow
 //     was at Config.MaxQueuePerFlow, a higher Config.Priority took its place,
-//     or Config.RejectEarly expected it to wait past QueueTimeout.
+//     or Config.RejectEarly expected it to wait past QueueTimeout or its
+//     client's deadline.
 //   - OutcomeQueueTimeout: 408 (or Config.QueueTimeoutStatus) at the deadline.
-//     It waited QueueTimeout, or its request context's deadline passed.
+//     It waited QueueTimeout, or its request context's deadline or its
+//     client's (Config.Deadline) passed.
 //   - OutcomeCanceled: its client hung up while it waited. No body is written,
 //     and 499 is recorded for access logs.
 //   - OutcomeClosed: 503 at once, after Queue.Close or Queue.Shutdown.

@@ -111,3 +111,30 @@ func ExampleConfig_cost() {
 	// export running, slots held: 3
 	// served 1, running 0
 }
+
+// A client says how long it will wait in a header: the handler's context
+// ends then, and a client with no time left is answered at once, without
+// running the handler.
+func ExampleDeadlineHeader() {
+	cfg := ginqueue.DefaultConfig()
+	cfg.Deadline = ginqueue.DeadlineHeader("X-Client-Timeout")
+
+	r := gin.New()
+	r.Use(ginqueue.New(cfg))
+	r.GET("/", func(c *gin.Context) {
+		_, ok := c.Request.Context().Deadline()
+		c.String(http.StatusOK, "deadline: %v", ok)
+	})
+
+	for _, wait := range []string{"1.5", "2500ms", "0"} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("X-Client-Timeout", wait)
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Printf("%s: %d %s\n", wait, w.Code, w.Body.String())
+	}
+	// Output:
+	// 1.5: 200 deadline: true
+	// 2500ms: 200 deadline: true
+	// 0: 408
+}

@@ -31,13 +31,15 @@ const (
 	OutcomeServed Outcome = iota
 	// OutcomeQueueFull: no free slot and no waiting place (the queue or the
 	// flow's share of it full, a place given to a higher priority, a wait
-	// RejectEarly expects past QueueTimeout, or a Backend that cannot
-	// answer); 503.
+	// RejectEarly expects past QueueTimeout or the client's deadline, a
+	// client deadline RejectEarly finds passed on arrival, or a Backend that
+	// cannot answer); 503.
 	OutcomeQueueFull
 	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
-	// request context's own deadline (a timeout middleware in front, say)
-	// passed while it waited, with or without a QueueTimeout; 408, or
-	// Config.QueueTimeoutStatus.
+	// request context's own deadline (a timeout middleware in front, say) or
+	// the client's (Config.Deadline) passed while it waited, with or without
+	// a QueueTimeout, or the client's had passed on arrival (without
+	// RejectEarly); 408, or Config.QueueTimeoutStatus.
 	OutcomeQueueTimeout
 	// OutcomeCanceled: the client hung up while waiting (its request context
 	// was canceled); no body is written, 499 is recorded. Over HTTP/1.x,
@@ -115,7 +117,8 @@ type Queue struct {
 	backend      Backend
 	fast         FastBackend // backend, when it has a fast path
 	skip         func(*gin.Context) bool
-	cost         func(*gin.Context) int // nil: every request holds one slot
+	cost         func(*gin.Context) int       // nil: every request holds one slot
+	deadline     func(*gin.Context) time.Time // nil: no client deadlines
 	priority     func(*gin.Context) int
 	flowKey      func(*gin.Context) string
 	onFull       gin.HandlerFunc
@@ -177,6 +180,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 		backend:      b,
 		skip:         cfg.Skip,
 		cost:         cfg.Cost,
+		deadline:     cfg.Deadline,
 		priority:     cfg.Priority,
 		flowKey:      cfg.FlowKey,
 		onFull:       cfg.OnQueueFull,
@@ -219,6 +223,16 @@ func (q *Queue) serve(c *gin.Context) {
 	if q.skip != nil && q.skip(c) {
 		c.Next()
 		return
+	}
+	if q.deadline != nil {
+		r, cancel, err := q.bindDeadline(c)
+		if err != nil {
+			q.reject(c, err, 0)
+			return
+		}
+		if cancel != nil {
+			defer unbindDeadline(c, r, cancel) // after the slot is released and OnOutcome has run
+		}
 	}
 	var t Ticket
 	var wait time.Duration
@@ -306,12 +320,13 @@ func (q *Queue) wait(c *gin.Context, cost int) (Ticket, time.Duration, error) {
 	start := time.Now()
 	ctx, a := c.Request.Context(), q.arrival(c)
 	a.Cost = cost
+	budget := q.budget(ctx, start)
 	var t Ticket
 	var err error
 	if q.fast != nil {
-		a.MaxAhead = q.maxAhead(q.fast.Counts().Limit) // applied as the arrival takes its place
+		a.MaxAhead = q.maxAhead(q.fast.Counts().Limit, budget) // applied as the arrival takes its place
 		t, err = q.fast.Acquire(ctx, a)
-	} else if q.rejectEarly && q.tooFarBack(a) {
+	} else if q.rejectEarly && q.tooFarBack(a, budget) {
 		err = errRejectedEarly
 	} else {
 		t, err = q.backend.Acquire(ctx, a)
@@ -350,17 +365,18 @@ func (q *Queue) progress() (fast, finished uint64) {
 }
 
 // errRejectedEarly is ErrQueueFull for RejectEarly.
-var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout", ErrQueueFull)
+var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout or the client's deadline", ErrQueueFull)
 
 // maxAhead is RejectEarly's bound, as Arrival.MaxAhead, for slots of the
-// given limit: an arrival whose expected wait, (ahead + 1) × slot time /
-// limit, would exceed QueueTimeout has at least timeout × limit / slot time
-// waiters ahead. The slot time is the measured mean of handler time × slots
-// held, so with Config.Cost the waiters ahead count as requests of the mix
-// served so far, whatever each of them costs. Zero (no bound) with
-// RejectEarly off, or before a handler time is measured, so nobody is
-// refused on a guess; -1 when even the first in line would wait too long.
-func (q *Queue) maxAhead(limit int) int {
+// given limit and an arrival that may wait budget (see budget): an arrival
+// whose expected wait, (ahead + 1) × slot time / limit, would exceed budget
+// has at least budget × limit / slot time waiters ahead. The slot time is
+// the measured mean of handler time × slots held, so with Config.Cost the
+// waiters ahead count as requests of the mix served so far, whatever each
+// of them costs. Zero (no bound) with RejectEarly off, or before a handler
+// time is measured, so nobody is refused on a guess; -1 when even the first
+// in line would wait too long.
+func (q *Queue) maxAhead(limit int, budget time.Duration) int {
 	if !q.rejectEarly {
 		return 0
 	}
@@ -368,7 +384,7 @@ func (q *Queue) maxAhead(limit int) int {
 	if !ok || perSlot <= 0 {
 		return 0
 	}
-	n := math.Floor(float64(q.timeout) * float64(q.servingLimit(limit)) / float64(perSlot))
+	n := math.Floor(float64(budget) * float64(q.servingLimit(limit)) / float64(perSlot))
 	switch {
 	case !(n < math.MaxInt32):
 		return 0
@@ -379,10 +395,15 @@ func (q *Queue) maxAhead(limit int) int {
 }
 
 // tooFarBack applies maxAhead's bound for a Backend that is not a
-// FastBackend, from its Stats: the waiters of a's priority or higher.
-func (q *Queue) tooFarBack(a Arrival) bool {
+// FastBackend, from its Stats: the waiters of a's priority or higher. An
+// arrival that finds a free slot and nobody waiting would not wait, so no
+// bound refuses it (Arrival.MaxAhead's rule).
+func (q *Queue) tooFarBack(a Arrival, budget time.Duration) bool {
 	b := q.backend.Stats()
-	m := q.maxAhead(b.Limit)
+	if b.Queued == 0 && b.Running < b.Limit {
+		return false
+	}
+	m := q.maxAhead(b.Limit, budget)
 	return m < 0 || m > 0 && aheadIn(b, a) >= m
 }
 

@@ -14,7 +14,7 @@ import (
 //   - Flows: within a level, the flows with waiters form a ring served round
 //     robin, one waiter per turn; a flow that becomes active joins just
 //     behind the cursor, so it waits at most one turn of the others. FIFO
-//     within a flow.
+//     within a flow (or, for CoDel's LIFO, newest first: see newest).
 //   - Arrival order: every waiter is also on one list in arrival order
 //     (deadline order, for the timer) and on its level's list (newest of a
 //     level, for eviction).
@@ -194,12 +194,17 @@ func (r *waitroom) newLevel(prio int) *level {
 	return &level{prio: prio, flows: map[string]*flow{}}
 }
 
-// peek returns the waiter next would return, leaving it in; nil when empty.
-func (r *waitroom) peek() *waiter {
+// peek returns the waiter next (or, with lifo, newest) would return,
+// leaving it in and the turn where it is; nil when empty.
+func (r *waitroom) peek(lifo bool) *waiter {
 	if r.n == 0 {
 		return nil
 	}
-	return r.high.items[0].cursor.all.first
+	f := r.high.items[0].cursor
+	if lifo {
+		return f.all.last
+	}
+	return f.all.first
 }
 
 // next removes and returns the waiter to grant next: the highest priority,
@@ -208,12 +213,30 @@ func (r *waitroom) next() *waiter {
 	if r.n == 0 {
 		return nil
 	}
-	l := r.high.items[0]
-	f := l.cursor
-	w := f.all.first
-	l.cursor = f.next // the next flow's turn, even if f stays active
+	w := r.turn().all.first
 	r.remove(w)
 	return w
+}
+
+// newest is next in last-in-first-out order, for CoDel's LIFO: the highest
+// priority, the flow whose turn it is, the newest of that flow. Nil when
+// empty.
+func (r *waitroom) newest() *waiter {
+	if r.n == 0 {
+		return nil
+	}
+	w := r.turn().all.last
+	r.remove(w)
+	return w
+}
+
+// turn returns the flow whose turn it is at the highest priority, and gives
+// the turn to the next flow, even if this one stays active. Requires r.n > 0.
+func (r *waitroom) turn() *flow {
+	l := r.high.items[0]
+	f := l.cursor
+	l.cursor = f.next
+	return f
 }
 
 // victim returns the newest waiter of the lowest priority below prio, the

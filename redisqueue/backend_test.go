@@ -59,10 +59,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // Config.Cost is refused at NewQueue, before any call to Redis, rather than
 // ignored: Redis would count a heavy request as one slot.
 func TestCostIsRefused(t *testing.T) {
-	t.Parallel()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: "cost-" + t.Name()})
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +67,19 @@ func TestCostIsRefused(t *testing.T) {
 		Cost: func(*gin.Context) int { return 2 }})
 	if err == nil || !strings.HasPrefix(err.Error(), "redisqueue: Config.Cost is not supported") {
 		t.Fatalf("NewQueue with Cost: got %v, want redisqueue's refusal", err)
+	}
+}
+
+// Config.CoDel cannot be honoured across the fleet: NewQueue says so, and
+// nothing is left running (Redis is never asked).
+func TestCoDelIsRefused(t *testing.T) {
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, Backend: b, CoDel: &ginqueue.CoDel{}})
+	if err == nil || !strings.HasPrefix(err.Error(), "redisqueue: Config.CoDel is not supported: ") {
+		t.Fatalf("NewQueue with CoDel: got %v, want redisqueue's refusal", err)
 	}
 }
 

@@ -28,7 +28,12 @@ func (b *Backend) read() {
 		if err == nil {
 			pause = 0
 			var res []string
-			res, err = c.BLPop(context.Background(), 2*time.Second, b.list).Result()
+			// Bounded: go-redis would wait the block time plus 10 s on a
+			// server that froze (a hung host, a partition), far past a
+			// failover.
+			ctx, cancel := context.WithTimeout(context.Background(), readerBlock+b.opts.CallTimeout)
+			res, err = c.BLPop(ctx, readerBlock, b.list).Result()
+			cancel()
 			if err == nil || errors.Is(err, redis.Nil) {
 				b.listening.Store(true)
 			}
@@ -59,6 +64,11 @@ func (b *Backend) read() {
 		default:
 		}
 		b.dropReader(c)
+		if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+			// The master may have moved: the next dial asks the slot map.
+			cc.ReloadState(context.Background())
+		}
+		b.wake() // the maintainer's safety net runs faster while the reader is away
 		// Dial again soon: grants made meanwhile wait unread in the list
 		// (the safety net finds them, but only at its next tick). Quickly
 		// at first, then at the safety net's pace while the server stays
@@ -73,8 +83,12 @@ func (b *Backend) read() {
 	}
 }
 
-// readerPause is the reader's first pause before it dials again.
-const readerPause = 10 * time.Millisecond
+const (
+	// readerPause is the reader's first pause before it dials again.
+	readerPause = 10 * time.Millisecond
+	// readerBlock is how long one BLPOP blocks.
+	readerBlock = 2 * time.Second
+)
 
 // wakeReader has a reader that waits to dial again dial now.
 func (b *Backend) wakeReader() {
@@ -159,13 +173,27 @@ func (b *Backend) onMaster(c *redis.Client) bool {
 // notice. It runs with the safety net, while requests wait here, and when
 // the reader's list has been quiet for its block time.
 func (b *Backend) checkReader() {
-	c, ok := b.rdb.(*redis.Client)
-	if !ok {
-		return // a cluster client's reader follows the slot map (see onMaster)
-	}
 	b.mu.Lock()
 	r, seen := b.reader, b.runID
 	b.mu.Unlock()
+	c, ok := b.rdb.(*redis.Client)
+	if !ok {
+		// A cluster client: the reader must be on the master its slot map
+		// names for the list (it moves there on MOVED or a reload, while a
+		// frozen old master would hold the reader for the whole block).
+		cc := b.rdb.(*redis.ClusterClient)
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+		defer cancel()
+		if r == nil {
+			return
+		}
+		if m, err := cc.MasterForKey(ctx, b.list); err == nil && m.Options().Addr != r.Options().Addr {
+			b.dropReader(r)
+			b.resync.Store(true)
+			b.wake()
+		}
+		return
+	}
 	if r == nil || seen == "" {
 		return
 	}
@@ -294,8 +322,7 @@ func (b *Backend) maintain() {
 			}
 		}
 		b.mu.Unlock()
-		if stop == nil && held == 0 {
-			b.bye()
+		if stop == nil && held == 0 && b.bye() {
 			return
 		}
 		if !b.down.Load() {
@@ -313,10 +340,16 @@ func (b *Backend) maintain() {
 		if queued || b.down.Load() {
 			every = tick
 		}
-		if queued && !b.listening.Load() {
-			// Grant notices may sit unread until the reader is back: the
-			// safety net is the only way they reach the waiters.
-			every = max(tick/10, readerPause)
+		if !b.listening.Load() && !closed {
+			// The reader lost its server: a failover may be under way. Sync
+			// every tick, idle or not, so that the client learns the new
+			// topology before the next burst needs it; with waiters ten
+			// times as often, since grant notices may sit unread until the
+			// reader is back and the safety net is their only way.
+			every = min(every, tick)
+			if queued {
+				every = max(tick/10, readerPause)
+			}
 		}
 		now := time.Now()
 		// A call failed but Redis is not marked down: probe at once. The
@@ -492,18 +525,26 @@ func (b *Backend) flushPending() {
 	}
 }
 
-// bye gives back every pending id and removes this replica from Redis, with
-// one attempt: if Redis does not answer, the leases expire within LeaseTTL.
-func (b *Backend) bye() {
+// bye gives back every pending id and removes this replica from Redis. It
+// reports whether the maintainer may stop: Redis answered, or LeaseTTL has
+// passed since Close (the leases have expired by then). Until then the
+// pending ids stay pending, so that Drain still waits for them, and the
+// maintainer tries again at its tick.
+func (b *Backend) bye() bool {
 	b.mu.Lock()
 	args := []any{b.replica}
 	for id := range b.pending {
 		args = append(args, b.leaseID(id))
 	}
+	closedAt := b.closedAt
 	b.mu.Unlock()
-	_, _ = b.call(byeScript, args...)
+	_, err := b.call(byeScript, args...)
+	if err != nil && time.Since(closedAt) < b.opts.LeaseTTL {
+		return false
+	}
 	b.mu.Lock()
 	clear(b.pending)
 	b.idleCheckLocked()
 	b.mu.Unlock()
+	return true
 }

@@ -98,6 +98,7 @@ type Backend struct {
 	limit    atomic.Int64  // the fleet's limit as last seen in a reply from Redis
 	down     atomic.Bool   // Redis is considered unreachable; see markDown
 	fails    atomic.Int32  // consecutive failed calls; see failed
+	lastOK   atomic.Int64  // when a call last got an answer (UnixNano)
 	resync   atomic.Bool   // the reader saw another server: sync at once
 	// listening is set while the reader has a connection to the server
 	// (dialled and answered), cleared when a call on it fails; while it is
@@ -217,16 +218,26 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 
 var _ ginqueue.Backend = (*Backend)(nil)
 
+// errCoDel refuses Config.CoDel. Its budget hangs on when the queue last
+// emptied, and the queue here is the fleet's, while each replica times out
+// only its own waiters: each would apply a rule of its own.
+var errCoDel = errors.New("redisqueue: Config.CoDel is not supported: its budget depends on when the queue " +
+	"shared by every replica last emptied, which no replica knows; leave Config.CoDel nil with this Backend")
+
 // Start implements ginqueue.Backend. It declares l to the other replicas of
 // the Name and returns an error wrapping ErrConflict if a live one declared
 // other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
 // and OnRedisDown applies until it does; the declaration is then checked
-// when Redis answers. Start may be called once. It refuses l.Weighted
-// (ginqueue.Config.Cost): Redis counts every request as one slot, and costs
-// ignored would let a heavy request run as a light one.
+// when Redis answers. Start may be called once. It refuses l.CoDel
+// (Config.CoDel): see errCoDel; and l.Weighted (ginqueue.Config.Cost): Redis
+// counts every request as one slot, and costs ignored would let a heavy
+// request run as a light one.
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
 		return err
+	}
+	if l.CoDel != nil {
+		return errCoDel
 	}
 	if l.Weighted {
 		return errors.New("redisqueue: Config.Cost is not supported yet: Redis counts every request as one slot; " +
@@ -288,6 +299,7 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 	if err != nil {
 		b.failed()
 	} else {
+		b.lastOK.Store(time.Now().UnixNano())
 		b.fails.Store(0)
 	}
 	return res, err
@@ -414,7 +426,7 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 			// Granted in the same instant as the deadline: serve it.
 			return ginqueue.Ticket{ID: w.id}, nil, false
 		}
-		if b.opts.OnRedisDown == FailClosed && (b.fails.Load() > 0 || b.down.Load()) {
+		if b.opts.OnRedisDown == FailClosed && !b.answering() {
 			// Redis stopped answering while it waited (a pause, a failover
 			// not yet marked down): that, not the queue, is why no grant
 			// came. FailClosed answers it as unavailable.
@@ -440,6 +452,21 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 		return ginqueue.Ticket{}, errEvicted, false
 	}
 	return ginqueue.Ticket{}, ginqueue.ErrClosed, false
+}
+
+// answering reports whether Redis answers: no failed call since the last
+// answer and, if that answer is older than CallTimeout (the server may have
+// frozen since, with no call made to notice), a probe answers now. At most
+// one CallTimeout.
+func (b *Backend) answering() bool {
+	if b.fails.Load() > 0 || b.down.Load() {
+		return false
+	}
+	if time.Since(time.Unix(0, b.lastOK.Load())) <= b.opts.CallTimeout {
+		return true
+	}
+	_, err := b.call(probeScript)
+	return err == nil
 }
 
 // grantLocked hands w its slot. Requires b.mu and w.state == waiting.

@@ -371,6 +371,10 @@ end
 return n
 `)
 
+// probeScript does nothing: an answer says the master of the Name's slot
+// answers.
+var probeScript = newScript(`return 1`)
+
 // byeScript: ARGV[4] replica id, ARGV[5...] lease ids to leave. Run by Close
 // once nothing is held here.
 var byeScript = newScript(prelude + `

@@ -79,10 +79,15 @@ func clusterTopology(c *testCluster) topology {
 	return topology{
 		kind: "cluster",
 		client: func(universal bool) redis.UniversalClient {
+			// ReadTimeout bounds the client's own slot-map reloads, which a
+			// frozen node would otherwise hold for the default 3 s (see the
+			// README).
 			if universal {
-				return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: c.addrs(), ContextTimeoutEnabled: true})
+				return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: c.addrs(), ContextTimeoutEnabled: true,
+					ReadTimeout: 500 * time.Millisecond})
 			}
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs(), ContextTimeoutEnabled: true})
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs(), ContextTimeoutEnabled: true,
+				ReadTimeout: 500 * time.Millisecond})
 		},
 		owner: func(t *testing.T, key string) (string, string) {
 			t.Helper()

@@ -1,0 +1,487 @@
+package ginqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Internal tests of CoDel in the dispatcher, in fake time: the budget a
+// waiter gets, when the timer fires, and the order of grants under LIFO.
+
+// parked is what one Acquire came back with, and after how long.
+type parked struct {
+	err    error
+	waited time.Duration
+}
+
+// park runs an Acquire of a in its own goroutine and waits until it has
+// parked or returned, so arrivals have a known order; its result comes back
+// on the channel.
+func park(d *dispatcher, ctx context.Context, a Arrival) <-chan parked {
+	out := make(chan parked, 1)
+	t0 := time.Now()
+	go func() {
+		_, err := d.Acquire(ctx, a)
+		out <- parked{err, time.Since(t0)}
+	}()
+	synctest.Wait()
+	return out
+}
+
+// holdAll takes every slot of d, so that arrivals queue.
+func holdAll(t *testing.T, d *dispatcher, n int) {
+	t.Helper()
+	for range n {
+		_, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+	}
+}
+
+// The budget of each waiter of a queue that never empties: arrivals every
+// 2 ms for 300 ms on a held slot, so the queue stands from 100 ms on (the
+// first arrival's time plus Interval). A waiter that arrives at a leaves at
+// min(a + long, max(100 ms, a + short)), long and short being Interval and
+// Target capped by QueueTimeout: during the burst it may wait the long
+// budget, but at the moment the queue starts standing every waiter that has
+// waited the short one leaves at once, and later arrivals wait only that.
+// Without CoDel, every waiter waits QueueTimeout. The edge cases (Target ==
+// Interval, 1 ns, centuries, QueueTimeout below Target) follow the same rule.
+func TestCoDelBudgets(t *testing.T) {
+	const (
+		every = 2 * time.Millisecond
+		until = 300 * time.Millisecond
+		stand = 100 * time.Millisecond // when the queue starts standing, with the default Interval
+	)
+	never := time.Duration(math.MaxInt64)
+	huge := time.Duration(math.MaxInt64 / 2)
+	for _, tc := range []struct {
+		name        string
+		timeout     time.Duration
+		codel       *CoDel
+		long, short time.Duration // the budgets they should come to
+		stand       time.Duration // when the queue stands
+	}{
+		{"off", time.Second, nil, time.Second, time.Second, never},
+		{"defaults, no QueueTimeout", 0, &CoDel{}, 100 * time.Millisecond, 5 * time.Millisecond, stand},
+		{"LIFO changes no budget", 0, &CoDel{LIFO: true}, 100 * time.Millisecond, 5 * time.Millisecond, stand},
+		{"QueueTimeout caps Interval", 50 * time.Millisecond, &CoDel{}, 50 * time.Millisecond, 5 * time.Millisecond, stand},
+		{"QueueTimeout above Interval changes nothing", time.Minute, &CoDel{}, 100 * time.Millisecond, 5 * time.Millisecond, stand},
+		{"QueueTimeout below Target caps both", 3 * time.Millisecond, &CoDel{}, 3 * time.Millisecond, 3 * time.Millisecond, stand},
+		{"Target == Interval", 0, &CoDel{Target: 30 * time.Millisecond, Interval: 30 * time.Millisecond}, 30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond},
+		{"1 ns each", 0, &CoDel{Target: 1, Interval: 1}, 1, 1, 0},
+		{"centuries", 0, &CoDel{Target: huge, Interval: never}, never, huge, never},
+		{"centuries, capped", 20 * time.Millisecond, &CoDel{Target: huge, Interval: never}, 20 * time.Millisecond, 20 * time.Millisecond, never},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 200, QueueTimeout: tc.timeout, CoDel: tc.codel})
+				holdAll(t, d, 1)
+				t0 := time.Now()
+				var outs []<-chan parked
+				var at []time.Duration
+				for a := time.Duration(0); a < until; a += every {
+					time.Sleep(a - time.Since(t0))
+					at = append(at, a)
+					outs = append(outs, park(d, context.Background(), Arrival{}))
+				}
+				time.Sleep(2 * time.Second)
+				require.NoError(t, d.Close())
+				for i, out := range outs {
+					a := at[i]
+					leave := min(addDur(a, tc.long), max(tc.stand, addDur(a, tc.short)))
+					r := <-out
+					if leave > until+2*time.Second {
+						assert.ErrorIs(t, r.err, ErrClosed, "waiter %d (at %v) should still have waited at Close", i, a)
+						continue
+					}
+					assert.ErrorIs(t, r.err, ErrQueueTimeout, "waiter %d (at %v)", i, a)
+					assert.Equal(t, leave-a, r.waited, "waiter %d (at %v) waited", i, a)
+				}
+			})
+		})
+	}
+}
+
+// addDur is a + b, or the largest Duration if that overflows.
+func addDur(a, b time.Duration) time.Duration {
+	return time.Duration(addSat(int64(a), int64(b)))
+}
+
+// A burst into an empty queue is absorbed: waiters that wait well past
+// Target are granted, and those left time out only after Interval.
+func TestCoDelAbsorbsBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
+		holdAll(t, d, 1)
+		var outs []<-chan parked
+		for range 4 {
+			outs = append(outs, park(d, context.Background(), Arrival{}))
+		}
+		time.Sleep(40 * time.Millisecond)
+		d.Release(Ticket{})
+		synctest.Wait()
+		r := <-outs[0]
+		assert.NoError(t, r.err, "a waiter 40 ms into a burst is granted")
+		assert.Equal(t, 40*time.Millisecond, r.waited)
+		time.Sleep(30 * time.Millisecond)
+		d.Release(Ticket{})
+		synctest.Wait()
+		r = <-outs[1]
+		assert.NoError(t, r.err, "a waiter 70 ms into a burst is granted")
+		assert.Equal(t, 70*time.Millisecond, r.waited)
+		for _, out := range outs[2:] {
+			r := <-out
+			assert.ErrorIs(t, r.err, ErrQueueTimeout)
+			assert.Equal(t, 100*time.Millisecond, r.waited, "the rest time out after Interval")
+		}
+		d.Release(Ticket{})
+		assert.Equal(t, BackendStats{Limit: 1, Served: 3}, d.Stats())
+	})
+}
+
+// The timer fires when the queue starts standing, even if the oldest
+// waiter's deadline under Interval is later: here the queue has been busy
+// since 20 ms (the waiter of that moment has left), so at 120 ms it stands
+// and the waiter of 30 ms, 90 ms into its 100 ms, is dropped then, not at
+// 130 ms. One that came 2 ms before then now has 5 ms in all.
+func TestCoDelTimerFiresWhenTheQueueStands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
+		holdAll(t, d, 1)
+		t0 := time.Now()
+		at := func(ms int) { time.Sleep(time.Duration(ms)*time.Millisecond - time.Since(t0)) }
+		ctxA, cancelA := context.WithCancel(context.Background())
+		a := park(d, ctxA, Arrival{}) // arms the timer for 100 ms
+		at(10)
+		cancelA() // the queue empties
+		at(20)
+		ctxB, cancelB := context.WithCancel(context.Background())
+		b := park(d, ctxB, Arrival{}) // busy again from 20 ms
+		at(30)
+		c := park(d, context.Background(), Arrival{})
+		at(50)
+		cancelB()
+		at(118)
+		late := park(d, context.Background(), Arrival{})
+		for _, out := range []<-chan parked{a, b} {
+			assert.ErrorIs(t, (<-out).err, context.Canceled)
+		}
+		r := <-c
+		assert.ErrorIs(t, r.err, ErrQueueTimeout)
+		assert.Equal(t, 90*time.Millisecond, r.waited, "dropped when the queue stood, at 120 ms")
+		r = <-late
+		assert.ErrorIs(t, r.err, ErrQueueTimeout)
+		assert.Equal(t, 5*time.Millisecond, r.waited, "Target, once the queue stands")
+		d.Release(Ticket{})
+	})
+}
+
+// grantLocked finds a waiter due under the budget now, before the timer has
+// fired (a loaded machine): once the queue stands, a waiter that has waited
+// Target is timed out, not granted, though it is within Interval.
+func TestCoDelGrantChecksTheEffectiveDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
+		holdAll(t, d, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		first := park(d, ctx, Arrival{}) // the queue is busy from 0 ms
+		time.Sleep(3 * time.Millisecond)
+		old := park(d, context.Background(), Arrival{})
+		time.Sleep(time.Millisecond)
+		cancel()
+		assert.ErrorIs(t, (<-first).err, context.Canceled)
+		time.Sleep(94 * time.Millisecond)
+		young := park(d, context.Background(), Arrival{})
+		time.Sleep(time.Millisecond)
+		d.mu.Lock()
+		d.timer.Stop() // the timer is late; timerAt stays set, so nobody re-arms it
+		d.mu.Unlock()
+		time.Sleep(3 * time.Millisecond) // 102 ms: the queue stands
+		d.Release(Ticket{})
+		synctest.Wait()
+		r := <-old
+		assert.ErrorIs(t, r.err, ErrQueueTimeout, "waited 99 ms of a 5 ms budget")
+		assert.Equal(t, 99*time.Millisecond, r.waited)
+		r = <-young
+		assert.NoError(t, r.err, "waited 4 ms of a 5 ms budget")
+		d.Release(Ticket{})
+	})
+}
+
+// While the queue stands, LIFO grants the newest waiter of the highest
+// priority first, and within a priority the newest of the flow whose turn it
+// is; once the queue has emptied, the same arrivals are served first in
+// first out again.
+func TestCoDelLIFO(t *testing.T) {
+	type arrival struct {
+		id   string
+		prio int
+		flow string
+	}
+	for _, tc := range []struct {
+		name           string
+		arrivals       []arrival
+		standing, fifo []string // the grant orders
+	}{
+		{
+			name:     "priorities",
+			arrivals: []arrival{{"n1", 0, ""}, {"n2", 1, ""}, {"n3", 1, ""}, {"n4", 0, ""}},
+			standing: []string{"n3", "n2", "n4", "n1"},
+			fifo:     []string{"n2", "n3", "n1", "n4"},
+		},
+		{
+			name:     "flows",
+			arrivals: []arrival{{"a1", 0, "a"}, {"a2", 0, "a"}, {"a3", 0, "a"}, {"b1", 0, "b"}, {"b2", 0, "b"}},
+			standing: []string{"a3", "b2", "a2", "b1", "a1"},
+			fifo:     []string{"a1", "b1", "a2", "b2", "a3"},
+		},
+		{
+			name:     "flows and priorities",
+			arrivals: []arrival{{"a1", 0, "a"}, {"h1", 2, "h"}, {"b1", 0, "b"}, {"a2", 0, "a"}, {"h2", 2, "h"}},
+			standing: []string{"h2", "h1", "a2", "b1", "a1"},
+			fifo:     []string{"h1", "h2", "a1", "b1", "a2"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 20,
+					CoDel: &CoDel{Target: 50 * time.Millisecond, Interval: 100 * time.Millisecond, LIFO: true}})
+				holdAll(t, d, 1)
+				t0 := time.Now()
+				// Fillers of the lowest priority keep the queue busy until it
+				// stands at 100 ms; the one of 80 ms is still there then.
+				var fillers []<-chan parked
+				for _, at := range []time.Duration{0, 40 * time.Millisecond, 80 * time.Millisecond} {
+					time.Sleep(at - time.Since(t0))
+					fillers = append(fillers, park(d, context.Background(), Arrival{Priority: -1}))
+				}
+				time.Sleep(101*time.Millisecond - time.Since(t0))
+				for _, f := range fillers[:2] {
+					assert.ErrorIs(t, (<-f).err, ErrQueueTimeout, "the queue stood at 100 ms")
+				}
+				serve := func(want []string) {
+					t.Helper()
+					outs := map[string]<-chan parked{}
+					for _, a := range tc.arrivals {
+						outs[a.id] = park(d, context.Background(), Arrival{Priority: a.prio, Flow: a.flow})
+					}
+					var got []string
+					for range want {
+						d.Release(Ticket{})
+						synctest.Wait()
+						for id, out := range outs {
+							select {
+							case r := <-out:
+								assert.NoError(t, r.err, id)
+								got = append(got, id)
+							default:
+							}
+						}
+					}
+					assert.Equal(t, want, got)
+				}
+				serve(tc.standing)
+				d.Release(Ticket{})
+				synctest.Wait()
+				assert.NoError(t, (<-fillers[2]).err, "the filler goes last, and the queue empties")
+				serve(tc.fifo)
+				d.Release(Ticket{})
+				assert.Equal(t, 0, d.Stats().Running)
+			})
+		})
+	}
+}
+
+// Limits.Validate checks CoDel, naming the Limits field; Start fills in the
+// defaults of a CoDel given to it directly.
+func TestCoDelLimitsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		codel CoDel
+		err   string
+	}{
+		{CoDel{Target: -1}, "ginqueue: Limits.CoDel.Target must not be negative, got -1ns"},
+		{CoDel{Interval: -time.Second}, "ginqueue: Limits.CoDel.Interval must not be negative, got -1s"},
+		{CoDel{Target: time.Second}, "ginqueue: Limits.CoDel.Target must not exceed Limits.CoDel.Interval, got 1s and 100ms (the default for zero)"},
+		{CoDel{Target: 2, Interval: 1}, "ginqueue: Limits.CoDel.Target must not exceed Limits.CoDel.Interval, got 2ns and 1ns"},
+		{CoDel{Interval: time.Millisecond}, "ginqueue: Limits.CoDel.Target must not exceed Limits.CoDel.Interval, got 5ms (the default for zero) and 1ms"},
+		{CoDel{}, ""},
+		{CoDel{Target: 1, Interval: 1}, ""},
+		{CoDel{Target: math.MaxInt64, Interval: math.MaxInt64}, ""},
+	} {
+		t.Run(fmt.Sprint(tc.codel), func(t *testing.T) {
+			l := Limits{MaxConcurrent: 1, MaxQueue: 1, CoDel: &tc.codel}
+			err := l.Validate()
+			d := NewMemoryBackend().(*dispatcher)
+			startErr := d.Start(l)
+			if startErr == nil {
+				defer d.Close()
+			}
+			if tc.err != "" {
+				assert.EqualError(t, err, tc.err)
+				assert.EqualError(t, startErr, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, startErr)
+			want := tc.codel.withDefaults()
+			assert.Equal(t, &codel{long: int64(want.Interval), short: int64(want.Target), interval: int64(want.Interval)}, d.codel)
+		})
+	}
+}
+
+// FuzzCoDel plays a schedule of arrivals, hang-ups, releases and time
+// passing against a dispatcher with any CoDel and QueueTimeout. A CoDel that
+// Validate refuses is refused by Start with the same error, naming a
+// Limits.CoDel field. Otherwise: every arrival has exactly one outcome; a
+// waiter times out no sooner than the short budget and no later than the
+// long one, and is granted before the long one; nobody waits while a slot is
+// free; without LIFO, grants within a priority and flow follow arrival order.
+func FuzzCoDel(f *testing.F) {
+	ms := int64(time.Millisecond)
+	sched := []byte{0, 0, 0, 1, 0, 2, 4, 30, 0, 1, 2, 0, 4, 200, 0, 0, 4, 255, 2, 1, 3, 1, 4, 90}
+	f.Add(int64(0), int64(0), int64(0), false, sched)                                         // defaults
+	f.Add(5*ms, 100*ms, int64(time.Second), true, sched)                                      // LIFO
+	f.Add(10*ms, 10*ms, int64(0), true, sched)                                                // Target == Interval
+	f.Add(int64(1), int64(1), int64(0), false, sched)                                         // 1 ns
+	f.Add(int64(1), int64(1), int64(1), true, sched)                                          // 1 ns, capped at 1 ns
+	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), true, sched)      // centuries
+	f.Add(int64(math.MaxInt64/2), int64(math.MaxInt64), int64(2*ms), false, sched)            // centuries, capped
+	f.Add(5*ms, 100*ms, int64(ms), true, sched)                                               // QueueTimeout below Target
+	f.Add(int64(-1), int64(0), int64(0), false, sched)                                        // refused
+	f.Add(200*ms, int64(0), int64(0), false, sched)                                           // refused: above the default Interval
+	f.Add(int64(math.MinInt64), int64(math.MinInt64), int64(math.MinInt64), false, []byte{0}) // refused
+	f.Fuzz(func(t *testing.T, target, interval, timeout int64, lifo bool, data []byte) {
+		cd := CoDel{Target: time.Duration(target), Interval: time.Duration(interval), LIFO: lifo}
+		l := Limits{MaxConcurrent: 1, MaxQueue: 6, QueueTimeout: time.Duration(timeout), CoDel: &cd}
+		if len(data) > 0 {
+			l.MaxConcurrent += int(data[0] % 3)
+		}
+		if err := l.Validate(); err != nil {
+			if !strings.HasPrefix(err.Error(), "ginqueue: Limits.") {
+				t.Fatalf("error does not name a Limits field: %v", err)
+			}
+			if err2 := NewMemoryBackend().Start(l); err2 == nil || err2.Error() != err.Error() {
+				t.Fatalf("Start disagrees with Validate: %v vs %v", err2, err)
+			}
+			return
+		}
+		synctest.Test(t, func(t *testing.T) { playCoDel(t, l, data) })
+	})
+}
+
+func playCoDel(t *testing.T, l Limits, data []byte) {
+	d := NewMemoryBackend().(*dispatcher)
+	if err := d.Start(l); err != nil {
+		t.Fatalf("start %+v: %v", l, err)
+	}
+	c := newCoDel(l.CoDel.withDefaults(), l.QueueTimeout)
+	long, short := time.Duration(c.long), time.Duration(c.short)
+	type arrival struct {
+		prio       int
+		flow       string
+		cancel     context.CancelFunc
+		out        <-chan parked
+		done, hold bool
+		granted    int // the grant's rank among all grants; 0 if never
+	}
+	var arrivals []*arrival
+	grants := 0
+	collect := func() {
+		synctest.Wait()
+		for i, a := range arrivals {
+			select {
+			case r := <-a.out:
+				switch {
+				case r.err == nil:
+					grants++
+					a.hold, a.granted = true, grants
+					if r.waited >= long {
+						t.Fatalf("arrival %d granted after %v, past the long budget %v", i, r.waited, long)
+					}
+				case errors.Is(r.err, ErrQueueTimeout):
+					a.done = true
+					if r.waited < short || r.waited > long {
+						t.Fatalf("arrival %d timed out after %v, outside [%v, %v]", i, r.waited, short, long)
+					}
+				default:
+					a.done = true
+				}
+			default:
+			}
+		}
+		holders, waiting := 0, 0
+		for _, a := range arrivals {
+			if a.hold {
+				holders++
+			} else if !a.done {
+				waiting++
+			}
+		}
+		if st := d.Stats(); st.Running != holders || st.Queued != waiting {
+			t.Fatalf("stats %+v, but %d hold and %d wait", st, holders, waiting)
+		}
+		if waiting > 0 && holders < l.MaxConcurrent {
+			t.Fatalf("%d wait while %d of %d slots are held", waiting, holders, l.MaxConcurrent)
+		}
+	}
+	release := func(i int) bool {
+		for k := range arrivals {
+			if a := arrivals[(i+k)%len(arrivals)]; a.hold {
+				a.hold, a.done = false, true
+				d.Release(Ticket{})
+				return true
+			}
+		}
+		return false
+	}
+	for step := 1; step+1 < len(data); step += 2 {
+		op, arg := data[step]%4, data[step+1]
+		switch op {
+		case 0: // an arrival
+			ctx, cancel := context.WithCancel(context.Background())
+			a := &arrival{prio: int(arg % 2), flow: string(rune('a' + arg>>1%2)), cancel: cancel}
+			a.out = park(d, ctx, Arrival{Priority: a.prio, Flow: a.flow})
+			arrivals = append(arrivals, a)
+		case 1: // a holder finishes
+			release(int(arg))
+		case 2: // a client hangs up
+			if len(arrivals) > 0 {
+				arrivals[int(arg)%len(arrivals)].cancel()
+			}
+		case 3: // time passes
+			time.Sleep(time.Duration(arg) * time.Millisecond)
+		}
+		collect()
+	}
+	for release(0) {
+		collect()
+	}
+	for _, a := range arrivals {
+		a.cancel()
+	}
+	collect()
+	last := map[string]int{}
+	for i, a := range arrivals {
+		if !a.done {
+			t.Fatalf("arrival %d has no outcome", i)
+		}
+		if a.granted == 0 || l.CoDel.LIFO {
+			continue
+		}
+		k := fmt.Sprint(a.prio, a.flow)
+		if a.granted < last[k] {
+			t.Fatalf("arrival %d of class %s was granted before an earlier one", i, k)
+		}
+		last[k] = a.granted
+	}
+	_ = d.Close()
+}

@@ -1,0 +1,145 @@
+package ginqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// DeadlineHeader is a Config.Deadline that reads how long the client is
+// prepared to wait from the request header name, counted from when the
+// request reaches the Queue. The value is a number of seconds as
+// strconv.ParseFloat reads it ("2.5", "30", "1e-3") or a Go duration as
+// time.ParseDuration reads it ("2500ms", "1m", "1h30m"); spaces around it
+// are ignored, and of several values the first counts.
+//
+// A value of zero ("0", "0s") means the client has no time left: the request
+// is answered at once, without running (see Config.Deadline). Every other
+// value that is not a usable wait means no deadline from the header, so the
+// request waits as if the client had sent none (up to QueueTimeout, or its
+// context's deadline): a missing or empty header, a value that parses as
+// neither form, a negative value, NaN, an infinity, and a value too large
+// for a time.Duration (about 292 years, such as "1e400"), which could only
+// have meant "no hurry" anyway. A client can therefore shorten its own wait
+// but never lengthen it past QueueTimeout, nor make anyone else's longer.
+//
+// A request without the header costs a map lookup and allocates nothing. The
+// function is safe for concurrent use.
+func DeadlineHeader(name string) func(*gin.Context) time.Time {
+	key := textproto.CanonicalMIMEHeaderKey(name) // once, so a lookup never allocates
+	return func(c *gin.Context) time.Time {
+		v := c.Request.Header[key]
+		if len(v) == 0 {
+			return time.Time{}
+		}
+		d, ok := parseWait(v[0])
+		if !ok {
+			return time.Time{}
+		}
+		return time.Now().Add(d)
+	}
+}
+
+// parseWait reads a header's wait for DeadlineHeader: ok is false for a value
+// that is not a usable wait (see DeadlineHeader).
+func parseWait(s string) (d time.Duration, ok bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseFloat(s, 64); err == nil {
+		ns := secs * float64(time.Second)
+		// False for NaN, a negative value, an infinity and whatever does
+		// not fit a Duration.
+		if !(ns >= 0 && ns < math.MaxInt64) {
+			return 0, false
+		}
+		return time.Duration(ns), true
+	}
+	// Not a number ("1e400", out of float64's range, is not a duration
+	// either). ParseDuration refuses what overflows a Duration.
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, false
+	}
+	return d, true
+}
+
+// The errors of a request whose deadline had passed when it arrived: a
+// queue timeout, or queue full with RejectEarly, which answers at once what
+// would time out.
+var (
+	errPastDeadline      = fmt.Errorf("%w: the client's deadline had passed on arrival", ErrQueueTimeout)
+	errPastDeadlineEarly = fmt.Errorf("%w: the client's deadline had passed on arrival", ErrQueueFull)
+)
+
+// bindDeadline gives c the client's deadline, the earlier of its request
+// context's and Config.Deadline's, before it waits: when Config.Deadline's is
+// the earlier, c.Request is replaced by a copy whose context ends then, and
+// the request it replaced and the context's cancel func are returned, for
+// unbindDeadline; otherwise nothing changes and both are nil. A deadline that
+// has already passed returns the error to reject c with instead: closed after
+// Close, canceled if the client has hung up, else errPastDeadline or, with
+// RejectEarly, errPastDeadlineEarly. Requires q.deadline.
+func (q *Queue) bindDeadline(c *gin.Context) (*http.Request, context.CancelFunc, error) {
+	ctx := c.Request.Context()
+	dl := q.deadline(c)
+	own, hasOwn := ctx.Deadline()
+	mine := !dl.IsZero() && (!hasOwn || dl.Before(own))
+	if !mine {
+		if !hasOwn {
+			return nil, nil, nil
+		}
+		dl = own
+	}
+	if !time.Now().Before(dl) {
+		switch {
+		case q.closed.Load():
+			return nil, nil, ErrClosed
+		case errors.Is(ctx.Err(), context.Canceled):
+			return nil, nil, ctx.Err()
+		case q.rejectEarly:
+			return nil, nil, errPastDeadlineEarly
+		}
+		return nil, nil, errPastDeadline
+	}
+	if !mine {
+		return nil, nil, nil // the context already ends at the deadline
+	}
+	ctx, cancel := context.WithDeadline(ctx, dl)
+	r := c.Request
+	c.Request = r.WithContext(ctx)
+	return r, cancel, nil
+}
+
+// unbindDeadline undoes bindDeadline once the Queue's handler is done: the
+// chain in front of the Queue gets back the request it passed in (as with
+// net/http middleware), not one whose context ends as the throttle returns,
+// and the deadline's timer is stopped.
+func unbindDeadline(c *gin.Context, r *http.Request, cancel context.CancelFunc) {
+	c.Request = r
+	cancel()
+}
+
+// budget is the longest RejectEarly lets a request whose context is ctx
+// wait, from now: QueueTimeout, or with Config.Deadline the time left until
+// the context's deadline (bindDeadline made it the client's) when that is
+// sooner; zero or less when that time has run out. Without RejectEarly it is
+// QueueTimeout, unused.
+func (q *Queue) budget(ctx context.Context, now time.Time) time.Duration {
+	if q.deadline == nil || !q.rejectEarly {
+		return q.timeout
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		return min(q.timeout, dl.Sub(now)) // RejectEarly needs a QueueTimeout
+	}
+	return q.timeout
+}

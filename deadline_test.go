@@ -1,0 +1,525 @@
+package ginqueue_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// clientTimeout is the header the tests send their deadlines in.
+const clientTimeout = "X-Client-Timeout"
+
+// sendBy runs one request in a new goroutine with the clientTimeout header
+// set to wait (none if empty), and sends its result to out.
+func sendBy(r http.Handler, ctx context.Context, id int, wait string, t0 time.Time, out chan<- result) {
+	go func() {
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("/?id=%d", id), nil)
+		if wait != "" {
+			req.Header.Set(clientTimeout, wait)
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		out <- result{id: id, code: w.Code, body: w.Body.String(), header: w.Header(), at: time.Since(t0)}
+	}()
+}
+
+// deadlineQueue is a Queue with the clientTimeout header as its Deadline.
+func deadlineQueue(t *testing.T, cfg ginqueue.Config) *ginqueue.Queue {
+	cfg.Deadline = ginqueue.DeadlineHeader(clientTimeout)
+	return mustQueue(t, cfg)
+}
+
+// DeadlineHeader reads seconds or a Go duration; zero is a deadline that has
+// already come, and a value that is not a usable wait is no deadline.
+func TestDeadlineHeaderValues(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []string // nil: no header
+		want   time.Duration
+		none   bool // no deadline: the zero Time
+	}{
+		{name: "decimal seconds", values: []string{"2.5"}, want: 2500 * time.Millisecond},
+		{name: "whole seconds", values: []string{"30"}, want: 30 * time.Second},
+		{name: "fraction of a second", values: []string{"0.25"}, want: 250 * time.Millisecond},
+		{name: "exponent", values: []string{"1e-3"}, want: time.Millisecond},
+		{name: "plus sign", values: []string{"+2"}, want: 2 * time.Second},
+		{name: "milliseconds", values: []string{"2500ms"}, want: 2500 * time.Millisecond},
+		{name: "minute", values: []string{"1m"}, want: time.Minute},
+		{name: "compound duration", values: []string{"1h30m"}, want: 90 * time.Minute},
+		{name: "spaces around", values: []string{" 2 "}, want: 2 * time.Second},
+		{name: "the first of several", values: []string{"1", "5"}, want: time.Second},
+		{name: "large but a Duration", values: []string{"1e9"}, want: 1e9 * time.Second},
+		{name: "zero: no time left", values: []string{"0"}, want: 0},
+		{name: "zero duration", values: []string{"0s"}, want: 0},
+		{name: "negative zero", values: []string{"-0"}, want: 0},
+		{name: "missing", values: nil, none: true},
+		{name: "empty", values: []string{""}, none: true},
+		{name: "blank", values: []string{"   "}, none: true},
+		{name: "negative seconds", values: []string{"-1"}, none: true},
+		{name: "negative fraction", values: []string{"-0.5"}, none: true},
+		{name: "negative duration", values: []string{"-1s"}, none: true},
+		{name: "NaN", values: []string{"NaN"}, none: true},
+		{name: "infinity", values: []string{"Inf"}, none: true},
+		{name: "plus infinity", values: []string{"+Inf"}, none: true},
+		{name: "minus infinity", values: []string{"-Inf"}, none: true},
+		{name: "beyond float64", values: []string{"1e400"}, none: true},
+		{name: "beyond a Duration in seconds", values: []string{"1e10"}, none: true},
+		{name: "beyond a Duration", values: []string{"3000000h"}, none: true},
+		{name: "garbage", values: []string{"soon"}, none: true},
+		{name: "two dots", values: []string{"2.5.1"}, none: true},
+		{name: "no unit after a number", values: []string{"1m5"}, none: true},
+		{name: "a date", values: []string{"Mon, 02 Jan 2006 15:04:05 GMT"}, none: true},
+	}
+	deadline := ginqueue.DeadlineHeader("x-client-timeout") // any case: headers are canonical
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, _ := gin.CreateTestContext(httptest.NewRecorder())
+				c.Request = httptest.NewRequest(http.MethodGet, "/", nil)
+				if tt.values != nil {
+					c.Request.Header[clientTimeout] = tt.values
+				}
+				now := time.Now()
+				got := deadline(c)
+				if tt.none {
+					assert.True(t, got.IsZero(), "want no deadline, got %v from now", got.Sub(now))
+					return
+				}
+				require.False(t, got.IsZero(), "want a deadline")
+				assert.Equal(t, tt.want, got.Sub(now))
+			})
+		})
+	}
+}
+
+// Under a full throttle each waiter is answered as queue timeout at its own
+// client deadline, in deadline order, not arrival order, long before
+// QueueTimeout; one without a deadline keeps waiting and is served.
+func TestDeadlineEndsTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var outcomes outcomeLog
+		q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: time.Minute,
+			OnQueueTimeout: func(c *gin.Context) { c.String(http.StatusRequestTimeout, "late") },
+			OnOutcome:      outcomes.add,
+		})
+		g, r := gated(q)
+		out := make(chan result, 5)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out) // holds the slot
+		<-g.started
+		for id, wait := range map[int]string{1: "300ms", 2: "0.1", 3: "200ms", 4: ""} {
+			sendBy(r, context.Background(), id, wait, t0, out)
+			synctest.Wait()
+		}
+		require.Equal(t, 4, q.Stats().Queued)
+		for _, want := range []struct {
+			id int
+			at time.Duration
+		}{{2, 100 * time.Millisecond}, {3, 200 * time.Millisecond}, {1, 300 * time.Millisecond}} {
+			res := <-out
+			assert.Equal(t, want.id, res.id)
+			assert.Equal(t, http.StatusRequestTimeout, res.code)
+			assert.Equal(t, "late", res.body, "OnQueueTimeout answers")
+			assert.NotEmpty(t, res.header.Get("Retry-After"))
+			assert.Equal(t, want.at, res.at, "waiter %d must leave at its deadline", want.id)
+		}
+		time.Sleep(time.Second)
+		assert.Equal(t, 1, q.Stats().Queued, "the waiter without a deadline stays")
+		g.open(2)
+		assert.Equal(t, 4, <-g.started)
+		for range 2 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+		st := q.Stats()
+		assert.EqualValues(t, 3, st.QueueTimeout)
+		assert.EqualValues(t, 2, st.Served)
+		assert.Zero(t, st.Canceled)
+		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeQueueTimeout, ginqueue.OutcomeQueueTimeout,
+			ginqueue.OutcomeQueueTimeout, ginqueue.OutcomeServed, ginqueue.OutcomeServed}, outcomes.get())
+	})
+}
+
+// A client that hangs up before its deadline is canceled (499), not timed
+// out: the deadline's context still tells a hang-up from a deadline.
+func TestDeadlineHangUpIsStillCanceled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+		g, r := gated(q)
+		out := make(chan result, 2)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out)
+		<-g.started
+		ctx, cancel := context.WithCancel(context.Background())
+		sendBy(r, ctx, 1, "1s", t0, out)
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		res := <-out
+		assert.Equal(t, ginqueue.StatusClientClosedRequest, res.code)
+		assert.Equal(t, 100*time.Millisecond, res.at)
+		g.open(1)
+		assert.Equal(t, http.StatusOK, (<-out).code)
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.Canceled)
+		assert.Zero(t, st.QueueTimeout)
+	})
+}
+
+// The deadline is the earlier of the header's and the request context's,
+// whichever comes first: a waiter leaves at it, and the handler's context
+// ends at it, also after waiting.
+func TestDeadlineEarlierWins(t *testing.T) {
+	type seen struct {
+		deadline time.Time
+		ok       bool
+		ended    time.Duration // when the handler's context ended, since t0
+	}
+	tests := []struct {
+		name   string
+		header string        // empty: none
+		ctx    time.Duration // the request context's timeout; zero: none
+		want   time.Duration // the deadline, from arrival; zero: none
+	}{
+		{name: "header only", header: "2s", want: 2 * time.Second},
+		{name: "context only", ctx: time.Second, want: time.Second},
+		{name: "header earlier", header: "500ms", ctx: time.Second, want: 500 * time.Millisecond},
+		{name: "context earlier", header: "2s", ctx: time.Second, want: time.Second},
+		{name: "a bad header: the context's", header: "-1", ctx: time.Second, want: time.Second},
+		{name: "neither"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A free slot: the handler runs at once and sees the deadline,
+			// and its context ends at it.
+			synctest.Test(t, func(t *testing.T) {
+				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+				got := make(chan seen, 1)
+				t0 := time.Now()
+				r := newEngine(q.Handler(), func(c *gin.Context) {
+					var s seen
+					s.deadline, s.ok = c.Request.Context().Deadline()
+					if s.ok {
+						<-c.Request.Context().Done() // a call that gives up with the client
+						s.ended = time.Since(t0)
+					}
+					got <- s
+					c.Status(http.StatusOK)
+				})
+				ctx := context.Background()
+				if tt.ctx > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.ctx)
+					defer cancel()
+				}
+				out := make(chan result, 1)
+				sendBy(r, ctx, 0, tt.header, t0, out)
+				s := <-got
+				assert.Equal(t, http.StatusOK, (<-out).code)
+				if tt.want == 0 {
+					assert.False(t, s.ok, "no deadline")
+					return
+				}
+				require.True(t, s.ok, "the handler must see the deadline")
+				assert.Equal(t, tt.want, s.deadline.Sub(t0))
+				assert.Equal(t, tt.want, s.ended)
+			})
+			if tt.want == 0 {
+				return
+			}
+			// A full throttle: the waiter leaves at the deadline.
+			synctest.Test(t, func(t *testing.T) {
+				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+				g, r := gated(q)
+				out := make(chan result, 2)
+				t0 := time.Now()
+				send(r, context.Background(), 0, t0, out)
+				<-g.started
+				ctx := context.Background()
+				if tt.ctx > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.ctx)
+					defer cancel()
+				}
+				sendBy(r, ctx, 1, tt.header, t0, out)
+				res := <-out
+				assert.Equal(t, http.StatusRequestTimeout, res.code)
+				assert.Equal(t, tt.want, res.at)
+				g.open(1)
+				<-out
+				assert.EqualValues(t, 1, q.Stats().QueueTimeout)
+			})
+		})
+	}
+	// A waiter served before its deadline keeps it: the handler's context
+	// ends at arrival + the header's wait, not later.
+	synctest.Test(t, func(t *testing.T) {
+		q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+		ended := make(chan time.Duration, 1)
+		t0 := time.Now()
+		r := newEngine(q.Handler(), func(c *gin.Context) {
+			if c.Query("id") == "0" {
+				time.Sleep(200 * time.Millisecond)
+			} else {
+				<-c.Request.Context().Done()
+				ended <- time.Since(t0)
+			}
+			c.Status(http.StatusOK)
+		})
+		out := make(chan result, 2)
+		send(r, context.Background(), 0, t0, out)
+		synctest.Wait()
+		sendBy(r, context.Background(), 1, "500ms", t0, out)
+		assert.Equal(t, 500*time.Millisecond, <-ended)
+		for range 2 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+		assert.Equal(t, 200*time.Millisecond, q.Stats().WaitP99.Round(10*time.Millisecond), "it waited, then ran")
+	})
+}
+
+// The handler gets a copy of the request with the deadline's context; the
+// middleware in front gets its own request back, with a live context, and
+// the deadline's context is ended, also when the handler panics.
+func TestDeadlineRequestPutBack(t *testing.T) {
+	for _, panics := range []bool{false, true} {
+		t.Run(fmt.Sprintf("panics=%v", panics), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+				type look struct {
+					before, after *http.Request
+					afterErr      error
+				}
+				looks := make(chan look, 1)
+				var innerCtx atomic.Pointer[context.Context]
+				var inner atomic.Pointer[http.Request]
+				r := gin.New()
+				r.Use(gin.Recovery(), func(c *gin.Context) {
+					var l look
+					l.before = c.Request
+					defer func() {
+						l.after = c.Request
+						l.afterErr = c.Request.Context().Err()
+						looks <- l
+					}()
+					c.Next()
+				}, q.Handler())
+				r.GET("/", func(c *gin.Context) {
+					ctx := c.Request.Context()
+					innerCtx.Store(&ctx)
+					inner.Store(c.Request)
+					if panics {
+						panic("boom")
+					}
+					c.Status(http.StatusOK)
+				})
+				out := make(chan result, 2)
+				sendBy(r, context.Background(), 0, "10s", time.Now(), out)
+				res := <-out
+				l := <-looks
+				want := http.StatusOK
+				if panics {
+					want = http.StatusInternalServerError
+				}
+				assert.Equal(t, want, res.code)
+				assert.NotSame(t, l.before, inner.Load(), "the handler gets a copy")
+				assert.Same(t, l.before, l.after, "the chain in front gets its own request back")
+				assert.NoError(t, l.afterErr)
+				ctx := *innerCtx.Load()
+				assert.ErrorIs(t, ctx.Err(), context.Canceled, "the deadline's context is ended when the Queue returns")
+				assert.Equal(t, 0, q.Stats().Running)
+				sendBy(r, context.Background(), 1, "", time.Now(), out)
+				assert.Equal(t, want, (<-out).code, "the slot was given back")
+				<-looks
+			})
+		})
+	}
+}
+
+// A request whose deadline has passed on arrival does not run, even with a
+// slot free: queue timeout at once, or queue full with RejectEarly; a client
+// that has hung up is canceled, and after Close it is closed. A bad header
+// is no deadline, and without Config.Deadline nothing changes.
+func TestDeadlinePassedOnArrival(t *testing.T) {
+	tests := []struct {
+		name        string
+		header      string
+		ctx         func() (context.Context, context.CancelFunc)
+		rejectEarly bool
+		closed      bool
+		noDeadline  bool // Config.Deadline nil
+		code        int
+		outcome     ginqueue.Outcome
+	}{
+		{name: "zero", header: "0", code: http.StatusRequestTimeout, outcome: ginqueue.OutcomeQueueTimeout},
+		{name: "zero with RejectEarly", header: "0s", rejectEarly: true,
+			code: http.StatusServiceUnavailable, outcome: ginqueue.OutcomeQueueFull},
+		{name: "the context's deadline passed", header: "10s", ctx: pastDeadline,
+			code: http.StatusRequestTimeout, outcome: ginqueue.OutcomeQueueTimeout},
+		{name: "the client hung up", header: "0", ctx: hungUp,
+			code: ginqueue.StatusClientClosedRequest, outcome: ginqueue.OutcomeCanceled},
+		{name: "closed", header: "0", closed: true, code: http.StatusServiceUnavailable, outcome: ginqueue.OutcomeClosed},
+		{name: "negative: ignored", header: "-1", code: http.StatusOK, outcome: ginqueue.OutcomeServed},
+		{name: "without Config.Deadline, as before", header: "0", ctx: pastDeadline, noDeadline: true,
+			code: http.StatusOK, outcome: ginqueue.OutcomeServed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var outcomes outcomeLog
+				cfg := ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute,
+					RejectEarly: tt.rejectEarly, OnOutcome: outcomes.add}
+				if !tt.noDeadline {
+					cfg.Deadline = ginqueue.DeadlineHeader(clientTimeout)
+				}
+				q := mustQueue(t, cfg)
+				if tt.closed {
+					require.NoError(t, q.Close())
+				}
+				var ran atomic.Int64
+				r := newEngine(q.Handler(), func(c *gin.Context) { ran.Add(1); c.Status(http.StatusOK) })
+				ctx := context.Background()
+				if tt.ctx != nil {
+					var cancel context.CancelFunc
+					ctx, cancel = tt.ctx()
+					defer cancel()
+				}
+				out := make(chan result, 1)
+				t0 := time.Now()
+				sendBy(r, ctx, 0, tt.header, t0, out)
+				res := <-out
+				assert.Equal(t, tt.code, res.code)
+				assert.Zero(t, res.at, "answered at once")
+				assert.Equal(t, []ginqueue.Outcome{tt.outcome}, outcomes.get())
+				assert.Equal(t, tt.outcome == ginqueue.OutcomeServed, ran.Load() == 1, "only a served request runs")
+				want := counted(ginqueue.Stats{})
+				want[tt.outcome] = 1
+				assert.Equal(t, want, counted(q.Stats()))
+			})
+		})
+	}
+}
+
+func pastDeadline() (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+}
+
+func hungUp() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx, cancel
+}
+
+// RejectEarly weighs an arrival's expected wait against the smaller of
+// QueueTimeout and the time its client has left: with 100 ms handlers on one
+// slot, a client that gives 150 ms is admitted first in line and refused at
+// once second in line, one that gives 50 ms is refused if it would wait at
+// all and runs if a slot is free; a context's deadline counts too. The same
+// with a Backend that is not a FastBackend (the rule read from Stats).
+func TestDeadlineRejectEarly(t *testing.T) {
+	backends := map[string]func() ginqueue.Backend{
+		"memory": ginqueue.NewMemoryBackend,
+		"plain":  func() ginqueue.Backend { return plainBackend{ginqueue.NewMemoryBackend()} },
+	}
+	for name, backend := range backends {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
+					RejectEarly: true, Backend: backend()})
+				r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+				out := make(chan result, 16)
+				sendBy(r, context.Background(), 0, "", time.Now(), out) // times the handler: 100 ms
+				require.Equal(t, http.StatusOK, (<-out).code)
+
+				soon, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				t0 := time.Now()
+				for _, a := range []struct {
+					id   int
+					ctx  context.Context
+					wait string
+				}{
+					{1, context.Background(), ""},      // runs
+					{2, context.Background(), "150ms"}, // first in line: 100 ms, fits
+					{3, context.Background(), "150ms"}, // second: 200 ms > 150 ms, refused
+					{4, context.Background(), "50ms"},  // any wait is too long: refused
+					{5, soon, "1m"},                    // the context's 50 ms: refused
+					{6, context.Background(), ""},      // QueueTimeout's 10 s: admitted
+					{7, context.Background(), "1m"},    // longer than QueueTimeout: QueueTimeout's
+				} {
+					sendBy(r, a.ctx, a.id, a.wait, t0, out)
+					synctest.Wait()
+				}
+				got := map[int]int{}
+				for range 3 {
+					res := <-out
+					assert.Zero(t, res.at, "request %d refused at once", res.id)
+					got[res.id] = res.code
+				}
+				assert.Equal(t, map[int]int{3: 503, 4: 503, 5: 503}, got)
+				for range 4 {
+					res := <-out
+					got[res.id] = res.code
+				}
+				assert.Equal(t, map[int]int{1: 200, 2: 200, 3: 503, 4: 503, 5: 503, 6: 200, 7: 200}, got)
+
+				sendBy(r, context.Background(), 8, "50ms", t0, out)
+				assert.Equal(t, http.StatusOK, (<-out).code, "a free slot: no wait, so the budget does not matter")
+				st := q.Stats()
+				assert.EqualValues(t, 3, st.QueueFull)
+				assert.Zero(t, st.QueueTimeout)
+			})
+		})
+	}
+	// Without Config.Deadline, RejectEarly looks at QueueTimeout only, as
+	// before: the context's deadline ends the wait as a queue timeout.
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
+			RejectEarly: true})
+		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+		out := make(chan result, 4)
+		send(r, context.Background(), 0, time.Now(), out)
+		require.Equal(t, http.StatusOK, (<-out).code)
+		soon, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		send(r, context.Background(), 1, t0, out)
+		synctest.Wait()
+		sendBy(r, soon, 2, "1ms", t0, out)
+		res := <-out
+		assert.Equal(t, result{id: 2, code: http.StatusRequestTimeout, at: 50 * time.Millisecond}, result{id: res.id, code: res.code, at: res.at})
+		assert.Equal(t, http.StatusOK, (<-out).code)
+	})
+}
+
+// With Config.Deadline, a request that sends no deadline and finds a free
+// slot allocates nothing more than without the Queue.
+func TestDeadlineWithoutHeaderAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; `make test` runs this test in one")
+	}
+	h := func(c *gin.Context) { c.Status(http.StatusNoContent) }
+	bare := gin.New()
+	bare.GET("/", h)
+	q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
+	guarded := gin.New()
+	guarded.Use(q.Handler())
+	guarded.GET("/", h)
+
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	w := &discardWriter{h: http.Header{}}
+	allocs := func(r *gin.Engine) float64 {
+		return testing.AllocsPerRun(1000, func() { r.ServeHTTP(w, req) })
+	}
+	assert.Equal(t, allocs(bare), allocs(guarded))
+	assert.EqualValues(t, 1001, q.Stats().Served)
+}
