@@ -286,3 +286,42 @@ func TestStatsCountSlots(t *testing.T) {
 		assert.Equal(t, Counts{Limit: 6, Fast: 2, Finished: 4}, d.Counts())
 	})
 }
+
+// Under CoDel's LIFO, while the queue stands, the head is the newest waiter:
+// a cost-4 newest waiter holds the line as an oldest one does, nobody is
+// granted past it, and it is granted its 4 slots, not the 1 that would fit
+// the waiter before it.
+func TestLIFOHeadHoldsTheLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 8, QueueTimeout: time.Minute,
+			CoDel: &CoDel{Target: 10 * time.Millisecond, Interval: 10 * time.Millisecond, LIFO: true}})
+		for range 4 {
+			require.NotZero(t, d.TryAcquire())
+		}
+		first := acquireCost(d, context.Background(), Arrival{Cost: 1}) // the queue is busy from now on
+		time.Sleep(8 * time.Millisecond)
+		light := acquireCost(d, context.Background(), Arrival{Cost: 1})
+		time.Sleep(time.Millisecond)
+		heavy := acquireCost(d, context.Background(), Arrival{Cost: 4})
+		time.Sleep(time.Millisecond) // 10 ms: the queue stands, the first waiter is dropped
+		synctest.Wait()
+		assert.ErrorIs(t, (<-first).err, ErrQueueTimeout)
+
+		d.Release(Ticket{})
+		synctest.Wait()
+		assert.True(t, pending(light), "a waiter passed the newest, heavy head")
+		assert.True(t, pending(heavy))
+		for range 3 {
+			d.Release(Ticket{})
+		}
+		h := <-heavy
+		require.NoError(t, h.err)
+		assert.Equal(t, 4, h.t.Cost)
+		assert.True(t, pending(light))
+		d.Release(h.t)
+		l := <-light
+		require.NoError(t, l.err)
+		d.Release(l.t)
+		assert.Equal(t, BackendStats{Limit: 4, Served: 6}, d.Stats())
+	})
+}
