@@ -237,11 +237,13 @@ func (q *Queue) serve(c *gin.Context) {
 	var t Ticket
 	var wait time.Duration
 	var n uint64 // slots the fast path took so far, this one included; 0 if not
+	// The slots asked for: only a request of cost 1 tries the fast path.
 	cost := 1
-	if q.cost != nil {
-		cost = max(q.cost(c), 1)
-	}
-	if q.fast != nil && cost == 1 {
+	if q.cost == nil {
+		if q.fast != nil {
+			n = q.fast.TryAcquire()
+		}
+	} else if cost = max(q.cost(c), 1); cost == 1 && q.fast != nil {
 		n = q.fast.TryAcquire()
 	}
 	if n == 0 {
