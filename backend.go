@@ -39,6 +39,11 @@ type Limits struct {
 	MaxQueue        int           // zero: no waiting room; at most MaxLimit
 	QueueTimeout    time.Duration // zero: no time limit
 	MaxQueuePerFlow int           // zero: no cap per flow; at most MaxQueue
+	// Weighted is set when Config.Cost is: an Arrival may then ask for more
+	// than one slot (Arrival.Cost). A Backend that counts every request as
+	// one slot must refuse it in Start, rather than ignore the costs. False:
+	// every Arrival.Cost is 1 (or zero, which means 1).
+	Weighted bool
 
 	// CoDel is Config.CoDel with its defaults filled in, a copy the Backend
 	// may keep; nil means off. A Backend that cannot honour it must refuse
@@ -93,23 +98,39 @@ type Arrival struct {
 	// runs whatever MaxAhead says. A FastBackend applies it as the request
 	// takes its place; the Queue estimates it from Stats for other Backends.
 	MaxAhead int
+	// Cost is how many slots the request holds while it runs (Config.Cost).
+	// Zero or below means 1. A Backend that counts slots grants a cost above
+	// its limit as the whole limit (the request runs alone), and serves a
+	// waiter that needs more slots than are free only once they are, letting
+	// nobody of its priority past it; the in-memory Backend does. Above 1
+	// only when Limits.Weighted is set.
+	Cost int
 }
 
 // Ticket is what a Backend hands out with a slot and takes back on Release.
-// Its ID belongs to the Backend; the Queue passes it back untouched.
+// Its ID and Cost belong to the Backend; the Queue passes it back untouched.
 type Ticket struct {
 	ID uint64
+	// Cost is the number of slots the Ticket holds, as granted (Arrival.Cost
+	// after clamping to the limit of that moment), so that Release gives
+	// back exactly those, whatever the limit is by then. Zero means one: the
+	// Ticket{} that gives back a slot of FastBackend.TryAcquire.
+	Cost int
 }
 
-// BackendStats is a Backend's view of its slots and queue.
+// BackendStats is a Backend's view of its slots and queue. Running and Limit
+// count slots, Queued and Served requests: without Limits.Weighted every
+// request holds one slot, so the two are the same.
 type BackendStats struct {
-	Running int // requests holding a slot
-	Queued  int // requests waiting for one
+	Running int // slots held by running requests
+	Queued  int // requests waiting for slots
 	Limit   int // slots in all
-	// Served counts the slots handed out since Start: the Tickets of
-	// Acquire and, for a FastBackend, the slots TryAcquire took. A grant that
-	// Acquire took back (its caller left in the same instant) does not
-	// count. It only grows, and is never below Running.
+	// Served counts the requests granted slots since Start, whatever their
+	// cost: the Tickets of Acquire and, for a FastBackend, the slots
+	// TryAcquire took. A grant that Acquire took back (its caller left in
+	// the same instant) does not count. It only grows. Without
+	// Limits.Weighted it is never below Running; with it, Running is never
+	// above the slots the requests counted in Served were granted.
 	Served uint64
 	// QueuedByPriority splits Queued by priority, highest first; nil when
 	// nobody waits.
@@ -151,8 +172,9 @@ type Backend interface {
 	// make a queue timeout.
 	Acquire(ctx context.Context, a Arrival) (Ticket, error)
 
-	// Release gives back the slot of a Ticket from Acquire. It never blocks
-	// for long: a remote backend retries in the background.
+	// Release gives back the slots of a Ticket from Acquire (Ticket.Cost of
+	// them, even if the limit moved since). It never blocks for long: a
+	// remote backend retries in the background.
 	Release(t Ticket)
 
 	// Stats reports the current slots and queue. It must not block behind
@@ -161,7 +183,8 @@ type Backend interface {
 	// Retry-After; every queued arrival with RejectEarly; every adaptive
 	// window), so keep it cheap. Queue.Stats passes on what it returns:
 	// QueuedByPriority must add up to Queued (nil when nobody waits), and
-	// Served must never be below Running.
+	// Served must never be below Running (in a Backend that counts every
+	// request as one slot; see BackendStats.Served).
 	Stats() BackendStats
 
 	// Drain returns once every slot this Backend granted in this process has
@@ -178,9 +201,9 @@ type Backend interface {
 // in-memory Backend is one. Queue.SetLimit and the adaptive limit need it.
 type LimitSetter interface {
 	// SetLimit sets the number of slots. Raising it grants waiters at once;
-	// lowering it preempts nobody: running requests finish, and nobody is
-	// admitted until fewer than n run. It returns CheckLimit's error for an
-	// n out of range.
+	// lowering it preempts nobody: running requests finish, and a request is
+	// admitted only once its slots fit under n beside those still held. It
+	// returns CheckLimit's error for an n out of range.
 	SetLimit(n int) error
 }
 
@@ -193,26 +216,30 @@ type LimitSetter interface {
 type FastBackend interface {
 	Backend
 
-	// TryAcquire takes a slot if one is free and nobody waits, and returns
+	// TryAcquire takes one slot if one is free and nobody waits, and returns
 	// how many slots it has taken so far, this one included; 0 means it took
-	// none (the Queue then calls Acquire). A slot it took is given back with
-	// Release(Ticket{}). It must never let a request pass one that waits,
-	// and must take nothing once Close has been called: the Queue tries it
-	// before anything else, so an arrival after Close is answered as closed
-	// only if TryAcquire refuses it. It is called on every request: it must
-	// not allocate, and should not wait for a lock that waiters hold.
+	// none (the Queue then calls Acquire). The Queue calls it only for a
+	// request of cost 1; heavier ones go to Acquire. A slot it took is given
+	// back with Release(Ticket{}). It must never let a request pass one that
+	// waits (a waiter that needs more slots than are free included), and
+	// must take nothing once Close has been called: the Queue tries it before
+	// anything else, so an arrival after Close is answered as closed only if
+	// TryAcquire refuses it. It is called on every request of cost 1: it
+	// must not allocate, and should not wait for a lock that waiters hold.
 	TryAcquire() uint64
 
 	// Counts reports the slots and the queue now, without the split by
-	// priority. Running must never exceed the Served of Stats.
+	// priority. Running must never exceed the Served of Stats (without
+	// Limits.Weighted; see BackendStats.Served).
 	Counts() Counts
 }
 
-// Counts is a FastBackend's cheap view of itself.
+// Counts is a FastBackend's cheap view of itself. Running and Limit count
+// slots, Queued requests.
 type Counts struct {
 	Running, Queued, Limit int
-	// Fast counts the slots TryAcquire took (requests served without
-	// waiting, whose wait the Queue records as zero); Finished the Releases.
-	// Both only grow.
+	// Fast counts the slots TryAcquire took (requests of cost 1 served
+	// without waiting, whose wait the Queue records as zero); Finished the
+	// Releases (requests, whatever their cost). Both only grow.
 	Fast, Finished uint64
 }

@@ -97,12 +97,13 @@ type Config struct {
 	// queue-full, queue-timeout and closed responses (preset for their
 	// hooks too) until a request has finished, rounded up to whole seconds.
 	// From then on the header is how long the slots need to serve everyone
-	// queued, (queued + 1) × the measured mean handler time ÷ the limit
-	// (idle periods do not change that mean), rounded up to whole seconds
-	// and capped at QueueTimeout rounded down to whole seconds, by when every
-	// current waiter has left; never below 1, the header's smallest value,
-	// so a QueueTimeout under a second still answers 1. Zero means one
-	// second. Negative is refused.
+	// queued, (queued + 1) × the measured mean slot time ÷ the limit (the
+	// slot time of a request is its handler time × the slots it held, see
+	// Cost; idle periods do not change that mean), rounded up to whole
+	// seconds and capped at QueueTimeout rounded down to whole seconds, by
+	// when every current waiter has left; never below 1, the header's
+	// smallest value, so a QueueTimeout under a second still answers 1. Zero
+	// means one second. Negative is refused.
 	RetryAfter time.Duration
 
 	// Priority ranks a request: when a slot frees, a waiter of a higher
@@ -127,6 +128,22 @@ type Config struct {
 	// MaxQueue. It needs FlowKey and must not exceed MaxQueue.
 	MaxQueuePerFlow int
 
+	// Cost weighs a request: it returns how many slots the request holds
+	// while it runs, so that a heavy route (an export, a report) counts as
+	// several light ones against MaxConcurrent and the limit. A cost below
+	// 1 counts as 1; one above the limit at the moment of the grant counts
+	// as the whole limit (the request runs alone), and keeps the slots it
+	// was granted until it finishes, whatever the limit does meanwhile. A
+	// waiter at the head of the queue whose slots are not all free holds
+	// the line: nobody of its priority is served before it, and nobody
+	// takes a slot without queueing while it waits, so heavy requests are
+	// never starved by light ones. Running, Limit and the metrics count
+	// slots; Served and the other counters count requests. Nil means every
+	// request holds one slot. It runs on the request's goroutine, on every
+	// request that passes Skip. The in-memory Backend honours it; a Backend
+	// that cannot (see Limits.Weighted) makes NewQueue fail.
+	Cost func(*gin.Context) int
+
 	// OnOutcome is called once per request that passed Skip, with its
 	// outcome and how long it waited in the queue: for a served request
 	// after the handler chain returned and its slot was given back, for the
@@ -146,10 +163,11 @@ type Config struct {
 	// has left, when that is less), instead of a 408 once the time is spent.
 	// The expected wait counts only the waiters that would be served before
 	// the arrival (higher priorities, and the turns of other flows), at the
-	// rate the slots serve (the limit over the measured handler time); until
-	// a handler time is measured nobody is refused. False means
-	// every arrival that finds a place waits. It needs QueueTimeout and
-	// MaxQueue above zero.
+	// rate the slots serve (the limit over the measured mean slot time, as
+	// for RetryAfter; with Cost, the waiters count as requests of the mix
+	// served so far, whatever each costs); until a handler time is measured
+	// nobody is refused. False means every arrival that finds a place waits.
+	// It needs QueueTimeout and MaxQueue above zero.
 	RejectEarly bool
 
 	// Adaptive, when set, moves the limit with the measured handler latency
@@ -281,7 +299,7 @@ func (c Config) Validate() error {
 // limits returns the part of c that a Backend needs.
 func (c Config) limits() Limits {
 	l := Limits{MaxConcurrent: c.MaxConcurrent, MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout,
-		MaxQueuePerFlow: c.MaxQueuePerFlow}
+		MaxQueuePerFlow: c.MaxQueuePerFlow, Weighted: c.Cost != nil}
 	if c.CoDel != nil {
 		cd := c.CoDel.withDefaults() // a copy: the Config's can change afterwards
 		l.CoDel = &cd

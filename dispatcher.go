@@ -25,6 +25,12 @@ import (
 //   - Acquire takes a slot at once only when one is free and nobody waits, so
 //     no arrival overtakes a waiter. That check is one CAS on state, without
 //     the mutex, which keeps an unsaturated throttle nearly free.
+//   - A request may cost several slots (Arrival.Cost, clamped to the limit
+//     when it is granted). A head waiter whose slots are not all free holds
+//     the line: nobody behind it is granted, and since it waits slowBit is
+//     set, so nobody takes the fast path either; the slots it needs free up
+//     as holders release. Arrivals of a higher priority still go first, and
+//     a waiter that leaves the head lets grantLocked look again.
 //   - Otherwise the request parks on a waiter; every decision about waiters is
 //     made under mu, and every section under mu ends with unlock, which
 //     settles slowBit and the mirrors first.
@@ -43,11 +49,14 @@ type dispatcher struct {
 	// the slots held (low 32 bits), the limit (the next 31) and slowBit.
 	// Holding both counts and the bit in one word makes each decision one
 	// atomic step: a CAS that succeeds on state s admits exactly when s
-	// admits (slowBit clear, running < limit), whatever happened between
-	// the load and the CAS, since equal words mean equal counts, limit and
-	// bit. A hand-off by a releaser leaves running where it was (the
-	// release takes one, the grant adds one back), which is harmless for
-	// the same reason: the word only says what is true now.
+	// admits (slowBit clear, running + cost <= limit), whatever happened
+	// between the load and the CAS, since equal words mean equal counts,
+	// limit and bit. A hand-off by a releaser leaves running where it was
+	// (the release takes its slots, the grant adds the waiter's back), which
+	// is harmless for the same reason: the word only says what is true now.
+	// Slots are only ever added when they fit under the limit, and a cost
+	// is at most the limit, so running never exceeds the highest limit
+	// there has been (MaxLimit), and fits its 32 bits.
 	//
 	// While slowBit is clear nobody waits, the dispatcher is open and nobody
 	// drains, so Acquire is one CAS and Release one Add, without mu. While
@@ -62,13 +71,22 @@ type dispatcher struct {
 	state atomic.Uint64
 
 	// Counters that only grow, for Stats: fastServed counts the slots the
-	// fast path took, slowServed the grants kept through the slow path (a
-	// slot taken at once or a hand-off its waiter kept), finished the
-	// Releases. Served is fastServed + slowServed; running as Stats reports
-	// it is Served - finished, so Served >= Running in every snapshot.
-	fastServed atomic.Uint64
-	slowServed atomic.Uint64
-	finished   atomic.Uint64
+	// fast path took, slowServed the grants kept through Acquire (slots
+	// taken at once or a hand-off its waiter kept), finished the Releases;
+	// all three count requests. Served is fastServed + slowServed. The
+	// slots beyond the first of each grant kept and of each Release are in
+	// heavyServed and heavyFinished, which stay zero while every cost is 1,
+	// so the fast path and Release of a cost-1 request touch neither. The
+	// running slots Stats reports are (Served + heavyServed) - (finished +
+	// heavyFinished), the grants read before the releases (heavyServed
+	// before slowServed): a request counts its grant before it can release,
+	// so the result is never negative, and never above the slots the
+	// requests in Served were granted (without costs, never above Served).
+	fastServed    atomic.Uint64
+	slowServed    atomic.Uint64
+	finished      atomic.Uint64
+	heavyServed   atomic.Uint64
+	heavyFinished atomic.Uint64
 
 	mu sync.Mutex
 
@@ -147,6 +165,17 @@ func limitOf(s uint64) int64 { return int64(s >> limitShift & limitMask) }
 // admits reports whether state s lets an arrival take a slot without mu.
 func admits(s uint64) bool { return s&slowBit == 0 && running(s) < limitOf(s) }
 
+// fits returns the slots a request of the given cost (at least 1) is granted
+// in state s, its cost clamped to the limit of s, or 0 if they are not free.
+// It ignores slowBit.
+func fits(s uint64, cost int) uint64 {
+	n := min(int64(cost), limitOf(s))
+	if running(s)+n > limitOf(s) {
+		return 0
+	}
+	return uint64(n)
+}
+
 // waiterState is the fate of a waiter. It leaves waiting exactly once.
 type waiterState uint8
 
@@ -168,6 +197,11 @@ type waiter struct {
 	arrived                int64           // nanoseconds since dispatcher.epoch
 	ready                  chan struct{}   // capacity 1: one wake-up per use
 	state                  waiterState     // guarded by dispatcher.mu until the wake-up is received
+	// cost is the slots asked for (at least 1) while it waits, and once
+	// granted the slots granted (clamped to the limit). Guarded like state;
+	// it does not change while the waiter is in the room, which counts the
+	// waiters whose cost is above 1.
+	cost int
 }
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
@@ -207,10 +241,15 @@ func (d *dispatcher) Start(l Limits) error {
 	return nil
 }
 
-// Acquire implements Backend. It applies a.MaxAhead.
+// Acquire implements Backend. It applies a.MaxAhead, and grants a.Cost slots
+// (at least 1, at most the limit at the grant), carried in the Ticket.
 func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
-	if d.TryAcquire() != 0 {
-		return Ticket{}, nil
+	if a.Cost <= 1 {
+		if d.TryAcquire() != 0 {
+			return Ticket{}, nil
+		}
+	} else if n := d.tryAcquireN(a.Cost); n != 0 {
+		return Ticket{Cost: int(n)}, nil
 	}
 	return d.acquireSlow(ctx, a)
 }
@@ -232,9 +271,42 @@ func (d *dispatcher) TryAcquire() uint64 {
 	}
 }
 
-// acquireSlow is Acquire when the fast path failed: take a slot under mu if
-// one is free and nobody waits, else wait for one, unless a.MaxAhead refuses.
+// tryAcquireN is TryAcquire for a request of cost above 1: it takes the
+// request's slots (its cost clamped to the limit) without mu when they are
+// free and slowBit is clear, and returns how many it took, or 0. The grant
+// counts as one through Acquire, not as a fast one: the Queue records its
+// wait.
+func (d *dispatcher) tryAcquireN(cost int) uint64 {
+	for {
+		d.at(stepFastLoad)
+		st := d.state.Load()
+		n := fits(st, cost)
+		if st&slowBit != 0 || n == 0 {
+			return 0
+		}
+		d.at(stepFastCAS)
+		if d.state.CompareAndSwap(st, st+n) {
+			d.served(n)
+			return n
+		}
+	}
+}
+
+// served counts a grant of n slots kept through Acquire: the request, then
+// its slots beyond the first. counts reads them the other way round, so the
+// extra slots it sees belong to requests it counts.
+func (d *dispatcher) served(n uint64) {
+	d.slowServed.Add(1)
+	if n > 1 {
+		d.heavyServed.Add(n - 1)
+	}
+}
+
+// acquireSlow is Acquire when the fast path failed: take the slots under mu
+// if they are free and nobody waits, else wait for them, unless a.MaxAhead
+// refuses.
 func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error) {
+	cost := max(a.Cost, 1)
 	d.lock()
 	if d.closed {
 		d.unlock()
@@ -251,14 +323,14 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 				continue // a fast path or a release moved: look again
 			}
 		}
-		if running(st) < limitOf(st) {
-			// A slot is free and nobody waits: take it. Only releases can
-			// change state now, and they only free slots.
+		if n := fits(st, cost); n != 0 {
+			// The slots are free and nobody waits: take them. Only
+			// releases can change state now, and they only free slots.
 			d.at(stepSlowTake)
-			d.state.Add(1)
+			d.state.Add(n)
 			d.unlock()
-			d.slowServed.Add(1)
-			return Ticket{}, nil
+			d.served(n)
+			return Ticket{Cost: int(n)}, nil
 		}
 		break
 	}
@@ -274,23 +346,32 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		d.unlock()
 		return Ticket{}, errRejectedEarly
 	}
+	// With a waiter of cost above 1 in the room, free slots can wait for
+	// it at the head: this arrival (or the eviction that makes its place)
+	// may change the head, so look again once it is in.
+	heavy := d.room.heavy > 0
 	if !d.makeRoom(a) {
 		d.unlock()
 		return Ticket{}, ErrQueueFull
 	}
-	w := d.newWaiter(ctx)
+	w := d.newWaiter(ctx, cost)
 	d.push(w, a)
+	if heavy || d.room.heavy > 0 {
+		d.grantLocked()
+	}
 	d.unlock()
 
 	select {
 	case <-w.ready:
+		var t Ticket
 		err := w.err()
 		if err == nil {
-			d.slowServed.Add(1)
+			t.Cost = w.cost
+			d.served(uint64(w.cost))
 		}
 		w.ctx = nil
 		d.waiters.Put(w)
-		return Ticket{}, err
+		return t, err
 	case <-ctx.Done():
 	}
 
@@ -299,14 +380,18 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	err := ctx.Err()
 	switch w.state {
 	case waiting:
+		heavy := d.room.heavy > 0
 		d.room.remove(w)
+		if heavy {
+			d.grantLocked() // w may have held the line
+		}
 	case granted:
 		// The grant and the hang-up came in the same instant. Nobody will run
-		// on this slot: give it back (it was never counted as served) and
-		// hand it to the next waiter.
+		// on these slots: give them back (they were never counted as
+		// served) and hand them to the next waiter.
 		<-w.ready
 		d.at(stepRelease)
-		d.state.Add(^uint64(0))
+		d.state.Add(-uint64(w.cost))
 		d.grantLocked()
 	default:
 		// Timed out, evicted or closed first: that outcome stands.
@@ -318,16 +403,18 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	return Ticket{}, err
 }
 
-// newWaiter takes a waiter from the pool, arrived now. A waiter goes back to
-// the pool only when its wake-up, if any, has been received and it is on no
-// list, so a pooled waiter is referenced by nobody. Requires d.mu.
-func (d *dispatcher) newWaiter(ctx context.Context) *waiter {
+// newWaiter takes a waiter from the pool, arrived now, asking for cost slots.
+// A waiter goes back to the pool only when its wake-up, if any, has been
+// received and it is on no list, so a pooled waiter is referenced by nobody.
+// Requires d.mu.
+func (d *dispatcher) newWaiter(ctx context.Context, cost int) *waiter {
 	w, _ := d.waiters.Get().(*waiter)
 	if w == nil {
 		w = &waiter{ready: make(chan struct{}, 1)}
 	}
 	w.ctx = ctx
 	w.state = waiting
+	w.cost = cost
 	w.arrived = d.now()
 	return w
 }
@@ -360,8 +447,9 @@ func (w *waiter) err() error {
 	}
 }
 
-// Counts implements FastBackend. Running is Served - Finished, read in that
-// order, so it is never above the served count and never negative.
+// Counts implements FastBackend. Running is the slots granted less those
+// released, read in that order, so it is never negative, and never above the
+// served count while every cost is 1 (see dispatcher.heavyServed).
 func (d *dispatcher) Counts() Counts {
 	c, _ := d.counts()
 	return c
@@ -369,10 +457,11 @@ func (d *dispatcher) Counts() Counts {
 
 // counts is Counts and the served count, from one read of each counter.
 func (d *dispatcher) counts() (c Counts, served uint64) {
+	heavy := d.heavyServed.Load() // before slowServed: see served
 	fast, slow := d.fastServed.Load(), d.slowServed.Load()
-	finished := d.finished.Load()
+	finished, heavyDone := d.finished.Load(), d.heavyFinished.Load()
 	return Counts{
-		Running:  int(max(int64(fast+slow-finished), 0)),
+		Running:  int(max(int64(fast+slow+heavy-finished-heavyDone), 0)),
 		Queued:   int(d.queuedN.Load()),
 		Limit:    int(limitOf(d.state.Load())),
 		Fast:     fast,
@@ -380,11 +469,17 @@ func (d *dispatcher) counts() (c Counts, served uint64) {
 	}, fast + slow
 }
 
-// Release implements Backend.
-func (d *dispatcher) Release(Ticket) {
+// Release implements Backend: it gives back t.Cost slots (one for a Ticket
+// of cost 0 or 1), those granted, whatever the limit is now.
+func (d *dispatcher) Release(t Ticket) {
+	n := uint64(1)
+	if t.Cost > 1 {
+		n = uint64(t.Cost)
+		d.heavyFinished.Add(n - 1)
+	}
 	d.finished.Add(1)
 	d.at(stepRelease)
-	if d.state.Add(^uint64(0))&slowBit == 0 {
+	if d.state.Add(-n)&slowBit == 0 {
 		return
 	}
 	d.lock()
@@ -392,25 +487,30 @@ func (d *dispatcher) Release(Ticket) {
 	d.unlock()
 }
 
-// grantLocked wakes head waiters, in order, while slots are free, and tells a
-// drainer when none is held. A waiter past its deadline is timed out, not
-// granted. Under CoDel with LIFO, while the queue stands, the head is the
-// newest waiter of the flow whose turn it is. Requires d.mu.
+// grantLocked wakes head waiters, in order, while the head's slots are free,
+// and tells a drainer when none is held. A head whose slots are not all free
+// holds the line: nobody behind it is granted. A waiter past its deadline is
+// timed out, not granted. Under CoDel with LIFO, while the queue stands, the
+// head is the newest waiter of the flow whose turn it is. Requires d.mu.
 func (d *dispatcher) grantLocked() {
-	now := int64(-1) // read the clock once, and only if a waiter is granted
-	for d.room.n > 0 && d.grantable() {
-		var w *waiter
-		if c := d.codel; c == nil || !c.lifo {
-			w = d.room.next()
-		} else {
+	now := int64(-1) // read the clock once, and only if a waiter is granted or LIFO may apply
+	for d.room.n > 0 {
+		lifo := false
+		if c := d.codel; c != nil && c.lifo {
 			if now < 0 {
 				now = d.now()
 			}
-			if d.standing(now) {
-				w = d.room.newest()
-			} else {
-				w = d.room.next()
-			}
+			lifo = d.standing(now)
+		}
+		n := d.grantable(d.room.peek(lifo))
+		if n == 0 {
+			break
+		}
+		var w *waiter // the waiter peek returned
+		if lifo {
+			w = d.room.newest()
+		} else {
+			w = d.room.next()
 		}
 		if w.ctx.Err() != nil {
 			// Its client left and it has not noticed yet: the slot goes to
@@ -431,7 +531,8 @@ func (d *dispatcher) grantLocked() {
 			}
 		}
 		d.at(stepGrantTake)
-		d.state.Add(1) // the slot goes to w
+		d.state.Add(n) // the slots go to w
+		w.cost = int(n)
 		d.wake(w, granted)
 	}
 	if d.idle != nil && running(d.state.Load()) == 0 {
@@ -568,6 +669,7 @@ func (d *dispatcher) expire() {
 		return
 	}
 	now := d.now()
+	heavy := d.room.heavy > 0
 	// One budget for the whole sweep: removing waiters cannot make the queue
 	// stand or stop standing until it is empty, and then the sweep ends.
 	budget := d.budget(now)
@@ -577,11 +679,15 @@ func (d *dispatcher) expire() {
 	if d.room.n > 0 {
 		d.arm(d.wakeAt(now))
 	}
+	if heavy {
+		d.grantLocked() // a waiter that held the line may have gone
+	}
 }
 
 // SetLimit implements LimitSetter. Raising the limit wakes waiters at once;
-// lowering it lets running requests finish and admits nobody until running
-// is below the new limit.
+// lowering it lets running requests finish and admits nobody until the head
+// waiter's slots fit beside those still held. Tickets granted before keep
+// the cost they were granted, and Release gives back exactly that.
 func (d *dispatcher) SetLimit(n int) error {
 	if err := CheckLimit(n); err != nil {
 		return err
@@ -668,11 +774,11 @@ func (d *dispatcher) Drain(ctx context.Context) error {
 	}
 }
 
-// grantable reports whether a slot is free for a waiter. Requires d.mu.
-func (d *dispatcher) grantable() bool {
+// grantable returns the slots w is granted now, or 0 if they are not free.
+// Requires d.mu: the limit cannot move before they are added.
+func (d *dispatcher) grantable(w *waiter) uint64 {
 	d.at(stepGrantRead)
-	st := d.state.Load()
-	return running(st) < limitOf(st)
+	return fits(d.state.Load(), w.cost)
 }
 
 // step names an atomic step for the interleaving tests.

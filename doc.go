@@ -46,7 +46,8 @@
 // # More
 //
 // Config.Priority and Config.FlowKey order the queue by importance and make
-// clients take turns. Config.Adaptive moves the limit with the measured
+// clients take turns. Config.Cost weighs heavy requests as several slots.
+// Config.Adaptive moves the limit with the measured
 // handler latency. The promqueue module exports Stats to Prometheus, and the
 // redisqueue module is a Backend that gives a whole fleet one limit. The
 // repository's README and docs folder cover sizing, every Config field and

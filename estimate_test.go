@@ -72,16 +72,16 @@ func TestServiceEstimate(t *testing.T) {
 	_, ok := m.mean()
 	assert.False(t, ok, "nothing measured yet")
 	for range 100 {
-		m.sample(20 * time.Millisecond)
+		m.sample(20*time.Millisecond, 1)
 	}
 	got, ok := m.mean()
 	assert.True(t, ok)
 	assert.Equal(t, 20*time.Millisecond, got.Round(time.Microsecond))
-	m.sample(-time.Second) // a clock step: counted as zero, never negative
+	m.sample(-time.Second, 1) // a clock step: counted as zero, never negative
 	got, _ = m.mean()
 	assert.Positive(t, got)
 	for range 60 {
-		m.sample(100 * time.Millisecond)
+		m.sample(100*time.Millisecond, 1)
 	}
 	got, _ = m.mean()
 	assert.InDelta(t, 100, got.Seconds()*1000, 5, "slower handlers show within 60 samples")

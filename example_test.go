@@ -82,6 +82,36 @@ func ExampleConfig_Validate() {
 	// Output: ginqueue: Config.MaxQueue must not be negative, got -1
 }
 
+// Config.Cost weighs a request: an export holds 3 of the 4 slots while it
+// runs, so one ordinary request fits beside it. Running counts slots, Served
+// requests.
+func ExampleConfig_cost() {
+	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 4, MaxQueue: 8, QueueTimeout: time.Second,
+		Cost: func(c *gin.Context) int {
+			if c.FullPath() == "/export" {
+				return 3
+			}
+			return 1
+		}})
+	if err != nil {
+		panic(err)
+	}
+	defer q.Close()
+
+	r := gin.New()
+	r.Use(q.Handler())
+	r.GET("/export", func(c *gin.Context) {
+		fmt.Println("export running, slots held:", q.Stats().Running)
+		c.Status(http.StatusOK)
+	})
+	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/export", nil))
+	st := q.Stats()
+	fmt.Printf("served %d, running %d\n", st.Served, st.Running)
+	// Output:
+	// export running, slots held: 3
+	// served 1, running 0
+}
+
 // A client says how long it will wait in a header: the handler's context
 // ends then, and a client with no time left is answered at once, without
 // running the handler.

@@ -49,17 +49,23 @@ func FuzzConfigValidate(f *testing.F) {
 	})
 }
 
-// FuzzSchedule turns bytes into a schedule of arrivals (with priorities and
-// flows), hang-ups, releases, limit changes, time passing and a Close, played
-// against the dispatcher in fake time. After every step it checks: every
-// arrival has at most one outcome and, at the end, exactly one; the holders
-// are what Stats says; the queue never exceeds MaxQueue nor a flow its cap;
-// nobody waits while a slot is free; within a priority and flow, grants
-// follow arrival order; a timeout comes exactly QueueTimeout after arrival.
+// FuzzSchedule turns bytes into a schedule of arrivals (with priorities,
+// flows and, in some schedules, costs from 0 to 3), hang-ups, releases, limit
+// changes, time passing and a Close, played against the dispatcher in fake
+// time. After every step it checks: every arrival has at most one outcome
+// and, at the end, exactly one; the slots the holders were granted are what
+// Stats says, each between 1 and the cost asked for; the queue never exceeds
+// MaxQueue nor a flow its cap; no head waits while its slots are free; within
+// a priority and flow, grants follow arrival order; a timeout comes exactly
+// QueueTimeout after arrival.
 func FuzzSchedule(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 1, 0, 2, 3, 50, 1, 0, 2, 0, 3, 200})
 	f.Add([]byte{9, 9, 0, 0, 0, 0, 0, 5, 0, 7, 1, 1, 4, 3, 1, 1, 2, 1, 3, 255, 5})
 	f.Add([]byte("arrivals and hang-ups and time passing, then a close"))
+	// Costs (data[0]&0x40): a cost-3 head on 4 slots, cost-1 and cost-2
+	// arrivals behind it, releases, a lowered and a raised limit.
+	f.Add([]byte{0x43, 5, 0, 0x00, 0, 0x00, 0, 0x30, 1, 0x10, 0, 0x20, 2, 0, 5, 2, 2, 1, 5, 4, 2, 0, 2, 0})
+	f.Add([]byte{0xc3, 0x84, 0, 0x30, 1, 0x34, 0, 0x11, 3, 0, 4, 30, 2, 1, 0, 0x25, 4, 255, 2, 0, 2, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
 			return
@@ -71,6 +77,8 @@ func FuzzSchedule(f *testing.F) {
 type fuzzArrival struct {
 	prio      int
 	flow      string
+	cost      int    // asked for: 0 means 1
+	ticket    Ticket // once granted
 	at        time.Duration
 	cancel    context.CancelFunc
 	outcome   error // nil while waiting or holding
@@ -94,6 +102,7 @@ func playSchedule(t *testing.T, data []byte) {
 	if l.MaxQueue == 0 {
 		l.QueueTimeout = 0
 	}
+	weighted := data[0]&0x40 != 0
 	d := NewMemoryBackend().(*dispatcher)
 	if err := d.Start(l); err != nil {
 		t.Fatalf("start %+v: %v", l, err)
@@ -101,6 +110,7 @@ func playSchedule(t *testing.T, data []byte) {
 	t0 := time.Now()
 	type outcome struct {
 		id  int
+		t   Ticket
 		err error
 		at  time.Duration
 	}
@@ -117,7 +127,10 @@ func playSchedule(t *testing.T, data []byte) {
 					t.Fatalf("arrival %d got a second outcome %v", r.id, r.err)
 				}
 				if r.err == nil {
-					a.holds, a.grantStep = true, step
+					a.holds, a.grantStep, a.ticket = true, step, r.t
+					if n := max(r.t.Cost, 1); n > max(a.cost, 1) {
+						t.Fatalf("arrival %d of cost %d was granted %d slots", r.id, a.cost, n)
+					}
 				} else {
 					a.done, a.outcome = true, r.err
 					if errors.Is(r.err, ErrQueueTimeout) && r.at-a.at != l.QueueTimeout {
@@ -131,24 +144,26 @@ func playSchedule(t *testing.T, data []byte) {
 	}
 	check := func() {
 		collect()
-		holders, waiting := 0, 0
+		slots, waiting := 0, 0
 		for _, a := range arrivals {
 			if a.holds {
-				holders++
+				slots += max(a.ticket.Cost, 1)
 			} else if !a.done {
 				waiting++
 			}
 		}
 		st := d.Stats()
-		if st.Running != holders || st.Queued != waiting {
-			t.Fatalf("step %d: stats %+v, but %d hold and %d wait", step, st, holders, waiting)
+		if st.Running != slots || st.Queued != waiting {
+			t.Fatalf("step %d: stats %+v, but %d slots are held and %d wait", step, st, slots, waiting)
 		}
 		if waiting > l.MaxQueue {
 			t.Fatalf("step %d: %d waiting, MaxQueue %d", step, waiting, l.MaxQueue)
 		}
-		if waiting > 0 && holders < st.Limit {
-			t.Fatalf("step %d: %d wait while %d of %d slots are held", step, waiting, holders, st.Limit)
+		d.mu.Lock()
+		if w := d.room.peek(false); w != nil && fits(d.state.Load(), w.cost) != 0 {
+			t.Fatalf("step %d: the head waits for %d slots while %d of %d are held", step, w.cost, slots, st.Limit)
 		}
+		d.mu.Unlock()
 		if l.MaxQueuePerFlow > 0 {
 			perFlow := map[string]int{}
 			for _, a := range arrivals {
@@ -168,7 +183,7 @@ func playSchedule(t *testing.T, data []byte) {
 			a := arrivals[(i+k)%len(arrivals)]
 			if a.holds {
 				a.holds, a.done = false, true
-				d.Release(Ticket{})
+				d.Release(a.ticket)
 				return true
 			}
 		}
@@ -180,11 +195,14 @@ func playSchedule(t *testing.T, data []byte) {
 		case 0, 1: // an arrival
 			ctx, cancel := context.WithCancel(context.Background())
 			a := &fuzzArrival{prio: int(arg%3) - 1, flow: string(rune('a' + arg>>2%3)), at: time.Since(t0), cancel: cancel}
+			if weighted {
+				a.cost = int(arg >> 4 % 4)
+			}
 			id := len(arrivals)
 			arrivals = append(arrivals, a)
 			go func() {
-				_, err := d.Acquire(ctx, Arrival{Priority: a.prio, Flow: a.flow})
-				results <- outcome{id, err, time.Since(t0)}
+				tk, err := d.Acquire(ctx, Arrival{Priority: a.prio, Flow: a.flow, Cost: a.cost})
+				results <- outcome{id, tk, err, time.Since(t0)}
 			}()
 		case 2: // a holder finishes
 			if len(arrivals) > 0 {

@@ -72,19 +72,22 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// Stats is a snapshot of a Queue. Counters only grow, from the Queue's
-// creation. Served is never below Running, and QueuedByPriority always adds
-// up to Queued (both come from one snapshot of the queue). Reading it never
-// waits for the queue's lock.
+// Stats is a snapshot of a Queue. Running and Limit count slots, everything
+// else requests: without Config.Cost a request holds one slot, so the two are
+// the same. Counters only grow, from the Queue's creation. Without
+// Config.Cost, Served is never below Running; with it, Running is never
+// above the slots granted to the requests counted in Served. QueuedByPriority
+// always adds up to Queued (both come from one snapshot of the queue).
+// Reading it never waits for the queue's lock.
 type Stats struct {
-	Running int // requests holding a slot now
+	Running int // slots held by running requests now (Config.Cost each, else 1)
 	Queued  int // requests waiting now
 	Limit   int // slots in all
 	// QueuedByPriority splits Queued by priority, highest first; nil when
 	// nobody waits.
 	QueuedByPriority []PriorityCount
 
-	Served       uint64 // requests that got a slot (counted when they take it, not when they finish)
+	Served       uint64 // requests that got their slots (counted when they take them, not when they finish)
 	QueueFull    uint64 // requests answered queue full
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
@@ -100,7 +103,7 @@ type Stats struct {
 	// last ten seconds (or since the previous look, when nobody looked for
 	// longer); zero until one has finished. It is what was delivered, which
 	// is the demand when nobody waits; Retry-After and RejectEarly use the
-	// measured handler time instead.
+	// measured slot time (handler time × slots held) instead.
 	DrainRate float64
 	// NoLoadLatency is the handler time the adaptive limit measured with
 	// few requests in flight; zero without Config.Adaptive or until measured.
@@ -114,6 +117,7 @@ type Queue struct {
 	backend      Backend
 	fast         FastBackend // backend, when it has a fast path
 	skip         func(*gin.Context) bool
+	cost         func(*gin.Context) int       // nil: every request holds one slot
 	deadline     func(*gin.Context) time.Time // nil: no client deadlines
 	priority     func(*gin.Context) int
 	flowKey      func(*gin.Context) string
@@ -175,6 +179,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 	q := &Queue{
 		backend:      b,
 		skip:         cfg.Skip,
+		cost:         cfg.Cost,
 		deadline:     cfg.Deadline,
 		priority:     cfg.Priority,
 		flowKey:      cfg.FlowKey,
@@ -232,19 +237,25 @@ func (q *Queue) serve(c *gin.Context) {
 	var t Ticket
 	var wait time.Duration
 	var n uint64 // slots the fast path took so far, this one included; 0 if not
-	if q.fast != nil {
+	// The slots asked for: only a request of cost 1 tries the fast path.
+	cost := 1
+	if q.cost == nil {
+		if q.fast != nil {
+			n = q.fast.TryAcquire()
+		}
+	} else if cost = max(q.cost(c), 1); cost == 1 && q.fast != nil {
 		n = q.fast.TryAcquire()
 	}
 	if n == 0 {
 		var err error
-		if t, wait, err = q.wait(c); err != nil {
+		if t, wait, err = q.wait(c, cost); err != nil {
 			q.reject(c, err, wait)
 			return
 		}
 	}
-	// The handler time of every request that waited, and of one in
-	// serviceEvery of the others (the first included), is a sample of how
-	// long a request holds its slot.
+	// The handler time of every request that went through Acquire, and of
+	// one in serviceEvery of the others (the first included), is a sample
+	// of how long a request holds its slots.
 	timed := n%serviceEvery == 1 || n == 0
 	if q.serverTiming {
 		if wait == 0 {
@@ -284,7 +295,7 @@ func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, s
 			q.adaptive.sample(gen, took)
 		}
 		if timed {
-			q.service.sample(took)
+			q.service.sample(took, max(t.Cost, 1))
 		}
 	}
 	q.release(t)
@@ -301,14 +312,16 @@ func (q *Queue) release(t Ticket) {
 	q.backend.Release(t)
 }
 
-// wait gets a slot for c from the Backend when the fast path could not. Only
-// a request that may have to wait pays for its priority, flow key and clock.
-func (q *Queue) wait(c *gin.Context) (Ticket, time.Duration, error) {
+// wait gets cost slots for c from the Backend when the fast path could not
+// (or, for a cost above 1, was not tried). Only a request that may have to
+// wait pays for its priority, flow key and clock.
+func (q *Queue) wait(c *gin.Context, cost int) (Ticket, time.Duration, error) {
 	if q.closed.Load() {
 		return Ticket{}, 0, ErrClosed
 	}
 	start := time.Now()
 	ctx, a := c.Request.Context(), q.arrival(c)
+	a.Cost = cost
 	budget := q.budget(ctx, start)
 	var t Ticket
 	var err error
@@ -358,11 +371,13 @@ var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout or
 
 // maxAhead is RejectEarly's bound, as Arrival.MaxAhead, for slots of the
 // given limit and an arrival that may wait budget (see budget): an arrival
-// whose expected wait, (ahead + 1) × handler time / limit, would exceed
-// budget has at least budget × limit / handler time waiters ahead. Zero (no
-// bound) with RejectEarly off, or before a handler time is measured, so
-// nobody is refused on a guess; -1 when even the first in line would wait
-// too long.
+// whose expected wait, (ahead + 1) × slot time / limit, would exceed budget
+// has at least budget × limit / slot time waiters ahead. The slot time is
+// the measured mean of handler time × slots held, so with Config.Cost the
+// waiters ahead count as requests of the mix served so far, whatever each
+// of them costs. Zero (no bound) with RejectEarly off, or before a handler
+// time is measured, so nobody is refused on a guess; -1 when even the first
+// in line would wait too long.
 func (q *Queue) maxAhead(limit int, budget time.Duration) int {
 	if !q.rejectEarly {
 		return 0
@@ -422,7 +437,7 @@ func drainTime(n int, perSlot time.Duration, limit int) time.Duration {
 
 // retryAfterNow is the Retry-After for a request turned away now, in whole
 // seconds, at least one: how long the slots take to serve the queue at the
-// measured handler time, and never more than QueueTimeout, by which time
+// measured slot time, and never more than QueueTimeout, by which time
 // every waiter now has left. Config.RetryAfter until a timed request has
 // finished.
 func (q *Queue) retryAfterNow() string {
@@ -565,10 +580,11 @@ func (q *Queue) Stats() Stats {
 
 // SetLimit changes the number of slots while the Queue runs. Raising it wakes
 // waiters at once; lowering it preempts nobody: running requests finish and
-// nobody is admitted until fewer than n run. With Config.Adaptive the
-// algorithm goes on from n (within its MinLimit and MaxLimit). It returns an
-// error (CheckLimit's) for n < 1 or n > MaxLimit, or for a Backend that
-// cannot change its limit.
+// a request is admitted only once its slots (Config.Cost) fit under n beside
+// those still held. A request keeps the slots it was granted, and gives back
+// exactly those. With Config.Adaptive the algorithm goes on from n (within
+// its MinLimit and MaxLimit). It returns an error (CheckLimit's) for n < 1
+// or n > MaxLimit, or for a Backend that cannot change its limit.
 func (q *Queue) SetLimit(n int) error {
 	ls, ok := q.backend.(LimitSetter)
 	if !ok {

@@ -145,9 +145,23 @@ func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int,
 			if depth < len(prefix) {
 				c = prefix[depth]
 			}
+			if c >= len(ready) {
+				// The replay of the prefix took another path: the steps
+				// between two pauses are not deterministic.
+				s.mu.Unlock()
+				bad = fmt.Sprintf("the replay diverged at step %d: choice %d of %d", depth, c, len(ready))
+				break
+			}
 			choices, options = append(choices, c), append(options, len(ready))
 			a := ready[c]
-			trace = append(trace, actors[a].name+"@"+stepNames[s.at[a]])
+			k := s.at[a]
+			// An actor neither paused nor done is blocked: parked in the
+			// room, or a Drain waiting (both keep slowBit set).
+			blocked := false
+			for i := range actors {
+				blocked = blocked || i != a && s.at[i] == stepNone && !s.done[i]
+			}
+			trace = append(trace, actors[a].name+"@"+stepNames[k])
 			s.at[a] = stepNone
 			g := s.gates[a]
 			s.mu.Unlock()
@@ -158,6 +172,10 @@ func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int,
 				bad = fmt.Sprintf("running %d with limit %d", run, limit)
 				break
 			}
+			if k == stepFastCAS && run > prevRun && blocked {
+				bad = fmt.Sprintf("the fast path took slots (%d held) past a waiter", run)
+				break
+			}
 			prevRun = run
 		}
 		s.mu.Lock()
@@ -166,10 +184,9 @@ func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int,
 		s.mu.Unlock()
 		if bad == "" {
 			d.mu.Lock()
-			if d.room.n > 0 {
-				if run, limit := d.slots(); run < limit {
-					bad = fmt.Sprintf("%d parked while %d of %d slots are held", d.room.n, run, limit)
-				}
+			if w := d.room.peek(false); w != nil && fits(d.state.Load(), w.cost) != 0 {
+				run, limit := d.slots()
+				bad = fmt.Sprintf("%d parked while %d of %d slots are held and the head needs %d", d.room.n, run, limit, w.cost)
 			}
 			d.mu.Unlock()
 		}
@@ -314,6 +331,88 @@ func holdOne(d *dispatcher) {
 	}
 }
 
+// holdN takes n slots for one request before the actors start.
+func holdN(n int) func(d *dispatcher) {
+	return func(d *dispatcher) {
+		if d.tryAcquireN(n) != uint64(n) {
+			panic("setup: the slots are not free")
+		}
+	}
+}
+
+// weighted is an arrival of the given cost through Acquire (tryAcquireN,
+// then the slow path); its outcome names the slots it was granted.
+func weighted(cost int) actor {
+	return actor{"cost" + strconv.Itoa(cost), func(d *dispatcher) string {
+		return slotsOf(d.Acquire(context.Background(), Arrival{Cost: cost}))
+	}}
+}
+
+// slowWeighted is weighted on the slow path alone (fewer steps, so fewer
+// orders, where the lock-free attempt adds nothing to the scenario).
+func slowWeighted(cost int) actor {
+	return actor{"slow" + strconv.Itoa(cost), func(d *dispatcher) string {
+		return slotsOf(d.acquireSlow(context.Background(), Arrival{Cost: cost}))
+	}}
+}
+
+// slotsOf is the outcome of a weighted arrival.
+func slotsOf(t Ticket, err error) string {
+	if err != nil {
+		return fmt.Sprint(err)
+	}
+	return "slots " + strconv.Itoa(max(t.Cost, 1))
+}
+
+// releaseN releases a Ticket of n slots.
+func releaseN(n int) actor {
+	return actor{"release" + strconv.Itoa(n), func(d *dispatcher) string {
+		d.Release(Ticket{Cost: n})
+		return "released " + strconv.Itoa(n)
+	}}
+}
+
+// hangUpN is hangUp for a waiter of the given cost.
+func hangUpN(cost int) (waiter, cancel actor) {
+	ctx, stop := context.WithCancel(context.Background())
+	waiter = actor{"waiter" + strconv.Itoa(cost), func(d *dispatcher) string {
+		return slotsOf(d.acquireSlow(ctx, Arrival{Cost: cost}))
+	}}
+	return waiter, actor{"hang-up", func(*dispatcher) string { stop(); return "" }}
+}
+
+// heldSlots is held for scenarios with costs: the slots held at the end are
+// start, less the slots released, plus the slots granted to the actors
+// ("true" and "<nil>" are one slot, "slots n" n; "released" one, "released
+// n" n); and Stats counts the same slots.
+func heldSlots(start int64) func(d *dispatcher, out []string) error {
+	return func(d *dispatcher, out []string) error {
+		want := start
+		for _, o := range out {
+			var n int64
+			switch {
+			case o == "true" || o == "<nil>":
+				want++
+			case o == "released":
+				want--
+			case strings.HasPrefix(o, "slots "):
+				n, _ = strconv.ParseInt(strings.TrimPrefix(o, "slots "), 10, 64)
+				want += n
+			case strings.HasPrefix(o, "released "):
+				n, _ = strconv.ParseInt(strings.TrimPrefix(o, "released "), 10, 64)
+				want -= n
+			}
+		}
+		if run, _ := d.slots(); run != want {
+			return fmt.Errorf("%d slots held, want %d (outcomes %q)", run, want, out)
+		}
+		if st := d.Stats(); int64(st.Running) != want {
+			return fmt.Errorf("Stats.Running %d, want %d (outcomes %q)", st.Running, want, out)
+		}
+		return nil
+	}
+}
+
 func TestInterleavings(t *testing.T) {
 	for _, sc := range []scenario{
 		{
@@ -429,6 +528,73 @@ func TestInterleavings(t *testing.T) {
 			actors:       []actor{slowArrival, setLimit(1), release},
 			final:        held(2),
 			minSchedules: 300,
+		},
+		// Costs. A cost-2 arrival finds one of two slots held: it parks and
+		// holds the line, so the cost-1 arrival on the fast path gets in
+		// only before it parks (the per-step check), and the release that
+		// frees its second slot grants it.
+		{
+			name:         "a cost-2 waiter at the head, a fast arrival and a release",
+			limits:       Limits{MaxConcurrent: 2, MaxQueue: 2},
+			setup:        holdOne,
+			actors:       []actor{slowWeighted(2), fastArrival, release},
+			final:        heldSlots(1),
+			minSchedules: 15000,
+		},
+		{
+			// A cost-2 holder releases both slots at once: the parked
+			// arrival gets one, the fast one the other unless it came
+			// while the first was parked.
+			name:         "release of a cost-2 holder, a parking arrival and a fast arrival",
+			limits:       Limits{MaxConcurrent: 2, MaxQueue: 2},
+			setup:        holdN(2),
+			actors:       []actor{slowArrival, fastArrival, releaseN(2)},
+			final:        heldSlots(2),
+			minSchedules: 2000,
+		},
+		{
+			// A cost-2 holder hands both slots to a cost-2 waiter, while a
+			// cost-1 arrival tries the fast path.
+			name:         "release of a cost-2 holder to a cost-2 waiter and a fast arrival",
+			limits:       Limits{MaxConcurrent: 2, MaxQueue: 2},
+			setup:        holdN(2),
+			actors:       []actor{weighted(2), fastArrival, releaseN(2)},
+			final:        heldSlots(2),
+			minSchedules: 4000,
+		},
+		{
+			// The cost-2 head hangs up while a cost-1 waiter is parked
+			// behind it with a slot free: that waiter is granted (the
+			// final check: nobody parked whose slots are free).
+			name:   "a cost-2 head hangs up before a cost-1 waiter",
+			limits: Limits{MaxConcurrent: 2, MaxQueue: 2},
+			setup:  holdOne,
+			fresh: func() []actor {
+				waiter, cancel := hangUpN(2)
+				return []actor{waiter, slowArrival, cancel}
+			},
+			final:        heldSlots(1),
+			minSchedules: 150,
+		},
+		{
+			// A cost-3 waiter and a lowered limit: it is granted 3 or,
+			// once the limit is 2, 2, never past the limit.
+			name:         "a cost-3 waiter, a lowered limit and a release",
+			limits:       Limits{MaxConcurrent: 3, MaxQueue: 1},
+			setup:        holdOne,
+			actors:       []actor{slowWeighted(3), setLimit(2), release},
+			final:        heldSlots(1),
+			minSchedules: 1000,
+		},
+		{
+			// A cost-2 holder releases after the limit dropped to 1: both
+			// slots come back, not one.
+			name:         "release of a cost-2 holder after a lowered limit, and a fast arrival",
+			limits:       Limits{MaxConcurrent: 2, MaxQueue: 1},
+			setup:        holdN(2),
+			actors:       []actor{setLimit(1), releaseN(2), fastArrival},
+			final:        heldSlots(2),
+			minSchedules: 600,
 		},
 	} {
 		t.Run(sc.name, func(t *testing.T) { explore(t, sc) })

@@ -227,10 +227,12 @@ func (m *drainMeter) rate(now time.Time, done uint64) (float64, bool) {
 	return float64(done-base.done) / now.Sub(base.at).Seconds(), true
 }
 
-// serviceMeter estimates how long a request holds its slot, from the handler
-// times of every request that waited (those served while every slot was
-// taken) and of one in serviceEvery of the others. Limit over it is the rate
-// the slots can serve at, whatever the demand was. It is a per-request
+// serviceMeter estimates the slot time of a request, its handler time ×
+// the slots it held (one without Config.Cost), from every request that went
+// through Acquire (those that waited, and with Config.Cost every request of
+// cost above 1) and one in serviceEvery of the others. Limit over it is the
+// rate the slots can serve requests of the mix seen at, whatever the demand
+// was. It is a per-request
 // average, not a per-second one, so an idle period changes nothing: the
 // first burst after it is judged by the handler times seen last.
 type serviceMeter struct {
@@ -243,9 +245,9 @@ type serviceMeter struct {
 // exponentially weighted average that gives a new sample 1/serviceWeight.
 const serviceWeight = 16
 
-// sample adds the handler time of one timed request.
-func (m *serviceMeter) sample(d time.Duration) {
-	x := max(d, 0).Seconds()
+// sample adds the handler time d of one timed request that held slots slots.
+func (m *serviceMeter) sample(d time.Duration, slots int) {
+	x := max(d, 0).Seconds() * float64(slots)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.n < serviceWeight {
@@ -254,8 +256,8 @@ func (m *serviceMeter) sample(d time.Duration) {
 	m.avg += (x - m.avg) / float64(m.n)
 }
 
-// mean returns the estimated time a request holds its slot, and false until
-// a timed request has finished.
+// mean returns the estimated slot time of a request, and false until a
+// timed request has finished.
 func (m *serviceMeter) mean() (time.Duration, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -23,9 +23,10 @@ import (
 // the waiters, whatever keys clients send. Every method requires the
 // dispatcher's mu.
 type waitroom struct {
-	all wlist // every waiter, in arrival order (deadline order)
-	n   int
-	ver uint64 // counts pushes and removes: the split by priority changed
+	all   wlist // every waiter, in arrival order (deadline order)
+	n     int
+	heavy int    // the waiters whose cost is above 1
+	ver   uint64 // counts pushes and removes: the split by priority changed
 
 	levels map[int]*level
 	high   levelHeap // highest priority at high.items[0]
@@ -125,6 +126,9 @@ func (r *waitroom) push(w *waiter, prio int, key string) {
 	l.n++
 	r.all.pushBack(w, inAll)
 	r.n++
+	if w.cost > 1 {
+		r.heavy++
+	}
 	r.ver++
 }
 
@@ -138,6 +142,9 @@ func (r *waitroom) remove(w *waiter) {
 	l.n--
 	r.all.remove(w, inAll)
 	r.n--
+	if w.cost > 1 {
+		r.heavy--
+	}
 	r.ver++
 	w.flow = nil
 	if f.n == 0 {
@@ -185,6 +192,19 @@ func (r *waitroom) newLevel(prio int) *level {
 		return l
 	}
 	return &level{prio: prio, flows: map[string]*flow{}}
+}
+
+// peek returns the waiter next (or, with lifo, newest) would return,
+// leaving it in and the turn where it is; nil when empty.
+func (r *waitroom) peek(lifo bool) *waiter {
+	if r.n == 0 {
+		return nil
+	}
+	f := r.high.items[0].cursor
+	if lifo {
+		return f.all.last
+	}
+	return f.all.first
 }
 
 // next removes and returns the waiter to grant next: the highest priority,

@@ -10,7 +10,7 @@
 //
 // Every series carries the label queue, the name given to Add. The metrics:
 //
-//	ginqueue_running{queue}                   gauge: requests holding a slot
+//	ginqueue_running{queue}                   gauge: slots held (one per request, or its Config.Cost)
 //	ginqueue_limit{queue}                     gauge: slots in all
 //	ginqueue_queued{queue}                    gauge: requests waiting
 //	ginqueue_queued_by_priority{queue,priority}
@@ -53,9 +53,9 @@ func newDescs() descs {
 	queue := []string{"queue"}
 	return descs{
 		running: prometheus.NewDesc("ginqueue_running",
-			"Requests holding a slot of the queue now.", queue, nil),
+			"Slots of the queue held now: one per running request, or its Config.Cost.", queue, nil),
 		limit: prometheus.NewDesc("ginqueue_limit",
-			"Slots of the queue: how many requests may run at once.", queue, nil),
+			"Slots of the queue: how many requests of cost 1 may run at once.", queue, nil),
 		queued: prometheus.NewDesc("ginqueue_queued",
 			"Requests waiting for a slot now.", queue, nil),
 		queuedByPriority: prometheus.NewDesc("ginqueue_queued_by_priority",

@@ -94,7 +94,7 @@ func TestIdleQueue(t *testing.T) {
 		"web": newQueue(t, ginqueue.Config{MaxConcurrent: 2}),
 	})
 	compare(t, c, `
-# HELP ginqueue_limit Slots of the queue: how many requests may run at once.
+# HELP ginqueue_limit Slots of the queue: how many requests of cost 1 may run at once.
 # TYPE ginqueue_limit gauge
 ginqueue_limit{queue="api"} 4
 ginqueue_limit{queue="web"} 2
@@ -187,7 +187,7 @@ ginqueue_queued{queue="api"} 2
 # TYPE ginqueue_queued_by_priority gauge
 ginqueue_queued_by_priority{priority="0",queue="api"} 1
 ginqueue_queued_by_priority{priority="1",queue="api"} 1
-# HELP ginqueue_running Requests holding a slot of the queue now.
+# HELP ginqueue_running Slots of the queue held now: one per running request, or its Config.Cost.
 # TYPE ginqueue_running gauge
 ginqueue_running{queue="api"} 1
 `, "ginqueue_oldest_wait_seconds", "ginqueue_queued", "ginqueue_queued_by_priority", "ginqueue_running")
@@ -255,7 +255,7 @@ ginqueue_requests_total{outcome="closed",queue="api"} 1
 ginqueue_requests_total{outcome="queue_full",queue="api"} 1
 ginqueue_requests_total{outcome="queue_timeout",queue="api"} 1
 ginqueue_requests_total{outcome="served",queue="api"} 2
-# HELP ginqueue_running Requests holding a slot of the queue now.
+# HELP ginqueue_running Slots of the queue held now: one per running request, or its Config.Cost.
 # TYPE ginqueue_running gauge
 ginqueue_running{queue="api"} 0
 `, "ginqueue_oldest_wait_seconds", "ginqueue_queued", "ginqueue_queued_by_priority",
@@ -320,7 +320,7 @@ func TestRegisterThenAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP ginqueue_limit Slots of the queue: how many requests may run at once.
+# HELP ginqueue_limit Slots of the queue: how many requests of cost 1 may run at once.
 # TYPE ginqueue_limit gauge
 ginqueue_limit{queue="api"} 3
 `), "ginqueue_limit"); err != nil {

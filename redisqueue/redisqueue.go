@@ -229,13 +229,19 @@ var errCoDel = errors.New("redisqueue: Config.CoDel is not supported: its budget
 // other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
 // and OnRedisDown applies until it does; the declaration is then checked
 // when Redis answers. Start may be called once. It refuses l.CoDel
-// (Config.CoDel): see errCoDel.
+// (Config.CoDel): see errCoDel; and l.Weighted (ginqueue.Config.Cost): Redis
+// counts every request as one slot, and costs ignored would let a heavy
+// request run as a light one.
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
 	if l.CoDel != nil {
 		return errCoDel
+	}
+	if l.Weighted {
+		return errors.New("redisqueue: Config.Cost is not supported yet: Redis counts every request as one slot; " +
+			"leave Cost nil with this Backend, or use the in-memory one for weighted requests")
 	}
 	b.mu.Lock()
 	if b.started || b.closed {
@@ -424,7 +430,7 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 			// Redis stopped answering while it waited (a pause, a failover
 			// not yet marked down): that, not the queue, is why no grant
 			// came. FailClosed answers it as unavailable.
-			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("Redis did not answer while the request waited")}, false
+			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("no answer from Redis while the request waited")}, false
 		}
 		return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
 	case <-downCh:
