@@ -130,3 +130,28 @@ func TestRejectEarlyOnAPlainBackend(t *testing.T) {
 		}
 	})
 }
+
+// refusingFast is a FastBackend whose TryAcquire always refuses, as when a
+// slot frees between the Queue's fast path and its Acquire.
+type refusingFast struct{ ginqueue.FastBackend }
+
+func (refusingFast) TryAcquire() uint64 { return 0 }
+
+// A request the in-memory Backend's Acquire serves at once, after the
+// Queue's own fast path failed, is counted once in the wait histogram: its
+// wait as the Queue records it, not also as a fast grant.
+func TestAcquireAtOnceCountsOnceInTheHistogram(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 2, MaxQueue: 4, QueueTimeout: time.Minute,
+			Backend: refusingFast{ginqueue.NewMemoryBackend().(ginqueue.FastBackend)}})
+		r := newEngine(q.Handler(), sleeper(time.Millisecond))
+		for range 3 {
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+			require.Equal(t, http.StatusOK, w.Code)
+		}
+		h := q.WaitHistogram()
+		assert.EqualValues(t, 3, h.Count, "three requests served, each counted once")
+		assert.EqualValues(t, 3, q.Stats().Served)
+	})
+}

@@ -243,12 +243,12 @@ func (d *dispatcher) Start(l Limits) error {
 
 // Acquire implements Backend. It applies a.MaxAhead, and grants a.Cost slots
 // (at least 1, at most the limit at the grant), carried in the Ticket.
+//
+// A slot it takes at once counts as a grant through Acquire, never as a
+// fast one (Counts.Fast): the caller records the wait of what Acquire
+// grants, so a fast count too would count the request twice.
 func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
-	if a.Cost <= 1 {
-		if d.TryAcquire() != 0 {
-			return Ticket{}, nil
-		}
-	} else if n := d.tryAcquireN(a.Cost); n != 0 {
+	if n := d.tryAcquireN(max(a.Cost, 1)); n != 0 {
 		return Ticket{Cost: int(n)}, nil
 	}
 	return d.acquireSlow(ctx, a)
@@ -271,11 +271,10 @@ func (d *dispatcher) TryAcquire() uint64 {
 	}
 }
 
-// tryAcquireN is TryAcquire for a request of cost above 1: it takes the
-// request's slots (its cost clamped to the limit) without mu when they are
-// free and slowBit is clear, and returns how many it took, or 0. The grant
-// counts as one through Acquire, not as a fast one: the Queue records its
-// wait.
+// tryAcquireN is Acquire's TryAcquire: it takes the request's slots (its
+// cost clamped to the limit) without mu when they are free and slowBit is
+// clear, and returns how many it took, or 0. The grant counts as one through
+// Acquire, not as a fast one: the Queue records its wait.
 func (d *dispatcher) tryAcquireN(cost int) uint64 {
 	for {
 		d.at(stepFastLoad)
