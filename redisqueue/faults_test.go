@@ -600,3 +600,56 @@ func TestFailOpenLocalLimitsAddUpToTheFleets(t *testing.T) {
 	}
 	srv.start()
 }
+
+// Requests granted by FailOpen's fallback while Redis was down are counted
+// in Redis by the sync that finds it back, before Redis grants anybody
+// else: the fleet does not run over its limit while they end.
+func TestFailOpenLocalGrantsCountedWhenRedisReturns(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t)
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
+		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
+	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 10 * time.Second}
+	b := startBackends2(t, srv.addr(), l, o)
+	ctx := context.Background()
+	srv.stop()
+	var locals []ginqueue.Ticket
+	for len(locals) < 2 {
+		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !redisqueue.GrantedLocally(tk) {
+			t.Fatal("a grant from Redis while it is stopped")
+		}
+		locals = append(locals, tk)
+	}
+	srv.start() // empty: nothing persisted
+	eventually(t, 3*time.Second, "the local grants were not counted in Redis", func() bool {
+		s, err := b.GlobalStats(ctx)
+		return err == nil && s.Running == 2
+	})
+	// Redis is back and full: a new request waits for a local one to end.
+	got := make(chan ginqueue.Ticket, 1)
+	go func() {
+		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		if err != nil {
+			t.Errorf("after Redis returned: %v", err)
+		}
+		got <- tk
+	}()
+	select {
+	case tk := <-got:
+		t.Fatalf("granted beside the two local grants still running (locally: %v): 3 over a limit of 2", redisqueue.GrantedLocally(tk))
+	case <-time.After(300 * time.Millisecond):
+	}
+	b.Release(locals[0])
+	tk := <-got
+	if redisqueue.GrantedLocally(tk) {
+		t.Error("granted locally after Redis returned")
+	}
+	b.Release(locals[1])
+	b.Release(tk)
+	eventually(t, 3*time.Second, "slots or places leaked in Redis", func() bool { return globalIdle(b) })
+}

@@ -388,7 +388,7 @@ func (b *Backend) maintain() {
 // a conflict is returned rather than remembered.
 func (b *Backend) sync(first bool) error {
 	b.mu.Lock()
-	args := make([]any, 0, 5+len(b.held)+len(b.waiters))
+	args := make([]any, 0, 5+len(b.held)+len(b.localHeld)+len(b.waiters))
 	// Every id given out so far is above nothing new: an acquire that begins
 	// after this list takes a higher id, which the reconcile leaves alone.
 	args = append(args, b.replica, b.decl, len(b.held), 0, b.nextID.Load())
@@ -397,7 +397,12 @@ func (b *Backend) sync(first bool) error {
 		args = append(args, b.leaseID(id))
 		ids = append(ids, id)
 	}
+	for id := range b.localHeld {
+		args = append(args, b.leaseID(id))
+		ids = append(ids, id)
+	}
 	nh := len(ids)
+	args[2] = nh
 	for id, w := range b.waiters {
 		if w.queued {
 			args = append(args, b.leaseID(id))
@@ -469,7 +474,12 @@ func (b *Backend) sync(first bool) error {
 			// A holder reclaimed (status 2) that was released since the list
 			// was taken: its leave ran first, and the reclaim made a slot
 			// nobody holds. Give it back now.
-			if _, held := b.held[id]; st == 2 && !held {
+			_, held := b.held[id]
+			if h := b.localHeld[id]; h != nil {
+				held = true
+				h.inRedis = st > 0
+			}
+			if st == 2 && !held {
 				ghosts = append(ghosts, id)
 			}
 			continue

@@ -64,8 +64,9 @@ func (e *unavailableError) Unwrap() []error {
 }
 
 // localBit marks the ID of a Ticket granted by the local fallback
-// (FailOpen); the rest of the ID is the index of that fallback in
-// Backend.locals. Redis ids (from INCR) never reach it.
+// (FailOpen); the rest of the ID is a lease id of this replica's, under
+// which Redis counts the request once it answers again (see localHold).
+// Redis ids never reach it.
 const localBit = 1 << 63
 
 // Backend is a ginqueue.Backend whose slots and queue live in Redis and are
@@ -127,8 +128,20 @@ type Backend struct {
 	reserved int                 // slots of the current FailOpen fallback taken for requests granted by Redis
 	conflict error               // a limits conflict found after Start
 	locals   []ginqueue.Backend  // FailOpen fallbacks; the last one is current
-	runID    string              // the run id of the server the reader last saw; guarded by mu
-	reader   *redis.Client       // the reader's own connection; nil when not dialled
+	// localHeld is the requests running on a fallback's slots, by lease id.
+	// Each sync lists them with the holders, so that the sync that finds
+	// Redis back counts them there (as far as they fit) before any new
+	// request is granted by Redis: the fleet does not run over its limit
+	// while they end.
+	localHeld map[uint64]*localHold
+	runID     string        // the run id of the server the reader last saw; guarded by mu
+	reader    *redis.Client // the reader's own connection; nil when not dialled
+}
+
+// localHold is a request running on a FailOpen fallback's slot.
+type localHold struct {
+	local   ginqueue.Backend // the fallback whose slot it holds
+	inRedis bool             // a sync counted it in Redis: its release leaves there too
 }
 
 // waiter is one lease id waiting in the Redis queue for a grant.
@@ -189,18 +202,19 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	b := &Backend{
-		rdb:     rdb,
-		opts:    o,
-		replica: hex.EncodeToString(rnd[:]),
-		kick:    make(chan struct{}, 1),
-		redial:  make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		readDn:  make(chan struct{}),
-		mainDn:  make(chan struct{}),
-		waiters: map[uint64]*waiter{},
-		held:    map[uint64]struct{}{},
-		pending: map[uint64]struct{}{},
-		downCh:  make(chan struct{}),
+		rdb:       rdb,
+		opts:      o,
+		replica:   hex.EncodeToString(rnd[:]),
+		kick:      make(chan struct{}, 1),
+		redial:    make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		readDn:    make(chan struct{}),
+		mainDn:    make(chan struct{}),
+		waiters:   map[uint64]*waiter{},
+		held:      map[uint64]struct{}{},
+		localHeld: map[uint64]*localHold{},
+		pending:   map[uint64]struct{}{},
+		downCh:    make(chan struct{}),
 	}
 	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
 	b.lists = prefix + "g:"
@@ -627,8 +641,7 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 		// still the quickest answer.
 		b.locals = append(b.locals, b.newLocal())
 	}
-	i := len(b.locals) - 1
-	l := b.locals[i]
+	l := b.locals[len(b.locals)-1]
 	b.mu.Unlock()
 	lctx := ctx
 	if !deadline.IsZero() {
@@ -644,8 +657,18 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 		return ginqueue.Ticket{}, err
 	}
 	_ = t // the memory backend's tickets carry nothing
+	id := b.nextID.Add(1)
+	b.mu.Lock()
+	b.localHeld[id] = &localHold{local: l}
+	b.mu.Unlock()
+	if !b.down.Load() {
+		// Redis answers again: count it there at once, not a lease third
+		// from now.
+		b.resync.Store(true)
+		b.wake()
+	}
 	b.served.Add(1)
-	return ginqueue.Ticket{ID: localBit | uint64(i)}, nil
+	return ginqueue.Ticket{ID: localBit | id}, nil
 }
 
 // Release implements ginqueue.Backend. It gives the slot back in Redis with
@@ -663,10 +686,15 @@ func (b *Backend) Release(t ginqueue.Ticket) {
 // release gives the slot of t back; Release, and a grant taken back.
 func (b *Backend) release(t ginqueue.Ticket) {
 	if t.ID&localBit != 0 {
+		id := t.ID &^ localBit
 		b.mu.Lock()
-		l := b.locals[t.ID&^localBit]
+		h := b.localHeld[id]
+		delete(b.localHeld, id)
 		b.mu.Unlock()
-		l.Release(ginqueue.Ticket{})
+		h.local.Release(ginqueue.Ticket{})
+		if h.inRedis {
+			b.leave(id)
+		}
 		return
 	}
 	b.mu.Lock()
