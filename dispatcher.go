@@ -339,7 +339,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		d.unlock()
 		return Ticket{}, err
 	}
-	if a.MaxAhead < 0 || a.MaxAhead > 0 && d.room.ahead(a.Priority, a.Flow) >= a.MaxAhead {
+	if a.MaxAhead != 0 && d.tooFarBack(a, cost) {
 		// Checked with the place taken, under one lock: a flood of
 		// arrivals cannot all see the same short queue.
 		d.unlock()
@@ -400,6 +400,19 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	w.ctx = nil
 	d.waiters.Put(w)
 	return Ticket{}, err
+}
+
+// tooFarBack reports whether a.MaxAhead refuses a (not 0): -1 if it would
+// wait at all, n > 0 if n or more would be served before it. One that
+// would be granted at once, first in line with its slots free (a higher
+// priority than a heavy head that waits for slots, say), is never refused.
+// Requires d.mu.
+func (d *dispatcher) tooFarBack(a Arrival, cost int) bool {
+	ahead := d.room.ahead(a.Priority, a.Flow)
+	if ahead == 0 && fits(d.state.Load(), cost) != 0 {
+		return false
+	}
+	return a.MaxAhead < 0 || ahead >= a.MaxAhead
 }
 
 // newWaiter takes a waiter from the pool, arrived now, asking for cost slots.
@@ -505,6 +518,15 @@ func (d *dispatcher) grantLocked() {
 		if n == 0 {
 			break
 		}
+		// The budget before w leaves the room: with w the last waiter,
+		// the room would look empty, and the queue not standing.
+		var budget int64
+		if d.timer != nil {
+			if now < 0 {
+				now = d.now()
+			}
+			budget = d.budget(now)
+		}
 		var w *waiter // the waiter peek returned
 		if lifo {
 			w = d.room.newest()
@@ -518,10 +540,7 @@ func (d *dispatcher) grantLocked() {
 			continue
 		}
 		if d.timer != nil {
-			if now < 0 {
-				now = d.now()
-			}
-			if now-w.arrived >= d.budget(now) {
+			if now-w.arrived >= budget {
 				// Its deadline passed and the timer has not fired yet (a
 				// loaded machine, or CoDel's budget shrank this instant):
 				// it gets its 408, not the slot.
@@ -629,7 +648,9 @@ func (d *dispatcher) standing(now int64) bool {
 // means never, not the past. Requires d.mu and room.n > 0.
 func (d *dispatcher) wakeAt(now int64) int64 {
 	at := addSat(d.room.all.first.arrived, d.budget(now))
-	if c := d.codel; c != nil && c.short < c.long && !d.standing(now) {
+	// With LIFO the moment matters even when the budgets are equal: the
+	// head changes to the newest waiter then.
+	if c := d.codel; c != nil && (c.short < c.long || c.lifo) && !d.standing(now) {
 		at = min(at, addSat(d.busySince, c.interval))
 	}
 	return at
