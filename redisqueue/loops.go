@@ -132,6 +132,9 @@ func (b *Backend) readerClient() (*redis.Client, error) {
 	opt.MaxIdleConns = 1
 	opt.MaxActiveConns = 1
 	opt.DialerRetries = 1 // one attempt per dial: read paces its own
+	// Not shared with src, whose connections write to it as they start
+	// (a data race): the reader's client makes its own.
+	opt.MaintNotificationsConfig = nil
 	c := redis.NewClient(&opt)
 
 	b.mu.Lock()
