@@ -9,16 +9,19 @@
 //     count of waiters and a per-request context timeout (semaphore.go);
 //   - seed: a Go port of an interval-polled queue from a published tutorial (intervalpolled.go).
 //
-// The metrics are described on their harnesses in metrics.go. Three more
-// sections measure ginqueue against itself, its Redis backend and overload:
-// features.go runs the harnesses of metrics 1, 2 and 7 on ginqueue with
-// Priority + FlowKey, ServerTiming + a scraped promqueue Collector, or an
-// adaptive limit, against plain ginqueue (section 10); redis.go measures the
-// redisqueue backend against the Redis at REDIS_ADDR, or says plainly that
-// none answered (section 11); goodput.go offers a real server over loopback
-// up to five times its capacity, from clients that give up after a second,
-// and counts what is delivered in time through four configurations of
-// ginqueue, chi and x/sync (section 12).
+// The metrics are described on their harnesses in metrics.go. Four more
+// sections measure ginqueue against itself, its Redis backend, overload and
+// weighted requests: features.go runs the harnesses of metrics 1, 2 and 7 on
+// ginqueue with Priority + FlowKey, ServerTiming + a scraped promqueue
+// Collector, or an adaptive limit, against plain ginqueue (section 10);
+// redis.go measures the redisqueue backend against the Redis at REDIS_ADDR,
+// or says plainly that none answered (section 11); goodput.go offers a real
+// server over loopback up to five times its capacity, from clients that give
+// up after a second, and counts what is delivered in time through four
+// configurations of ginqueue, chi and x/sync (section 12); weighted.go
+// serves a mix of light and heavy requests through Config.Cost below
+// capacity, checks that the slots running never exceed the limit, and
+// measures what each class waits (section 13).
 //
 // Run runs them all, alternating the variants within each round, and
 // returns the figures; package render turns them into BENCHMARKS.md and its
@@ -77,6 +80,10 @@ type Plan struct {
 	GoodputWarmUp time.Duration
 	GoodputFill   bool
 	GoodputWindow time.Duration
+	// Weighted requests (section 13): how long the mix is offered before
+	// the requests are counted, and for how long they are.
+	WeightedWarmUp time.Duration
+	WeightedWindow time.Duration
 }
 
 // FullPlan is the plan of `make bench`: a few minutes on a 2-core machine.
@@ -106,6 +113,8 @@ func FullPlan() Plan {
 		GoodputWarmUp:    time.Second,
 		GoodputFill:      true,
 		GoodputWindow:    1500 * time.Millisecond,
+		WeightedWarmUp:   500 * time.Millisecond,
+		WeightedWindow:   5 * time.Second,
 	}
 }
 
@@ -137,6 +146,8 @@ func SmokePlan() Plan {
 		GoodputRounds:    1,
 		GoodputWarmUp:    100 * time.Millisecond,
 		GoodputWindow:    200 * time.Millisecond,
+		WeightedWarmUp:   50 * time.Millisecond,
+		WeightedWindow:   200 * time.Millisecond,
 	}
 }
 
@@ -158,6 +169,9 @@ type Row struct {
 	Metric string
 	Unit   string
 	Higher bool // higher figures are better
+	// Given marks a condition of the run rather than a result (an offered
+	// load, say): neither way is better, and Higher is ignored.
+	Given  bool
 	Format Format
 	Values map[string]float64 // by variant name; absent means not applicable
 	Note   string             // why a variant has no figure, or how it was measured
@@ -194,11 +208,13 @@ type Results struct {
 	Redis RedisReport
 	// Goodput is section 12, goodput under overload over loopback.
 	Goodput GoodputReport
+	// Weighted is section 13, light and heavy requests under Config.Cost.
+	Weighted WeightedReport
 }
 
 // Row returns the row named metric, in any table, or nil.
 func (r *Results) Row(metric string) *Row {
-	for _, rows := range [][]Row{r.Rows, r.FeatureRows, r.Redis.Rows, r.Goodput.Rows} {
+	for _, rows := range [][]Row{r.Rows, r.FeatureRows, r.Redis.Rows, r.Goodput.Rows, r.Weighted.Rows} {
 		for i := range rows {
 			if rows[i].Metric == metric {
 				return &rows[i]
@@ -303,6 +319,7 @@ func (r *runner) sections() []section {
 		{"uncontended", r.uncontended}, {"handoff", r.handoff}, {"schedule", r.schedule}, {"grant", r.grant},
 		{"timeout", r.timeout}, {"memory", r.memory}, {"growth", r.growth}, {"loopback", r.loopback},
 		{"burst", r.burst}, {"features", r.features}, {"redis", r.redis}, {"goodput", r.goodput},
+		{"weighted", r.weighted},
 	}
 }
 
