@@ -37,6 +37,12 @@ func GoodputMarkdown(w io.Writer, r *suite.Results) error {
 	return execute(w, "goodput-alone", r)
 }
 
+// WeightedMarkdown renders section 13 of r alone, its targets first, as
+// BENCHMARKS.md would show them: what `make bench-weighted` prints.
+func WeightedMarkdown(w io.Writer, r *suite.Results) error {
+	return execute(w, "weighted-alone", r)
+}
+
 // execute runs the template name of report.md.tmpl on r.
 func execute(w io.Writer, name string, r *suite.Results) error {
 	tmpl, err := template.New("report").Option("missingkey=error").
@@ -70,16 +76,19 @@ func data(r *suite.Results) map[string]any {
 		return x, ok && row.Format != suite.FormatCount
 	}
 	ts := targets(r)
-	var goodputTargets []target
+	var goodputTargets, weightedTargets []target
 	for _, t := range ts {
-		if t.Area == goodputArea {
+		switch t.Area {
+		case goodputArea:
 			goodputTargets = append(goodputTargets, t)
+		case weightedArea:
+			weightedTargets = append(weightedTargets, t)
 		}
 	}
 	return map[string]any{
 		"R":       r,
 		"Took":    r.Took.Round(time.Second),
-		"Targets": ts, "GoodputTargets": goodputTargets,
+		"Targets": ts, "GoodputTargets": goodputTargets, "WeightedTargets": weightedTargets,
 		"Peers": strings.Join(peers, ", "),
 		"Table": table(names(r.Variants), names(r.Variants), r.Rows, func(row suite.Row) (float64, bool) {
 			_, x, ok := bestPeer(row, r.Variants)
@@ -88,6 +97,7 @@ func data(r *suite.Results) map[string]any {
 		"Features": table(names(r.FeatureVariants), names(r.FeatureVariants), r.FeatureRows, plain),
 		"Redis":    table([]string{"figure"}, []string{suite.RedisColumn}, r.Redis.Rows, noBase),
 		"Goodput":  table(names(r.Goodput.Variants), names(r.Goodput.Variants), r.Goodput.Rows, noBase),
+		"Weighted": table(suite.WeightedColumns, suite.WeightedColumns, r.Weighted.Rows, noBase),
 		"Bursts":   bursts,
 		"Depths":   strings.Join(depths, ", "),
 
@@ -104,6 +114,9 @@ func data(r *suite.Results) map[string]any {
 		"GoodputChartPath": GoodputChartPath, "GoodputWarmUps": goodputWarmUps(r.Plan),
 		"GoodputSlots": suite.GoodputSlots, "GoodputWork": suite.GoodputWork, "GoodputCapacity": suite.GoodputCapacity,
 		"GoodputPatience": suite.GoodputPatience, "GoodputLimits": suite.GoodputLimits, "GoodputLoads": suite.GoodputLoads, "GoodputIdleConns": suite.GoodputIdleConns,
+		"WeightedSlots": suite.WeightedSlots, "WeightedWork": suite.WeightedWork, "WeightedHeavy": suite.WeightedHeavy,
+		"WeightedHeavyPercent": fmt.Sprintf("%.0f%%", 100*suite.WeightedHeavyShare), "WeightedLightPercent": fmt.Sprintf("%.0f%%", 100*(1-suite.WeightedHeavyShare)),
+		"WeightedLoad": fmt.Sprintf("%.0f%%", 100*suite.WeightedLoad), "WeightedSlotCapacity": suite.WeightedSlotCapacity, "WeightedLimits": suite.WeightedLimits,
 	}
 }
 
@@ -129,7 +142,10 @@ func table(heads, cols []string, rows []suite.Row, base func(suite.Row) (float64
 		if row.Unit != "" {
 			metric += " (" + row.Unit + ")"
 		}
-		if row.Higher {
+		switch {
+		case row.Given:
+			better = "–"
+		case row.Higher:
 			better = "higher"
 		}
 		fmt.Fprintf(&b, "| %s | %s |", metric, better)

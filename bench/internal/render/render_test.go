@@ -39,6 +39,13 @@ func fakeResults() *suite.Results {
 		row(suite.GoodputMetric(5, suite.GoodputShare), true, suite.FormatShare, map[string]float64{cl: 0.934, fifo: 0.012}),
 		row(suite.GoodputMetric(5, suite.GoodputP99), false, suite.FormatDuration, map[string]float64{cl: 120e6, fifo: 999e6}),
 	}}
+	light, heavy, all := suite.WeightedLightCol, suite.WeightedHeavyCol, suite.WeightedAllCol
+	r.Weighted = suite.WeightedReport{Rows: []suite.Row{
+		{Metric: suite.MWeightedOffered, Given: true, Format: suite.FormatShare, Values: map[string]float64{light: 0.35, heavy: 0.45, all: 0.8}},
+		row(suite.MWeightedWaitP99, false, suite.FormatDuration, map[string]float64{light: 2e6, heavy: 5e6, all: 4e6}),
+		row(suite.MWeightedMaxRunning, false, suite.FormatCount, map[string]float64{all: 8}),
+	}}
+	r.Weighted.Rows[2].Note = "counted by the handlers"
 	r.Redis = suite.RedisReport{Measured: true, Version: "7.0.0", Rows: []suite.Row{
 		row(suite.MRedisRoundTripP50, false, suite.FormatDuration, map[string]float64{suite.RedisColumn: 150e3}),
 		row(suite.MRedisPairs, true, suite.FormatRate, map[string]float64{suite.RedisColumn: 12000}),
@@ -66,6 +73,8 @@ func TestTargets(t *testing.T) {
 		"hand-off across backends p50 ≤ 300 µs":                                  "not measured",
 		"CoDel + LIFO at 5× C: goodput ≥ 90% of C":                               "yes",
 		"CoDel + LIFO at 5× C: p99 of delivered ≤ 100 ms":                        "no",
+		"Cost: slots running ≤ the limit (8) at every instant":                   "yes",
+		"Cost: p99 queue wait of cost 4 ≤ 2× that of cost 1":                     "no", // 2.5×
 	}
 	seen := 0
 	for _, tg := range targets(fakeResults()) {
@@ -111,6 +120,11 @@ func TestMarkdown(t *testing.T) {
 		"| 12. 5× C: goodput | higher | 1.2% | – | – | 93.4% | – | – |",
 		"](" + GoodputChartPath + ")",
 		"1.5s at 5×",
+		"| weighted requests | Cost: p99 queue wait of cost 4 ≤ 2× that of cost 1 | 5.0 ms vs cost 1 2.0 ms: 2.50× (≤ 2.00×) | no |",
+		"## 13. Weighted requests\n",
+		"| 13. offered load | – | 35.0% | 45.0% | 80.0% |",
+		"| 13. most slots running at once | lower | – | – | 8 |\n\n- 13. most slots running at once: counted by the handlers.\n\n## A burst",
+		"make bench-weighted",
 	} {
 		if !strings.Contains(md, s) {
 			t.Errorf("report lacks %q", s)
@@ -176,6 +190,35 @@ func TestGoodputAlone(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "<svg") || !strings.Contains(b.String(), suite.GoodCoDelLIFO) {
 		t.Errorf("not a chart of CoDel + LIFO: %.100q", b.String())
+	}
+}
+
+// TestWeightedAlone: section 13 alone, its targets first; a run without
+// it says so.
+func TestWeightedAlone(t *testing.T) {
+	r := fakeResults()
+	var b bytes.Buffer
+	if err := WeightedMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	if !strings.HasPrefix(md, "| area | target | figure | met |\n|---|---|---|---|\n| weighted requests | Cost: slots running ≤ the limit (8) at every instant | 8 (limit 8) | yes |\n") ||
+		!strings.Contains(md, "| 13. queue wait p99 | lower | 2.0 ms | 5.0 ms | 4.0 ms |") ||
+		strings.Contains(md, "goodput") || strings.Contains(md, "\n\n\n") {
+		t.Errorf("section 13 alone:\n%s", md)
+	}
+	r.Weighted = suite.WeightedReport{}
+	b.Reset()
+	if err := Markdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"## 13. Weighted requests\n\n", "Not measured in this run.\n\n## A burst",
+		"| weighted requests | Cost: slots running ≤ the limit (8) at every instant | – | not measured |",
+	} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("report without section 13 lacks %q", s)
+		}
 	}
 }
 

@@ -37,6 +37,9 @@ type spec struct {
 // goodputArea is the area of section 12's targets.
 const goodputArea = "goodput under overload"
 
+// weightedArea is the area of section 13's targets.
+const weightedArea = "weighted requests"
+
 // targets checks a run against every target, in the table's order. Each
 // Figure is built from the run's own numbers.
 func targets(r *suite.Results) []target {
@@ -47,6 +50,7 @@ func targets(r *suite.Results) []target {
 		observed = "observability"
 		adaptive = "adaptive limit"
 		goodput  = goodputArea
+		weighted = weightedArea
 	)
 	g, bare, pf, obs, ad, plain, rq := suite.GinQueue, suite.Bare, suite.PrioFlows, suite.Observed, suite.AdaptiveCol, suite.Plain, suite.RedisColumn
 	specs := []spec{
@@ -76,6 +80,8 @@ func targets(r *suite.Results) []target {
 		{adaptive, "Adaptive: saturated hand-off, time per request ≤ 1.2× fixed", suite.MFHandoff, ad, plain, cost, 1.2},
 		{goodput, "CoDel + LIFO at 5× C: goodput ≥ 90% of C", suite.GoodputMetric(5, suite.GoodputShare), suite.GoodCoDelLIFO, "", atLeast, 0.9},
 		{goodput, "CoDel + LIFO at 5× C: p99 of delivered ≤ 100 ms", suite.GoodputMetric(5, suite.GoodputP99), suite.GoodCoDelLIFO, "", atMost, 100e6},
+		{weighted, fmt.Sprintf("Cost: slots running ≤ the limit (%d) at every instant", suite.WeightedSlots), suite.MWeightedMaxRunning, suite.WeightedAllCol, "", atMost, suite.WeightedSlots},
+		{weighted, "Cost: p99 queue wait of cost 4 ≤ 2× that of cost 1", suite.MWeightedWaitP99, suite.WeightedHeavyCol, suite.WeightedLightCol, ratio, 2},
 	}
 	ts := make([]target, len(specs))
 	for i, s := range specs {
