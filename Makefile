@@ -5,7 +5,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 GO ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo bench bench-smoke bench-goodput lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules
+.PHONY: test demo bench bench-smoke bench-goodput bench-weighted lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules
 
 # Vet and race-test every module in the repository.
 test:
@@ -36,6 +36,11 @@ bench-smoke:
 # prints its targets and table, writes nothing.
 bench-goodput:
 	cd bench && $(GO) run ./cmd/report -goodput
+
+# Section 13 of the suite alone, weighted requests under Config.Cost (a few
+# seconds); prints its targets and table, writes nothing.
+bench-weighted:
+	cd bench && $(GO) run ./cmd/report -weighted
 
 # gofmt and staticcheck over every module.
 lint:

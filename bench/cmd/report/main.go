@@ -4,6 +4,7 @@
 //	go run ./cmd/report -out ..   # full run, rewrites ../BENCHMARKS.md, ../docs/bench-burst.svg and ../docs/bench-goodput.svg
 //	go run ./cmd/report -smoke    # every measurement once on tiny sizes; writes nothing
 //	go run ./cmd/report -goodput  # section 12 alone, full size; prints its targets and table, writes nothing
+//	go run ./cmd/report -weighted # section 13 alone, full size; prints its targets and table, writes nothing
 package main
 
 import (
@@ -25,14 +26,19 @@ func main() {
 	out := fs.String("out", "", "repository root to write BENCHMARKS.md, "+render.ChartPath+" and "+render.GoodputChartPath+" into; empty prints the report")
 	smoke := fs.Bool("smoke", false, "run every measurement once on tiny sizes and write nothing")
 	goodput := fs.Bool("goodput", false, "run section 12 (goodput under overload) alone, print its targets and table, and write nothing")
+	weighted := fs.Bool("weighted", false, "run section 13 (weighted requests) alone, print its targets and table, and write nothing")
 	_ = fs.Parse(os.Args[1:])
-	if err := run(*out, *smoke, *goodput); err != nil {
+	if *goodput && *weighted {
+		fmt.Fprintln(os.Stderr, "report: -goodput and -weighted each run one section alone; give one")
+		os.Exit(2)
+	}
+	if err := run(*out, *smoke, *goodput, *weighted); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out string, smoke, goodput bool) error {
+func run(out string, smoke, goodput, weighted bool) error {
 	plan := suite.FullPlan()
 	if smoke {
 		plan = suite.SmokePlan()
@@ -42,12 +48,27 @@ func run(out string, smoke, goodput bool) error {
 		plan.Only = []string{"goodput"}
 		out = ""
 	}
+	if weighted {
+		plan.Only = []string{"weighted"}
+		out = ""
+	}
 	res, err := suite.Run(plan, os.Stderr)
 	if err != nil {
 		return err
 	}
 	day := res.Date.Format("2006-01-02")
 	var md, burst, good bytes.Buffer
+	if weighted {
+		// Section 13 has no chart.
+		if err := render.WeightedMarkdown(&md, res); err != nil {
+			return err
+		}
+		_, err := io.Copy(os.Stdout, &md)
+		for _, e := range res.Errors {
+			fmt.Fprintln(os.Stderr, "failed:", e)
+		}
+		return err
+	}
 	if goodput {
 		if err := render.GoodputMarkdown(&md, res); err != nil {
 			return err
