@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // read is the notice reader: one goroutine per Backend, blocked in BLPOP on
@@ -133,8 +134,9 @@ func (b *Backend) readerClient() (*redis.Client, error) {
 	opt.MaxActiveConns = 1
 	opt.DialerRetries = 1 // one attempt per dial: read paces its own
 	// Not shared with src, whose connections write to it as they start
-	// (a data race): the reader's client makes its own.
-	opt.MaintNotificationsConfig = nil
+	// (a data race); and off: a reader that only blocks in BLPOP has no
+	// use for maintenance notifications.
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := redis.NewClient(&opt)
 
 	b.mu.Lock()
