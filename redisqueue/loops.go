@@ -541,8 +541,9 @@ func (b *Backend) flushPending() {
 }
 
 // bye gives back every pending id and removes this replica from Redis. It
-// reports whether the maintainer may stop: Redis answered, or LeaseTTL has
-// passed since Close (the leases have expired by then). Until then the
+// reports whether the maintainer may stop: Redis answered, the client was
+// closed, or LeaseTTL has passed since Close (the leases have expired by
+// then). Until then the
 // pending ids stay pending, so that Drain still waits for them, and the
 // maintainer tries again at its tick.
 func (b *Backend) bye() bool {
@@ -554,8 +555,8 @@ func (b *Backend) bye() bool {
 	closedAt := b.closedAt
 	b.mu.Unlock()
 	_, err := b.call(byeScript, args...)
-	if err != nil && time.Since(closedAt) < b.opts.LeaseTTL {
-		return false
+	if err != nil && !errors.Is(err, redis.ErrClosed) && time.Since(closedAt) < b.opts.LeaseTTL {
+		return false // a client closed by its owner will never answer: stop
 	}
 	b.mu.Lock()
 	clear(b.pending)
