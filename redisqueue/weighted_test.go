@@ -21,6 +21,11 @@ func weighted(limit int) ginqueue.Limits {
 	return ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 20, QueueTimeout: 20 * time.Second, Weighted: true}
 }
 
+// slow is the Options of the tests whose grants must come from the
+// scripts of acquires and releases: a safety net so slow that a grant
+// within 300 ms seldom comes from it.
+var slow = redisqueue.Options{LeaseTTL: 9 * time.Second, TickInterval: 3 * time.Second}
+
 // grant is the outcome of one acquire of acquireAsync.
 type grant struct {
 	i   int
@@ -67,7 +72,9 @@ func none(t *testing.T, out <-chan grant, d time.Duration) {
 // Ticket.
 func held(t *testing.T, b *redisqueue.Backend, cost, slots int) ginqueue.Ticket {
 	t.Helper()
-	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{Cost: cost})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: cost})
 	if err != nil || tk.Cost != slots {
 		t.Fatalf("Acquire of cost %d: Ticket %+v, %v; want %d slots", cost, tk, err, slots)
 	}
@@ -153,8 +160,7 @@ func TestWeightedNeverExceedsTheLimit(t *testing.T) {
 func TestWeightedHeadOfLineAcrossReplicas(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	// A slow safety net: grants must come from the releases' scripts.
-	bs := startBackends(t, 2, weighted(4), redisqueue.Options{LeaseTTL: 3 * time.Second, TickInterval: time.Second})
+	bs := startBackends(t, 2, weighted(4), slow)
 	a, b := bs[0], bs[1]
 	h1, h2 := held(t, a, 1, 1), held(t, a, 1, 1)
 	out := make(chan grant, 4)
@@ -166,17 +172,17 @@ func TestWeightedHeadOfLineAcrossReplicas(t *testing.T) {
 	fleetIs(t, a, 2, 2)
 
 	acquireAsync(context.Background(), b, ginqueue.Arrival{Cost: 1, Priority: 5}, 5, out)
-	h5 := next(t, out, time.Second, 5, 1)
+	h5 := next(t, out, 300*time.Millisecond, 5, 1)
 	fleetIs(t, a, 3, 2)
 
 	b.Release(h5) // 2 free: not enough for the head
 	fleetIs(t, a, 2, 2)
 	none(t, out, 100*time.Millisecond)
 	a.Release(h1) // 3 free
-	h3 := next(t, out, time.Second, 3, 3)
+	h3 := next(t, out, 300*time.Millisecond, 3, 3)
 	fleetIs(t, a, 4, 1)
 	a.Release(h2)
-	h4 := next(t, out, time.Second, 4, 1)
+	h4 := next(t, out, 300*time.Millisecond, 4, 1)
 	fleetIs(t, a, 4, 0)
 	a.Release(h3)
 	b.Release(h4)
@@ -188,7 +194,7 @@ func TestWeightedHeadOfLineAcrossReplicas(t *testing.T) {
 func TestWeightedCostAboveTheLimitRunsAlone(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	bs := startBackends(t, 2, weighted(3), redisqueue.Options{})
+	bs := startBackends(t, 2, weighted(3), slow)
 	a, b := bs[0], bs[1]
 	big := held(t, a, 10, 3)
 	if s := a.Stats(); s.Running != 3 {
@@ -199,7 +205,7 @@ func TestWeightedCostAboveTheLimitRunsAlone(t *testing.T) {
 	waitQueued(t, a, 1)
 	fleetIs(t, a, 3, 1)
 	a.Release(big)
-	b.Release(next(t, out, time.Second, 1, 1))
+	b.Release(next(t, out, 300*time.Millisecond, 1, 1))
 }
 
 // A replica that dies holding a cost-3 request loses all three slots
@@ -246,7 +252,7 @@ func TestWeightedLeaseExpiryFreesTheWholeCost(t *testing.T) {
 func TestWeightedSetLimitLoweredAdmitsNobodyUntilTheyFit(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	bs := startBackends(t, 2, weighted(6), redisqueue.Options{LeaseTTL: 3 * time.Second, TickInterval: time.Second})
+	bs := startBackends(t, 2, weighted(6), slow)
 	a, b := bs[0], bs[1]
 	four, two := held(t, a, 4, 4), held(t, b, 2, 2)
 	if err := b.SetLimit(3); err != nil {
@@ -259,7 +265,7 @@ func TestWeightedSetLimitLoweredAdmitsNobodyUntilTheyFit(t *testing.T) {
 	fleetIs(t, a, 4, 1) // 4 held, limit 3
 	none(t, out, 100*time.Millisecond)
 	a.Release(four)
-	tk := next(t, out, time.Second, 1, 1)
+	tk := next(t, out, 300*time.Millisecond, 1, 1)
 	fleetIs(t, a, 1, 0) // the cost-4 Release gave back 4 slots
 	b.Release(tk)
 }
@@ -286,7 +292,7 @@ func TestWeightedReclaimAfterFlushCountsTheCost(t *testing.T) {
 	waitQueued(t, a, 1)
 	none(t, out, 200*time.Millisecond)
 	a.Release(heavy)
-	tk := next(t, out, time.Second, 1, 2)
+	tk := next(t, out, 300*time.Millisecond, 1, 2)
 	fleetIs(t, a, 2, 0)
 	b.Release(tk)
 }
@@ -297,7 +303,7 @@ func TestWeightedReclaimAfterFlushCountsTheCost(t *testing.T) {
 func TestWeightedHeadHangUpLetsTheLineMove(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	bs := startBackends(t, 2, weighted(4), redisqueue.Options{LeaseTTL: 3 * time.Second, TickInterval: time.Second})
+	bs := startBackends(t, 2, weighted(4), slow)
 	a, b := bs[0], bs[1]
 	two := held(t, a, 2, 2)
 	ctx, hangUp := context.WithCancel(context.Background())
