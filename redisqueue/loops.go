@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // read is the notice reader: one goroutine per Backend, blocked in BLPOP on
@@ -132,6 +133,11 @@ func (b *Backend) readerClient() (*redis.Client, error) {
 	opt.MaxIdleConns = 1
 	opt.MaxActiveConns = 1
 	opt.DialerRetries = 1 // one attempt per dial: read paces its own
+	// A config of its own: NewClient would copy the source's, which
+	// go-redis writes under a lock of its own when a handshake falls back
+	// (a data race). One BLPOP connection needs no maintenance notices: if
+	// its server moves, the connection breaks and read dials again.
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := redis.NewClient(&opt)
 
 	b.mu.Lock()
