@@ -56,20 +56,6 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 }
 
-// Config.Cost is refused at NewQueue, before any call to Redis, rather than
-// ignored: Redis would count a heavy request as one slot.
-func TestCostIsRefused(t *testing.T) {
-	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 4, Backend: b,
-		Cost: func(*gin.Context) int { return 2 }})
-	if err == nil || !strings.HasPrefix(err.Error(), "redisqueue: Config.Cost is not supported") {
-		t.Fatalf("NewQueue with Cost: got %v, want redisqueue's refusal", err)
-	}
-}
-
 // Config.CoDel cannot be honoured across the fleet: NewQueue says so, and
 // nothing is left running (Redis is never asked).
 func TestCoDelIsRefused(t *testing.T) {

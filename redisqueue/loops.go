@@ -263,12 +263,21 @@ func (b *Backend) dropReader(c *redis.Client) {
 }
 
 // notice acts on one notice from Redis and reports whether a waiter was
-// woken: a lease id is a grant, "!" and a lease id an eviction. A lease that
+// woken: a lease id is a grant of one slot, a lease id, "*" and n a grant of
+// n slots, "!" and a lease id an eviction. A lease that
 // no longer waits here was abandoned: for a grant, its leave, already sent
 // or pending, runs after the grant in Redis and frees the slot; an evicted
 // lease holds nothing.
 func (b *Backend) notice(n string) bool {
 	lease, evicted := strings.CutPrefix(n, "!")
+	slots := 1
+	if l, s, ok := strings.Cut(lease, "*"); ok {
+		var err error
+		if slots, err = strconv.Atoi(s); err != nil || slots < 1 {
+			return false
+		}
+		lease = l
+	}
 	id, ok := b.parseLease(lease)
 	if !ok {
 		return false
@@ -282,6 +291,7 @@ func (b *Backend) notice(n string) bool {
 	if evicted {
 		b.finishLocked(w, evictedOut)
 	} else {
+		w.granted = slots
 		b.grantLocked(w)
 	}
 	return true
@@ -398,13 +408,16 @@ func (b *Backend) sync(first bool) error {
 	// after this list takes a higher id, which the reconcile leaves alone.
 	args = append(args, b.replica, b.decl, len(b.held), 0, b.nextID.Load())
 	var ids []uint64
-	for id := range b.held {
-		args = append(args, b.leaseID(id))
+	var slots []int // of the holders, for a reclaim and a ghost's leave
+	for id, n := range b.held {
+		args = append(args, b.leaseArg(id, n))
 		ids = append(ids, id)
+		slots = append(slots, n)
 	}
-	for id := range b.localHeld {
-		args = append(args, b.leaseID(id))
+	for id, h := range b.localHeld {
+		args = append(args, b.leaseArg(id, h.slots))
 		ids = append(ids, id)
+		slots = append(slots, h.slots)
 	}
 	nh := len(ids)
 	args[2] = nh
@@ -455,13 +468,17 @@ func (b *Backend) sync(first bool) error {
 	if l, ok := out[2].(int64); ok {
 		b.limit.Store(l)
 	}
-	var ghosts []uint64
+	type ghost struct {
+		id    uint64
+		slots int
+	}
+	var ghosts []ghost
 	defer func() {
 		// Not through pending: the release's own leave may be in flight
 		// with the same id, and would clear it from pending when it returns.
-		for _, id := range ghosts {
-			if _, err := b.call(leaveScript, b.leaseID(id)); err != nil {
-				b.leave(id) // retried in the background
+		for _, g := range ghosts {
+			if _, err := b.call(leaveScript, b.leaseArg(g.id, g.slots)); err != nil {
+				b.leave(g.id, g.slots) // retried in the background
 			}
 		}
 	}()
@@ -485,7 +502,7 @@ func (b *Backend) sync(first bool) error {
 				h.inRedis = st > 0
 			}
 			if st == 2 && !held {
-				ghosts = append(ghosts, id)
+				ghosts = append(ghosts, ghost{id, slots[i]})
 			}
 			continue
 		}
@@ -493,12 +510,13 @@ func (b *Backend) sync(first bool) error {
 		if w == nil || w.state != waiting {
 			continue
 		}
-		switch st {
-		case 1:
+		switch {
+		case st >= 1: // granted st slots
+			w.granted = int(st)
 			b.grantLocked(w)
-		case -1:
+		case st == -1:
 			b.finishLocked(w, lost)
-		case -2:
+		case st == -2:
 			b.finishLocked(w, evictedOut)
 		}
 	}
@@ -513,9 +531,9 @@ func (b *Backend) flushPending() {
 	b.mu.Lock()
 	ids := make([]uint64, 0, len(b.pending))
 	args := make([]any, 0, len(b.pending))
-	for id := range b.pending {
+	for id, n := range b.pending {
 		ids = append(ids, id)
-		args = append(args, b.leaseID(id))
+		args = append(args, b.leaseArg(id, n))
 		if len(ids) == 1000 {
 			break
 		}
@@ -549,8 +567,8 @@ func (b *Backend) flushPending() {
 func (b *Backend) bye() bool {
 	b.mu.Lock()
 	args := []any{b.replica}
-	for id := range b.pending {
-		args = append(args, b.leaseID(id))
+	for id, n := range b.pending {
+		args = append(args, b.leaseArg(id, n))
 	}
 	closedAt := b.closedAt
 	b.mu.Unlock()

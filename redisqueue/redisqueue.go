@@ -93,14 +93,17 @@ type Backend struct {
 	decl   string // the limits as declared to other replicas
 	base   []any  // ARGV[1..3] of every script
 
-	nextID   atomic.Uint64
-	served   atomic.Uint64
-	released atomic.Uint64 // Releases, for Stats
-	limit    atomic.Int64  // the fleet's limit as last seen in a reply from Redis
-	down     atomic.Bool   // Redis is considered unreachable; see markDown
-	fails    atomic.Int32  // consecutive failed calls; see failed
-	lastOK   atomic.Int64  // when a call last got an answer (UnixNano)
-	resync   atomic.Bool   // the reader saw another server: sync at once
+	nextID atomic.Uint64
+	served atomic.Uint64
+	// servedSlots and released count the slots of the grants counted in
+	// served and of the Releases, for Stats.
+	servedSlots atomic.Uint64
+	released    atomic.Uint64
+	limit       atomic.Int64 // the fleet's limit as last seen in a reply from Redis
+	down        atomic.Bool  // Redis is considered unreachable; see markDown
+	fails       atomic.Int32 // consecutive failed calls; see failed
+	lastOK      atomic.Int64 // when a call last got an answer (UnixNano)
+	resync      atomic.Bool  // the reader saw another server: sync at once
 	// listening is set while the reader has a connection to the server
 	// (dialled and answered), cleared when a call on it fails; while it is
 	// clear, grant notices can sit unread, and the safety net runs faster.
@@ -117,17 +120,21 @@ type Backend struct {
 	started  bool
 	closed   bool
 	closedAt time.Time
-	waiters  map[uint64]*waiter  // ids sent to Redis whose grant is awaited here
-	held     map[uint64]struct{} // ids holding a slot here, not released yet
-	pending  map[uint64]struct{} // ids to release or cancel; retried until Redis answers
-	flushing bool                // a leave call for pending ids is in flight; see flushPending
-	downCh   chan struct{}       // closed when Redis goes down; replaced when it is back
-	idle     chan struct{}       // closed when held and pending are empty; nil unless draining
-	replicas int                 // live replicas Redis last reported; 0 until it answers
-	rank     int                 // this replica's rank among them by id; see newLocal
-	reserved int                 // slots of the current FailOpen fallback taken for requests granted by Redis
-	conflict error               // a limits conflict found after Start
-	locals   []ginqueue.Backend  // FailOpen fallbacks; the last one is current
+	waiters  map[uint64]*waiter // ids sent to Redis whose grant is awaited here
+	held     map[uint64]int     // ids holding slots here, not released yet → the slots granted
+	slots    int                // the sum of held's slots
+	// pending holds the ids to release or cancel, retried until Redis
+	// answers, each with the slots it holds or asked for: above 1, the
+	// script looks its cost up in Redis (see leaseArg).
+	pending  map[uint64]int
+	flushing bool               // a leave call for pending ids is in flight; see flushPending
+	downCh   chan struct{}      // closed when Redis goes down; replaced when it is back
+	idle     chan struct{}      // closed when held and pending are empty; nil unless draining
+	replicas int                // live replicas Redis last reported; 0 until it answers
+	rank     int                // this replica's rank among them by id; see newLocal
+	reserved int                // slots of the current FailOpen fallback taken for the slots granted by Redis
+	conflict error              // a limits conflict found after Start
+	locals   []ginqueue.Backend // FailOpen fallbacks; the last one is current
 	// localHeld is the requests running on a fallback's slots, by lease id.
 	// Each sync lists them with the holders, so that the sync that finds
 	// Redis back counts them there (as far as they fit) before any new
@@ -138,19 +145,24 @@ type Backend struct {
 	reader    *redis.Client // the reader's own connection; nil when not dialled
 }
 
-// localHold is a request running on a FailOpen fallback's slot.
+// localHold is a request running on a FailOpen fallback's slots.
 type localHold struct {
-	local   ginqueue.Backend // the fallback whose slot it holds
+	local   ginqueue.Backend // the fallback whose slots it holds
+	slots   int              // how many
 	inRedis bool             // a sync counted it in Redis: its release leaves there too
 }
 
 // waiter is one lease id waiting in the Redis queue for a grant.
 type waiter struct {
-	id    uint64
-	prio  int           // its Arrival's, for Stats
-	since time.Time     // when it arrived, for Stats
-	ready chan struct{} // closed when state leaves waiting
-	state waitState     // guarded by Backend.mu until ready is closed
+	id   uint64
+	prio int // its Arrival's, for Stats
+	cost int // the slots it asks for, at least 1
+	// granted is the slots granted (its cost clamped to the limit), set
+	// before ready is closed with state granted; zero means one.
+	granted int
+	since   time.Time     // when it arrived, for Stats
+	ready   chan struct{} // closed when state leaves waiting
+	state   waitState     // guarded by Backend.mu until ready is closed
 	// queued is set, under Backend.mu, once Redis answered that the id is
 	// queued. Only then may the safety net call it lost: before, the
 	// acquire call may still be on its way.
@@ -211,9 +223,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		readDn:    make(chan struct{}),
 		mainDn:    make(chan struct{}),
 		waiters:   map[uint64]*waiter{},
-		held:      map[uint64]struct{}{},
+		held:      map[uint64]int{},
 		localHeld: map[uint64]*localHold{},
-		pending:   map[uint64]struct{}{},
+		pending:   map[uint64]int{},
 		downCh:    make(chan struct{}),
 	}
 	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
@@ -243,19 +255,14 @@ var errCoDel = errors.New("redisqueue: Config.CoDel is not supported: its budget
 // other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
 // and OnRedisDown applies until it does; the declaration is then checked
 // when Redis answers. Start may be called once. It refuses l.CoDel
-// (Config.CoDel): see errCoDel; and l.Weighted (ginqueue.Config.Cost): Redis
-// counts every request as one slot, and costs ignored would let a heavy
-// request run as a light one.
+// (Config.CoDel): see errCoDel. With l.Weighted (ginqueue.Config.Cost) the
+// scripts count each request's Arrival.Cost in slots, across the fleet.
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
 	if l.CoDel != nil {
 		return errCoDel
-	}
-	if l.Weighted {
-		return errors.New("redisqueue: Config.Cost is not supported yet: Redis counts every request as one slot; " +
-			"leave Cost nil with this Backend, or use the in-memory one for weighted requests")
 	}
 	b.mu.Lock()
 	if b.started || b.closed {
@@ -287,6 +294,16 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 // leaseID is the Redis member of id: the replica, then id in base 36.
 func (b *Backend) leaseID(id uint64) string {
 	return b.replica + strconv.FormatUint(id, 36)
+}
+
+// leaseArg is the script argument of id when it holds or asks for slots:
+// its lease id, with "*" and slots when they are above 1, so that the
+// scripts look up the cost of such an id alone.
+func (b *Backend) leaseArg(id uint64, slots int) string {
+	if slots > 1 {
+		return b.leaseID(id) + "*" + strconv.Itoa(slots)
+	}
+	return b.leaseID(id)
 }
 
 // prioKey orders priorities as strings: higher priority, smaller key.
@@ -327,6 +344,11 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 // grant (FailOpen) or an error wrapping ErrUnavailable and
 // ginqueue.ErrQueueFull (FailClosed). A request never waits longer than
 // QueueTimeout plus one CallTimeout.
+//
+// With Limits.Weighted the request asks for a.Cost slots (below 1, one);
+// Redis grants them, clamped to the fleet's limit at that moment, once they
+// are free and no waiter ahead of it in the global order waits, and the
+// Ticket's Cost says how many it got.
 func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
 	var deadline time.Time
 	if b.limits.QueueTimeout > 0 {
@@ -336,6 +358,10 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		return ginqueue.Ticket{}, err
 	}
 	prio := prioKey(a.Priority)
+	cost := 1
+	if b.limits.Weighted {
+		cost = min(max(a.Cost, 1), ginqueue.MaxLimit)
+	}
 	for {
 		b.mu.Lock()
 		switch {
@@ -351,15 +377,15 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			return b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
 		}
 		// Register before the call: the grant notice can beat the reply.
-		w := &waiter{id: b.nextID.Add(1), prio: a.Priority, since: time.Now(), ready: make(chan struct{})}
+		w := &waiter{id: b.nextID.Add(1), prio: a.Priority, cost: cost, since: time.Now(), ready: make(chan struct{})}
 		b.waiters[w.id] = w
 		downCh := b.downCh
 		b.mu.Unlock()
 
-		res, err := b.call(acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio)
-		var outcome int64
+		res, err := b.call(acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio, cost)
+		var outcome, slots int64
 		if err == nil {
-			outcome, err = b.acquireReply(res)
+			outcome, slots, err = b.acquireReply(res)
 		}
 		if err != nil {
 			// The script may have run: undo it in the background. This
@@ -367,6 +393,15 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			// after Options.FailureThreshold failures in a row.
 			b.abandon(w)
 			return b.fallback(ctx, a, deadline, err)
+		}
+		b.mu.Lock()
+		finished := w.state != waiting
+		b.mu.Unlock()
+		if finished && outcome >= 0 {
+			// Close answered it while the call was on its way, and gave its
+			// id back before the script had run: give back now what the
+			// script granted or queued.
+			b.leave(w.id, w.cost)
 		}
 		switch outcome {
 		case 0:
@@ -376,6 +411,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		case 1:
 			b.mu.Lock()
 			if w.state == waiting {
+				w.granted = int(slots)
 				b.grantLocked(w)
 			}
 			b.mu.Unlock()
@@ -392,6 +428,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		if !again {
 			if err == nil {
 				b.served.Add(1)
+				b.servedSlots.Add(uint64(t.Cost))
 			}
 			return t, err
 		}
@@ -402,19 +439,20 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 	}
 }
 
-// acquireReply reads the acquire script's reply, {outcome, limit}, and
-// notes the limit.
-func (b *Backend) acquireReply(res any) (int64, error) {
+// acquireReply reads the acquire script's reply, {outcome, limit, slots
+// granted}, and notes the limit.
+func (b *Backend) acquireReply(res any) (outcome, slots int64, err error) {
 	r, _ := res.([]any)
-	if len(r) == 2 {
+	if len(r) == 3 {
 		outcome, ok1 := r[0].(int64)
 		limit, ok2 := r[1].(int64)
-		if ok1 && ok2 {
+		slots, ok3 := r[2].(int64)
+		if ok1 && ok2 && ok3 {
 			b.limit.Store(limit)
-			return outcome, nil
+			return outcome, slots, nil
 		}
 	}
-	return 0, fmt.Errorf("redisqueue: unexpected acquire reply %v", res)
+	return 0, 0, fmt.Errorf("redisqueue: unexpected acquire reply %v", res)
 }
 
 // wait waits for w's grant. again reports that Acquire must go on: with
@@ -438,7 +476,7 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 	case <-expired:
 		if !b.abandon(w) {
 			// Granted in the same instant as the deadline: serve it.
-			return ginqueue.Ticket{ID: w.id}, nil, false
+			return b.ticket(w), nil, false
 		}
 		if b.opts.OnRedisDown == FailClosed && !b.answering() {
 			// Redis stopped answering while it waited (a pause, a failover
@@ -449,14 +487,14 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 		return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
 	case <-downCh:
 		if !b.abandon(w) {
-			return ginqueue.Ticket{ID: w.id}, nil, false
+			return b.ticket(w), nil, false
 		}
 		return ginqueue.Ticket{}, errors.New("safety-net call failed"), true
 	}
 	// ready is closed, so w.state is final and safe to read.
 	switch w.state {
 	case granted:
-		return ginqueue.Ticket{ID: w.id}, nil, false
+		return b.ticket(w), nil, false
 	case lost:
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
@@ -466,6 +504,11 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 		return ginqueue.Ticket{}, errEvicted, false
 	}
 	return ginqueue.Ticket{}, ginqueue.ErrClosed, false
+}
+
+// ticket is the Ticket of w, granted.
+func (b *Backend) ticket(w *waiter) ginqueue.Ticket {
+	return ginqueue.Ticket{ID: w.id, Cost: max(w.granted, 1)}
 }
 
 // answering reports whether Redis answers: no failed call since the last
@@ -483,11 +526,14 @@ func (b *Backend) answering() bool {
 	return err == nil
 }
 
-// grantLocked hands w its slot. Requires b.mu and w.state == waiting.
+// grantLocked hands w its w.granted slots (zero: one). Requires b.mu and
+// w.state == waiting.
 func (b *Backend) grantLocked(w *waiter) {
+	w.granted = max(w.granted, 1)
 	w.state = granted
 	delete(b.waiters, w.id)
-	b.held[w.id] = struct{}{}
+	b.held[w.id] = w.granted
+	b.slots += w.granted
 	close(w.ready)
 }
 
@@ -517,21 +563,21 @@ func (b *Backend) abandon(w *waiter) bool {
 	// In the background, so that a 408 or a 499 is answered at once; the
 	// maintainer sends it within microseconds, batched with others.
 	b.mu.Lock()
-	b.pending[w.id] = struct{}{}
+	b.pending[w.id] = w.cost
 	b.mu.Unlock()
 	b.wake()
 	return true
 }
 
-// leave releases or cancels id in Redis. When no leave call is in flight,
+// leave releases or cancels id, which holds or asked for slots, in Redis. When no leave call is in flight,
 // it makes one now, carrying every pending id with its own; otherwise id
 // joins the pending ids and leave returns at once: the call in flight has
 // them sent as soon as it returns. Under concurrent releases, one call
 // thus gives back many slots. Ids whose call fails stay pending and are
 // retried in the background.
-func (b *Backend) leave(id uint64) {
+func (b *Backend) leave(id uint64, slots int) {
 	b.mu.Lock()
-	b.pending[id] = struct{}{}
+	b.pending[id] = slots
 	if b.flushing || b.down.Load() {
 		b.mu.Unlock()
 		return
@@ -599,8 +645,8 @@ func (b *Backend) markUp() {
 // gets limit/n, and the first limit%n of them by id one more, so that the
 // local limits add up to the fleet's (at least 1 each). Requests this
 // replica runs on slots from Redis count against it: as many of its slots
-// as they are are taken at once, and given back as they end. Requires
-// b.mu.
+// as they hold are taken at once, and given back as they end. It counts
+// Arrival.Cost as this Backend does (Limits.Weighted). Requires b.mu.
 func (b *Backend) newLocal() ginqueue.Backend {
 	n := max(b.replicas, 1)
 	limit, queue := b.opts.LocalLimit, b.opts.LocalQueue
@@ -618,8 +664,8 @@ func (b *Backend) newLocal() ginqueue.Backend {
 	l := ginqueue.NewMemoryBackend()
 	// Deadlines are enforced by fallback, so that the whole wait, Redis
 	// part included, stays within QueueTimeout.
-	_ = l.Start(ginqueue.Limits{MaxConcurrent: limit, MaxQueue: queue})
-	b.reserved = min(len(b.held), limit)
+	_ = l.Start(ginqueue.Limits{MaxConcurrent: limit, MaxQueue: queue, Weighted: b.limits.Weighted})
+	b.reserved = min(b.slots, limit)
 	for range b.reserved {
 		_, _ = l.Acquire(context.Background(), ginqueue.Arrival{}) // a free slot: at once
 	}
@@ -656,10 +702,9 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 		}
 		return ginqueue.Ticket{}, err
 	}
-	_ = t // the memory backend's tickets carry nothing
 	id := b.nextID.Add(1)
 	b.mu.Lock()
-	b.localHeld[id] = &localHold{local: l}
+	b.localHeld[id] = &localHold{local: l, slots: max(t.Cost, 1)}
 	b.mu.Unlock()
 	if !b.down.Load() {
 		// Redis answers again: count it there at once, not a lease third
@@ -667,11 +712,13 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 		b.resync.Store(true)
 		b.wake()
 	}
+	// The memory backend's tickets carry their cost alone.
 	b.served.Add(1)
-	return ginqueue.Ticket{ID: localBit | id}, nil
+	b.servedSlots.Add(uint64(max(t.Cost, 1)))
+	return ginqueue.Ticket{ID: localBit | id, Cost: t.Cost}, nil
 }
 
-// Release implements ginqueue.Backend. It gives the slot back in Redis with
+// Release implements ginqueue.Backend. It gives the slots back in Redis with
 // one call bounded by CallTimeout, or, when another release's call is in
 // flight, returns at once and the slot goes back with the next call, which
 // carries every release that came meanwhile. If the call fails, or Redis is
@@ -679,11 +726,13 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 // answers (or, after Close, until LeaseTTL has passed: the lease has expired
 // by then).
 func (b *Backend) Release(t ginqueue.Ticket) {
-	b.released.Add(1)
+	b.released.Add(uint64(max(t.Cost, 1)))
 	b.release(t)
 }
 
-// release gives the slot of t back; Release, and a grant taken back.
+// release gives the slots of t back; Release, and a grant taken back. The
+// slots given back in Redis are those Redis granted, whatever the limit is
+// now: the script looks them up.
 func (b *Backend) release(t ginqueue.Ticket) {
 	if t.ID&localBit != 0 {
 		id := t.ID &^ localBit
@@ -691,25 +740,33 @@ func (b *Backend) release(t ginqueue.Ticket) {
 		h := b.localHeld[id]
 		delete(b.localHeld, id)
 		b.mu.Unlock()
-		h.local.Release(ginqueue.Ticket{})
+		h.local.Release(ginqueue.Ticket{Cost: t.Cost})
 		if h.inRedis {
-			b.leave(id)
+			b.leave(id, h.slots)
 		}
 		return
 	}
 	b.mu.Lock()
-	delete(b.held, t.ID)
+	slots, ok := b.held[t.ID]
+	if !ok {
+		slots = max(t.Cost, 1)
+	} else {
+		delete(b.held, t.ID)
+		b.slots -= slots
+	}
 	var local ginqueue.Backend
-	if b.reserved > len(b.held) {
-		// It counted against the current fallback: its slot there is free now.
+	free := 0
+	for b.reserved > b.slots {
+		// They counted against the current fallback: their slots there are free now.
 		b.reserved--
+		free++
 		local = b.locals[len(b.locals)-1]
 	}
 	b.mu.Unlock()
-	if local != nil {
+	for range free {
 		local.Release(ginqueue.Ticket{})
 	}
-	b.leave(t.ID)
+	b.leave(t.ID, slots)
 	b.mu.Lock()
 	b.idleCheckLocked()
 	closed := b.closed
@@ -728,8 +785,9 @@ func (b *Backend) idleCheckLocked() {
 	}
 }
 
-// Stats implements ginqueue.Backend with this replica's view: Running and
-// Queued count the requests of this process (local fallback included),
+// Stats implements ginqueue.Backend with this replica's view: Running counts
+// the slots held by the requests of this process (local fallback included),
+// Queued its waiting requests,
 // Limit is the fleet's limit as last seen: MaxConcurrent until SetLimit
 // moves it, then the value of the last acquire, sync or SetLimit reply from
 // Redis (a change made on another replica shows here at this replica's next
@@ -737,12 +795,12 @@ func (b *Backend) idleCheckLocked() {
 // fleet's.
 func (b *Backend) Stats() ginqueue.BackendStats {
 	now := time.Now()
-	released := b.released.Load() // before Served: never more than it
+	released := b.released.Load() // before servedSlots: never more than it
 	byPrio := map[int]int{}
 	var oldest time.Time
 	b.mu.Lock()
 	s := ginqueue.BackendStats{
-		Running: len(b.held),
+		Running: b.slots,
 		Queued:  len(b.waiters),
 		Limit:   int(b.limit.Load()),
 		Served:  b.served.Load(),
@@ -767,9 +825,11 @@ func (b *Backend) Stats() ginqueue.BackendStats {
 			byPrio[p.Priority] += p.Queued
 		}
 	}
-	// A grant counts as served once Acquire returns it: until then its slot
-	// is held but not yet served, and Running must never exceed Served.
-	s.Running = min(s.Running, int(s.Served-min(s.Served, released)))
+	// A grant counts as served once Acquire returns it: until then its slots
+	// are held but not yet served, and Running must never exceed the slots
+	// of the requests in Served.
+	servedSlots := b.servedSlots.Load()
+	s.Running = min(s.Running, int(servedSlots-min(servedSlots, released)))
 	if s.Queued > 0 {
 		s.QueuedByPriority = make([]ginqueue.PriorityCount, 0, len(byPrio))
 		for p, n := range byPrio {
@@ -782,7 +842,7 @@ func (b *Backend) Stats() ginqueue.BackendStats {
 
 // GlobalStats is the fleet's view of one Name, as Redis holds it.
 type GlobalStats struct {
-	Running  int // slots held, by every replica
+	Running  int // slots held, by every replica (with Config.Cost, a request holds its cost)
 	Queued   int // waiters, on every replica
 	Replicas int // replicas that heartbeat within LeaseTTL (dead ones may linger until the next heartbeat)
 	Limit    int // the fleet's limit: what SetLimit set, or this replica's MaxConcurrent if it was never set
@@ -793,22 +853,31 @@ type GlobalStats struct {
 // the Redis error, if any; it is safe for concurrent use.
 func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
 	var h, q, r *redis.IntCmd
-	var l *redis.StringCmd
+	var l *redis.SliceCmd
 	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		h = p.ZCard(ctx, b.keys[0])
 		q = p.ZCard(ctx, b.keys[1])
 		r = p.ZCard(ctx, b.keys[5])
-		l = p.HGet(ctx, b.keys[9], "n")
+		l = p.HMGet(ctx, b.keys[9], "n", "x")
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return GlobalStats{}, err
 	}
-	limit, err := l.Int()
-	if err != nil {
-		limit = b.limits.MaxConcurrent
+	// The slots held are the holders plus the slots beyond one of those
+	// with a cost (see scripts.go).
+	limit, extra := b.limits.MaxConcurrent, 0
+	if v := l.Val(); len(v) == 2 {
+		if s, ok := v[0].(string); ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				limit = n
+			}
+		}
+		if s, ok := v[1].(string); ok {
+			extra, _ = strconv.Atoi(s)
+		}
 	}
-	return GlobalStats{Running: int(h.Val()), Queued: int(q.Val()), Replicas: int(r.Val()), Limit: limit}, nil
+	return GlobalStats{Running: int(h.Val()) + extra, Queued: int(q.Val()), Replicas: int(r.Val()), Limit: limit}, nil
 }
 
 // Drain implements ginqueue.Backend: it returns once every slot granted here
@@ -862,7 +931,7 @@ func (b *Backend) Close() error {
 		w.state = closedOut
 		close(w.ready)
 		delete(b.waiters, id)
-		b.pending[id] = struct{}{}
+		b.pending[id] = w.cost
 	}
 	r := b.reader
 	b.reader = nil

@@ -17,7 +17,7 @@ func newScript(src string) *script {
 // The Redis data of one Name. Every key carries the hash tag {Name}, so all
 // of them live in one Redis Cluster slot and each script touches one node.
 //
-//	h    ZSET   lease id → lease expiry (ms, Redis clock): the slots held
+//	h    ZSET   lease id → lease expiry (ms, Redis clock): the holders
 //	q    ZSET   all scores 0; member = prio(16 hex) seq(16 hex) lease id, so
 //	            the lexically smallest member is the highest priority, then
 //	            the earliest arrival: ZPOPMIN pops the next waiter
@@ -31,7 +31,8 @@ func newScript(src string) *script {
 //	            priority, kept a lease TTL so that the safety net can tell
 //	            an eviction from a loss when the notice did not arrive
 //	g:R  LIST   notices for replica R (R = first 16 chars of a lease id):
-//	            a lease id (granted), or "!" and a lease id (evicted);
+//	            a lease id (granted one slot), a lease id, "*" and n
+//	            (granted n slots), or "!" and a lease id (evicted);
 //	            RPUSHed by the scripts, BLPOPed by R's reader. KEYS[9] is
 //	            the calling replica's own list; other replicas' lists are
 //	            named from ARGV[3], since which replica a notice goes to is
@@ -40,33 +41,80 @@ func newScript(src string) *script {
 //	            MaxConcurrent (ARGV[1]) is the limit. n: the limit; d: the
 //	            limits declared by the replica that set it (a replica that
 //	            declares others, once no replica of those is live, deletes
-//	            l); o: present while the holders may outnumber the limit
-//	            (SetLimit lowered it below them). KEYS[10].
+//	            n, d and o); o: present while the slots held may exceed the
+//	            limit (SetLimit lowered it below them). KEYS[10]. Weighted
+//	            requests (Config.Cost) keep their costs here too: a lease id
+//	            → its cost, for a holder of more than one slot (the slots
+//	            granted) and a waiter that asks for more than one (the slots
+//	            asked; absent, 1); x: the slots held beyond one per holder
+//	            (the sum of cost-1 over the holders); hw: the waiters with a
+//	            cost. In one key with the limit, so that the one HMGET every
+//	            script makes reads them, and so that they expire together:
+//	            when l expires (no sync for 10 lease TTLs), every lease with
+//	            a cost expired long before, and x goes with the costs.
 //
-// Invariants, kept by every script: a lease id is in at most one of h and
-// w; w and q agree (a member of q whose w entry is gone is stale and is
-// skipped); len(h) <= limit unless l has o. The limit is read inside each
-// script, at most once, so every replica sees a change at once and no two
-// scripts disagree. Time is redis.call('TIME'), read at most once
-// per script and only when needed; since Redis 5 scripts replicate their
-// effects, so that is deterministic on replicas. New builds KEYS in this order.
+// The slots held are len(h) + x. Invariants, kept by every script: a lease
+// id is in at most one of h and w; w and q agree (a member of q whose w
+// entry is gone is stale and is skipped); x and hw match the costs in l;
+// the slots held are at most the limit unless l has o. The limit is read
+// inside each script, at most once, so every replica sees a change at once
+// and no two scripts disagree. Time is redis.call('TIME'), read at most
+// once per script and only when needed; since Redis 5 scripts replicate
+// their effects, so that is deterministic on replicas. New builds KEYS in
+// this order.
+//
+// Head of the line: a head waiter whose slots (its cost, clamped to the
+// limit) are not all free holds the line; nobody behind it is granted, and
+// an arrival takes free slots without queueing only if it is of a higher
+// priority than the head. While nobody has a cost (x and hw are zero), the
+// scripts make the same Redis calls as they would without costs.
 
 // prelude is shared by every script. ARGV[1] is the declared MaxConcurrent,
 // ARGV[2] the lease TTL in ms, ARGV[3] the prefix of the notice list keys.
+// A lease id in the ARGV of leave, bye and sync may carry "*" and the
+// caller's count of its slots: only such an id (the replica asked for more
+// than one slot for it) has its cost looked up in l.
 const prelude = `
 local H, Q, W, WE, SEQ, R, D, EV, G, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local ttl = tonumber(ARGV[2])
--- limit is the fleet's limit, over whether holders may outnumber it; both
--- read from l on first use (lim()), since a release with nobody to promote
--- needs neither.
-local limit, over
+-- limit is the fleet's limit, over whether the slots held may exceed it,
+-- extra the slots held beyond one per holder, heavyq the waiters with a
+-- cost; all read from l on first use (lim()), since a release with nobody
+-- to promote needs none of them.
+local limit, over, extra, heavyq
+local read = false
 local function lim()
-  if not limit then
-    local v = redis.call('HMGET', L, 'n', 'o')
+  if not read then
+    read = true
+    local v = redis.call('HMGET', L, 'n', 'o', 'x', 'hw')
     limit = tonumber(v[1]) or tonumber(ARGV[1])
     over = v[2]
+    extra = tonumber(v[3]) or 0
+    heavyq = tonumber(v[4]) or 0
   end
   return limit
+end
+-- the slots held
+local function held()
+  lim()
+  return redis.call('ZCARD', H) + extra
+end
+local function add_extra(d)
+  if d ~= 0 then
+    extra = extra + d
+    redis.call('HINCRBY', L, 'x', d)
+  end
+end
+local function add_heavyq(d)
+  heavyq = heavyq + d
+  redis.call('HINCRBY', L, 'hw', d)
+end
+-- the id of an ARGV lease and whether the caller counts more than one slot
+-- for it, and how many
+local function arg_lease(a)
+  local s = string.find(a, '*', 1, true)
+  if not s then return a, false, 1 end
+  return string.sub(a, 1, s - 1), true, tonumber(string.sub(a, s + 1)) or 1
 end
 -- now is Redis's clock in ms, read on first use: the common paths of
 -- acquire and release never need it, and TIME is a call of its own.
@@ -79,6 +127,60 @@ local function clock()
   return now
 end
 
+-- make id a holder of g slots
+local function take(id, g)
+  redis.call('ZADD', H, clock() + ttl, id)
+  if g > 1 then
+    redis.call('HSET', L, id, g)
+    add_extra(g - 1)
+  end
+end
+
+-- take id out of the holders; returns the slots it held, 0 if none. Its
+-- cost is looked up only when heavy (it may hold more than one slot).
+local function drop_holder(id, heavy)
+  if redis.call('ZREM', H, id) == 0 then return 0 end
+  if not heavy then return 1 end
+  local c = tonumber(redis.call('HGET', L, id))
+  if not c then return 1 end
+  redis.call('HDEL', L, id)
+  lim()
+  add_extra(1 - c)
+  return c
+end
+
+-- forget the cost of a waiter that left the queue other than by a grant;
+-- dropped notes that a waiter with a cost left: the line may move.
+local dropped = false
+local function drop_waiter_cost(id)
+  lim()
+  if heavyq > 0 and redis.call('HDEL', L, id) == 1 then
+    add_heavyq(-1)
+    dropped = true
+  end
+end
+
+-- drop the holders whose lease expired, their costs with them
+local function expire_holders()
+  lim()
+  if extra > 0 then
+    local gone = redis.call('ZRANGEBYSCORE', H, '-inf', clock())
+    local d = 0
+    for i = 1, #gone, 256 do
+      local part = {}
+      for j = i, math.min(i + 255, #gone) do part[#part + 1] = gone[j] end
+      local cs = redis.call('HMGET', L, unpack(part))
+      for j = 1, #part do
+        local c = tonumber(cs[j])
+        if c then d = d + c - 1 end
+      end
+      redis.call('HDEL', L, unpack(part))
+    end
+    add_extra(-d)
+  end
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
+end
+
 -- drop waiters whose replica stopped refreshing them
 local function expire_waiters()
   local gone = redis.call('ZRANGEBYSCORE', WE, '-inf', clock(), 'LIMIT', 0, 256)
@@ -87,6 +189,7 @@ local function expire_waiters()
     if m then
       redis.call('ZREM', Q, m)
       redis.call('HDEL', W, id)
+      drop_waiter_cost(id)
     end
     redis.call('ZREM', WE, id)
   end
@@ -97,111 +200,182 @@ local function notify(id, what)
   redis.call('RPUSH', ARGV[3] .. string.sub(id, 1, 16), what)
 end
 
--- pop the head waiter into the holders and push it a grant notice on its
--- replica's list; false when the queue is empty. A popped member whose w
--- entry is gone is stale and is dropped (HDEL both checks and removes: an
--- id is enqueued at most once, so its w entry, if any, is this member).
-local function grant_head()
+-- grant the head waiter if its slots (its cost clamped to the limit) are
+-- at most free: move it to the holders and push it a grant notice on its
+-- replica's list. Returns the slots granted, or false when the queue is
+-- empty or the head's slots are not all free (it holds the line). A member
+-- whose w entry is gone is stale and is dropped (an id is enqueued at most
+-- once, so its w entry, if any, is this member). While no waiter has a
+-- cost, the head is popped as it is: it needs one slot, and free is at
+-- least 1. Requires lim().
+local function grant_head(free)
   while true do
-    local p = redis.call('ZPOPMIN', Q)
-    if #p == 0 then return false end
-    local id = string.sub(p[1], 33)
-    if redis.call('HDEL', W, id) == 1 then
-      redis.call('ZREM', WE, id)
-      redis.call('ZADD', H, clock() + ttl, id)
-      notify(id, id)
-      return true
+    if heavyq == 0 then
+      local p = redis.call('ZPOPMIN', Q)
+      if #p == 0 then return false end
+      local id = string.sub(p[1], 33)
+      if redis.call('HDEL', W, id) == 1 then
+        redis.call('ZREM', WE, id)
+        take(id, 1)
+        notify(id, id)
+        return 1
+      end
+    else
+      local p = redis.call('ZRANGE', Q, 0, 0)
+      if #p == 0 then return false end
+      local m = p[1]
+      local id = string.sub(m, 33)
+      if redis.call('HEXISTS', W, id) == 0 then
+        redis.call('ZREM', Q, m)
+      else
+        local c = tonumber(redis.call('HGET', L, id))
+        local g = 1
+        if c then g = math.min(c, limit) end
+        if g > free then return false end
+        redis.call('ZREM', Q, m)
+        redis.call('HDEL', W, id)
+        redis.call('ZREM', WE, id)
+        if c then
+          add_heavyq(-1)
+          if g == 1 then redis.call('HDEL', L, id) end -- else take overwrites it
+        end
+        take(id, g)
+        if g > 1 then notify(id, id .. '*' .. g) else notify(id, id) end
+        return g
+      end
     end
   end
 end
 
--- while a slot is free, move the head waiter to the holders
+-- while the head waiter's slots are free, move it to the holders
 local function promote()
   if redis.call('ZCARD', Q) == 0 then return end
-  local n = redis.call('ZCARD', H)
-  if n >= lim() then
+  local n = held()
+  local swept = false
+  if n >= limit then
     -- expired leases count only when they stand in the way
-    redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
-    n = redis.call('ZCARD', H)
+    expire_holders()
+    n = held()
+    swept = true
   end
-  while n < limit and grant_head() do
-    n = n + 1
+  while n < limit do
+    local g = grant_head(limit - n)
+    if g then
+      n = n + g
+    elseif swept or heavyq == 0 then
+      return
+    else
+      -- the head waits for more slots than are free: expired leases
+      -- stand in its way
+      expire_holders()
+      swept = true
+      local m = held()
+      if m == n then return end
+      n = m
+    end
   end
 end
 
--- give back the slot or the queue place of each id; unknown ids are fine.
--- Each slot given back goes to the head waiter, if any: since len(h) <=
--- limit, a slot removed is a slot free, and counting them spares the
--- ZCARDs of promote on the hand-off path (each Redis call inside a script
--- costs several µs when Redis wakes from idle). A slot freed by an expired
--- lease is filled by the next acquire or sync instead. After SetLimit
--- lowered the limit below the holders (o), that count would be wrong: the
--- holders are counted instead, and the flag dropped once they fit.
+-- give back the slots or the queue place of each id; unknown ids are fine.
+-- While nobody has a cost, each slot given back goes to the head waiter,
+-- if any: since the slots held are at most the limit and no head holds the
+-- line, a slot removed is a slot free, and counting them spares the ZCARDs
+-- of promote on the hand-off path (each Redis call inside a script costs
+-- several µs when Redis wakes from idle). A slot freed by an expired lease
+-- is filled by the next acquire or sync instead. After SetLimit lowered the
+-- limit below the slots held (o), or with costs about (a head may hold the
+-- line with slots free), that count would be wrong: the slots held are
+-- counted instead, and the flag dropped once they fit.
 local function leave(from)
-  local freed = 0
+  local freed, heavy = 0, false
   for i = from, #ARGV do
-    local id = ARGV[i]
-    if redis.call('ZREM', H, id) == 1 then
-      freed = freed + 1
+    local id, h = arg_lease(ARGV[i])
+    heavy = heavy or h
+    local f = drop_holder(id, h)
+    if f > 0 then
+      freed = freed + f
     else
       local m = redis.call('HGET', W, id)
       if m then
         redis.call('ZREM', Q, m)
         redis.call('HDEL', W, id)
         redis.call('ZREM', WE, id)
+        if h then drop_waiter_cost(id) end
       end
     end
   end
-  if freed == 0 then return end
+  if freed == 0 and not heavy then return end
   lim()
   if over then
-    if redis.call('ZCARD', H) <= limit then
+    if held() <= limit then
       redis.call('HDEL', L, 'o')
       over = false
     end
     promote()
     return
   end
-  while freed > 0 and grant_head() do
+  if heavy or extra > 0 or heavyq > 0 then
+    promote()
+    return
+  end
+  while freed > 0 and grant_head(1) do
     freed = freed - 1
   end
 end
 `
 
-// acquireScript: ARGV[4] max queue, ARGV[5] lease id, ARGV[6] priority key.
-// Returns {outcome, limit}: outcome 1 granted, 0 queued, -1 queue full;
-// limit the fleet's limit it went by. A full queue evicts a waiter
-// of lower priority, if any, to make room; see below. Idempotent: an id already
-// holding or queued gets its state back, so a retried call changes nothing.
+// acquireScript: ARGV[4] max queue, ARGV[5] lease id, ARGV[6] priority key,
+// ARGV[7] the slots asked for (at least 1). Returns {outcome, limit,
+// slots}: outcome 1 granted, 0 queued, -1 queue full; limit the fleet's
+// limit it went by; slots those granted (the cost clamped to that limit),
+// 0 unless granted. A full queue evicts a waiter of lower priority, if
+// any, to make room; see below. Idempotent: an id already holding or
+// queued gets its state back, so a retried call changes nothing.
 var acquireScript = newScript(prelude + `
-local maxq, id = tonumber(ARGV[4]), ARGV[5]
+local maxq, id, cost = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[7]) or 1
 lim()
-local n = redis.call('ZCARD', H)
+local n = redis.call('ZCARD', H) + extra
 local qn = redis.call('ZCARD', Q)
--- The common case: a free slot and nobody waiting. A retried call finds
--- its id here or in w only when the slots are full or someone waits, so
--- the checks below are not needed here; ZADD of a held id only moves its
--- expiry.
-if n < limit and qn == 0 then
-  redis.call('ZADD', H, clock() + ttl, id)
-  return {1, limit}
+if cost <= 1 then
+  -- The common case: a free slot and nobody waiting. A retried call finds
+  -- its id here or in w only when the slots are full or someone waits, so
+  -- the checks below are not needed here; ZADD of a held id only moves its
+  -- expiry.
+  if n < limit and qn == 0 then
+    redis.call('ZADD', H, clock() + ttl, id)
+    return {1, limit, 1}
+  end
+  if redis.call('ZSCORE', H, id) then return {1, limit, 1} end
+elseif redis.call('ZSCORE', H, id) then
+  -- a retried call: its slots may well still fit beside it
+  return {1, limit, tonumber(redis.call('HGET', L, id)) or 1}
 end
-if redis.call('ZSCORE', H, id) then return {1, limit} end
-if qn > 0 and redis.call('HEXISTS', W, id) == 1 then return {0, limit} end
-if n >= limit then
-  redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
-  n = redis.call('ZCARD', H)
+if qn > 0 and redis.call('HEXISTS', W, id) == 1 then return {0, limit, 0} end
+local g = math.min(cost, limit)
+if n + g > limit then
+  expire_holders()
+  n = held()
 end
 if qn > 0 and n < limit then
-  -- slots freed by expired leases: serve the waiters first
+  -- slots free (freed by expired leases, or waited for by a head with a
+  -- cost): serve the waiters first
   promote()
-  n = redis.call('ZCARD', H)
+  n = held()
   qn = redis.call('ZCARD', Q)
 end
--- a slot is taken at once only when nobody waits, so nobody is overtaken
-if n < limit and qn == 0 then
-  redis.call('ZADD', H, clock() + ttl, id)
-  return {1, limit}
+-- Slots are taken at once only when nobody waits, so nobody is overtaken,
+-- or when the head waits for more slots than are free and this arrival is
+-- of a higher priority: it would be the head.
+if n + g <= limit then
+  local first = qn == 0
+  if not first then
+    local head = redis.call('ZRANGE', Q, 0, 0)
+    first = #head == 0 or ARGV[6] < string.sub(head[1], 1, 16)
+  end
+  if first then
+    take(id, g)
+    return {1, limit, g}
+  end
 end
 if qn >= maxq then
   expire_waiters()
@@ -210,13 +384,18 @@ if qn >= maxq then
   -- q; an arrival of that priority or lower is refused.
   while redis.call('ZCARD', Q) >= maxq do
     local last = redis.call('ZRANGE', Q, -1, -1)
-    if #last == 0 or string.sub(last[1], 1, 16) <= ARGV[6] then return {-1, limit} end
+    if #last == 0 or string.sub(last[1], 1, 16) <= ARGV[6] then
+      -- a waiter with a cost that left may have let the line move
+      if dropped then promote() end
+      return {-1, limit, 0}
+    end
     local m = last[1]
     local vid = string.sub(m, 33)
     redis.call('ZREM', Q, m)
     if redis.call('HGET', W, vid) == m then
       redis.call('HDEL', W, vid)
       redis.call('ZREM', WE, vid)
+      drop_waiter_cost(vid)
       redis.call('ZADD', EV, clock() + ttl, vid)
       notify(vid, '!' .. vid)
     end
@@ -226,7 +405,14 @@ local m = ARGV[6] .. string.format('%016x', redis.call('INCR', SEQ)) .. id
 redis.call('ZADD', Q, 0, m)
 redis.call('HSET', W, id, m)
 redis.call('ZADD', WE, clock() + ttl, id)
-return {0, limit}
+if cost > 1 then
+  redis.call('HSET', L, id, cost)
+  add_heavyq(1)
+end
+-- a waiter with a cost that left (evicted, expired) may have let the line
+-- move: this arrival included, granted then by a notice
+if dropped then promote() end
+return {0, limit, 0}
 `)
 
 // leaveScript: ARGV[4...] lease ids to release or cancel. Idempotent.
@@ -239,26 +425,28 @@ return 1
 // reconcile in one call. ARGV[4] replica id, ARGV[5] its declared limits,
 // ARGV[6] the number of holder ids, ARGV[7] the number of queued waiter ids,
 // ARGV[8] the highest id this replica had given out when it listed them,
-// then holder ids, then queued waiter ids, then the ids of waiters whose
-// acquire is in flight. Every lease of this replica in h, w or q up to that
-// id that is none of these is a phantom (a lease of a higher id is an
-// acquire that began after the list was taken, and may have reached Redis
-// first) (a release or cancel acknowledged by a master
-// that then lost it in a failover, say) and is dropped, its slot promoted:
-// a replica knows which slots it holds.
+// then holder ids (each with "*" and its slots if it holds more than one),
+// then queued waiter ids, then the ids of waiters whose acquire is in
+// flight. Every lease of this replica in h, w or q up to that id that is
+// none of these is a phantom (a lease of a higher id is an acquire that
+// began after the list was taken, and may have reached Redis first) (a
+// release or cancel acknowledged by a master that then lost it in a
+// failover, say) and is dropped, its slots promoted: a replica knows which
+// slots it holds.
 //
 // Returns {0, other replica, its limits} when a live replica of the same
 // Name declared other limits (nothing else is done), or {1, live replicas,
 // the fleet's limit, this replica's rank among them by id, one status per
-// holder id, one per waiter id}. A
-// replica that declares limits while l was set by a replica of other
-// limits (none is live, or this would be a conflict) deletes l: a fleet
-// started again with other limits starts from its own MaxConcurrent. Holder status: 1 refreshed,
-// 2 reclaimed (Redis had lost the lease, as after a restart, and a slot was
-// free: the request is running, so count it), -1 lost (the slot went to
-// someone else; the limit is exceeded until this request ends). Waiter
-// status: 0 queued (refreshed), 1 granted (the notice may be lost), -2
-// evicted (likewise), -1 lost (not in Redis: enqueue again).
+// holder id, one per waiter id}. A replica that declares limits while l was
+// set by a replica of other limits (none is live, or this would be a
+// conflict) deletes its limit from l: a fleet started again with other
+// limits starts from its own MaxConcurrent. Holder status: 1 refreshed, 2
+// reclaimed (Redis had lost the lease, as after a restart, and its slots,
+// clamped to the limit, were free: the request is running, so count it), -1
+// lost (the slots went to someone else; the limit is exceeded until this
+// request ends). Waiter status: 0 queued (refreshed), n > 0 granted n slots
+// (the notice may be lost), -2 evicted (likewise), -1 lost (not in Redis:
+// enqueue again).
 var syncScript = newScript(prelude + `
 local rep, decl, nh, nw, maxid = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 clock()
@@ -277,21 +465,28 @@ if redis.call('HGET', D, rep) ~= decl then
   end
   redis.call('HSET', D, rep, decl)
   local ld = redis.call('HGET', L, 'd')
-  if ld and ld ~= decl then redis.call('DEL', L) end
+  -- the costs stay: their leases may still be held
+  if ld and ld ~= decl then redis.call('HDEL', L, 'n', 'd', 'o') end
 end
 redis.call('ZADD', R, now + ttl, rep)
 for _, k in ipairs({R, D, SEQ, EV, L}) do redis.call('PEXPIRE', k, 10 * ttl) end
-redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
-if lim() and over and redis.call('ZCARD', H) <= limit then
+expire_holders()
+if over and held() <= limit then
   redis.call('HDEL', L, 'o')
+  over = false
 end
 redis.call('ZREMRANGEBYSCORE', EV, '-inf', now)
 -- a reader that stopped reading must not let its list grow without bound:
 -- notices dropped here are caught by this very safety net
 redis.call('LTRIM', G, -1000, -1)
 expire_waiters()
-local mine = {}
-for i = 9, #ARGV do mine[ARGV[i]] = true end
+local mine, ids, costs = {}, {}, {}
+for i = 9, #ARGV do
+  local id, _, c = arg_lease(ARGV[i])
+  mine[id] = true
+  ids[i] = id
+  costs[i] = c
+end
 local plen = #rep
 local function phantom(id)
   if string.sub(id, 1, plen) ~= rep or mine[id] then return false end
@@ -299,7 +494,7 @@ local function phantom(id)
   return n ~= nil and n <= maxid
 end
 for _, id in ipairs(redis.call('ZRANGE', H, 0, -1)) do
-  if phantom(id) then redis.call('ZREM', H, id) end
+  if phantom(id) then drop_holder(id, extra > 0) end
 end
 local wl = redis.call('HGETALL', W)
 for i = 1, #wl, 2 do
@@ -308,10 +503,12 @@ for i = 1, #wl, 2 do
     redis.call('HDEL', W, id)
     redis.call('ZREM', Q, wl[i + 1])
     redis.call('ZREM', WE, id)
+    drop_waiter_cost(id)
   end
 end
-if lim() and over and redis.call('ZCARD', H) <= limit then
+if over and held() <= limit then
   redis.call('HDEL', L, 'o')
+  over = false
 end
 -- this replica's rank among the live ones by id, so that FailOpen's
 -- local limits split the fleet's exactly (ids are stable; expiries are not)
@@ -321,22 +518,27 @@ for _, r in ipairs(reps) do
 end
 local out = {1, #reps, limit, rank}
 for i = 9, 8 + nh do
-  local id = ARGV[i]
+  local id = ids[i]
   if redis.call('ZSCORE', H, id) then
     redis.call('ZADD', H, now + ttl, id)
     out[#out + 1] = 1
-  elseif not redis.call('HGET', W, id) and redis.call('ZCARD', H) < limit then
-    redis.call('ZADD', H, now + ttl, id)
-    out[#out + 1] = 2
   else
-    out[#out + 1] = -1
+    local g = math.min(costs[i], limit)
+    if not redis.call('HGET', W, id) and held() + g <= limit then
+      take(id, g)
+      out[#out + 1] = 2
+    else
+      out[#out + 1] = -1
+    end
   end
 end
 promote()
 for i = 9 + nh, 8 + nh + nw do
-  local id = ARGV[i]
+  local id = ids[i]
   if redis.call('ZSCORE', H, id) then
-    out[#out + 1] = 1
+    local g = 1
+    if extra > 0 then g = tonumber(redis.call('HGET', L, id)) or 1 end
+    out[#out + 1] = g
   elseif redis.call('HEXISTS', W, id) == 1 then
     redis.call('ZADD', WE, now + ttl, id)
     out[#out + 1] = 0
@@ -350,17 +552,18 @@ return out
 `)
 
 // setLimitScript: ARGV[4] the new limit, ARGV[5] the caller's declared
-// limits. Lowering preempts nobody: if the holders outnumber the new limit,
+// limits. Lowering preempts nobody: if the slots held exceed the new limit,
 // o is set and no one is admitted until they fit. Raising grants waiters at
 // once, in the order of q, with notices as for any grant. Returns the
 // limit.
 var setLimitScript = newScript(prelude + `
 local n = tonumber(ARGV[4])
+lim()
 redis.call('HSET', L, 'n', n, 'd', ARGV[5])
 redis.call('PEXPIRE', L, 10 * ttl)
 limit = n
-redis.call('ZREMRANGEBYSCORE', H, '-inf', clock())
-if redis.call('ZCARD', H) > n then
+expire_holders()
+if held() > n then
   redis.call('HSET', L, 'o', 1)
   over = '1'
 else
