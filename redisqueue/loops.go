@@ -319,6 +319,12 @@ func (b *Backend) maintain() {
 	timer := time.NewTimer(tick)
 	defer timer.Stop()
 	last := time.Now() // Start synced
+	checked := last     // when checkReader last ran
+	// While requests wait, the reader is checked more often than the
+	// safety net runs: after a Sentinel switch the old master goes on
+	// answering as a master, and until the reader moves every grant
+	// notice is missed.
+	checkEvery := max(tick/5, readerPause)
 	stop := b.stop
 	for {
 		select {
@@ -376,12 +382,21 @@ func (b *Backend) maintain() {
 					b.wakeReader() // the server answers: no need to wait
 				} else if queued {
 					b.checkReader()
+					checked = now
 				}
 			}
 			last = now
 			if b.down.Load() {
 				every = tick
 			}
+		}
+		next := last.Add(every)
+		if queued && b.listening.Load() && !b.down.Load() {
+			if !now.Before(checked.Add(checkEvery)) {
+				b.checkReader()
+				checked = now
+			}
+			next = minTime(next, checked.Add(checkEvery))
 		}
 		b.mu.Lock()
 		if len(b.pending) > 0 || closed {
@@ -394,8 +409,16 @@ func (b *Backend) maintain() {
 			default:
 			}
 		}
-		timer.Reset(max(time.Until(last.Add(every)), time.Millisecond))
+		timer.Reset(max(time.Until(minTime(next, last.Add(every))), time.Millisecond))
 	}
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // sync runs the sync script: heartbeat and declaration, lease refresh, and

@@ -395,9 +395,9 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			return b.fallback(ctx, a, deadline, err)
 		}
 		b.mu.Lock()
-		finished := w.state != waiting
+		closed := w.state == closedOut // not granted: its notice can beat the reply
 		b.mu.Unlock()
-		if finished && outcome >= 0 {
+		if closed && outcome >= 0 {
 			// Close answered it while the call was on its way, and gave its
 			// id back before the script had run: give back now what the
 			// script granted or queued.
