@@ -319,7 +319,7 @@ func (b *Backend) maintain() {
 	timer := time.NewTimer(tick)
 	defer timer.Stop()
 	last := time.Now() // Start synced
-	checked := last     // when checkReader last ran
+	checked := last    // when checkReader last ran
 	// While requests wait, the reader is checked more often than the
 	// safety net runs: after a Sentinel switch the old master goes on
 	// answering as a master, and until the reader moves every grant
