@@ -507,19 +507,7 @@ func TestDeadlineWithoutHeaderAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts need a build without -race; `make test` runs this test in one")
 	}
-	h := func(c *gin.Context) { c.Status(http.StatusNoContent) }
-	bare := gin.New()
-	bare.GET("/", h)
 	q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
-	guarded := gin.New()
-	guarded.Use(q.Handler())
-	guarded.GET("/", h)
-
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
-	w := &discardWriter{h: http.Header{}}
-	allocs := func(r *gin.Engine) float64 {
-		return testing.AllocsPerRun(1000, func() { r.ServeHTTP(w, req) })
-	}
-	assert.Equal(t, allocs(bare), allocs(guarded))
+	assertAllocatesAsBare(t, q)
 	assert.EqualValues(t, 1001, q.Stats().Served)
 }
