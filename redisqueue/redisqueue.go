@@ -394,19 +394,16 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			b.abandon(w)
 			return b.fallback(ctx, a, deadline, err)
 		}
-		b.mu.Lock()
-		closed := w.state == closedOut // not granted: its notice can beat the reply
-		b.mu.Unlock()
-		if closed && outcome >= 0 {
-			// Close answered it while the call was on its way, and gave its
-			// id back before the script had run: give back now what the
-			// script granted or queued.
-			b.leave(w.id, w.cost)
-		}
+		// Close may have answered it while the call was on its way, and
+		// given its id back before the script ran: then what the script
+		// granted or queued is given back now. (Not any other state: a
+		// grant notice can beat the reply.)
+		closed := false
 		switch outcome {
 		case 0:
 			b.mu.Lock()
 			w.queued = true
+			closed = w.state == closedOut
 			b.mu.Unlock()
 		case 1:
 			b.mu.Lock()
@@ -414,6 +411,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 				w.granted = int(slots)
 				b.grantLocked(w)
 			}
+			closed = w.state == closedOut
 			b.mu.Unlock()
 		case -1:
 			b.mu.Lock()
@@ -423,6 +421,9 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			}
 			b.mu.Unlock()
 			return ginqueue.Ticket{}, ginqueue.ErrQueueFull
+		}
+		if closed {
+			b.leave(w.id, w.cost)
 		}
 		t, err, again := b.wait(ctx, w, deadline, downCh)
 		if !again {
