@@ -26,14 +26,15 @@ const (
 	// at most by half per window. Growth is smoothed (a fifth of the step per
 	// window), a fall is not. The headroom of at least one slot holds a limit
 	// that keeps falling at 2, so Gradient's floor is max(MinLimit, 2),
-	// within MaxLimit. A limit that is less than half used does not grow. It
+	// within MaxLimit. A limit that is less than half used (slots running
+	// and requests waiting, against the limit) does not grow. It
 	// is the idea of Netflix's Gradient2 and Envoy's adaptive concurrency.
 	Gradient Algorithm = iota
 	// AIMD adds one slot per window while recent latency stays within
 	// Tolerance × noLoad (compared as Gradient does, allowing for spread),
 	// and multiplies the limit by Backoff, taking at least one slot, when it
 	// does not; its floor is MinLimit. A limit that is less than half used
-	// does not grow.
+	// (as for Gradient) does not grow.
 	AIMD
 )
 
@@ -172,7 +173,7 @@ const resolution = time.Microsecond
 type limiter struct {
 	cfg    AdaptiveConfig
 	target LimitSetter
-	busy   func() int // requests running now
+	busy   func() int // the demand now: slots running plus requests waiting
 
 	floor int // the lowest limit the algorithm reaches: MinLimit, for Gradient at least 2
 
@@ -316,7 +317,8 @@ func (l *limiter) update(gen uint64, w windowSums) {
 		l.startProbe()
 		return
 	}
-	// A limit that is not used tells nothing about a higher one.
+	// A limit that is not used tells nothing about a higher one; a queue
+	// that waits uses it whatever is running at this instant.
 	appLimited := float64(l.busy()) < l.limit/2
 	threshold := (noLoad + 2*l.noLoadSE) * l.cfg.Tolerance // at least 1 µs, perhaps +Inf
 	recent := max(mean-2*se, noLoad/2, 1)                  // the least the window's latency is likely to be

@@ -350,12 +350,10 @@ func TestAdaptiveRecoversAfterFastBurst(t *testing.T) {
 				q := mustQueue(t, ginqueue.Config{MaxConcurrent: hi, MaxQueue: 1000, QueueTimeout: time.Minute, Backend: b,
 					Adaptive: &ginqueue.AdaptiveConfig{MinLimit: lo, MaxLimit: hi, Algorithm: tt.alg}})
 				var burst atomic.Int64        // fast responses still to give
+				var burstDone atomic.Int64    // fast responses their clients have read
 				burstEnd := make(chan int, 1) // the number of limits set when the burst ended
 				r := newEngine(q.Handler(), func(c *gin.Context) {
 					if n := burst.Add(-1); n >= 0 {
-						if n == 0 {
-							burstEnd <- len(b.limits())
-						}
 						time.Sleep(tt.burst)
 						c.Status(http.StatusUnauthorized)
 						return
@@ -372,6 +370,12 @@ func TestAdaptiveRecoversAfterFastBurst(t *testing.T) {
 						for !stop.Load() {
 							w := httptest.NewRecorder()
 							r.ServeHTTP(w, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil))
+							// The burst ends when its last response is read:
+							// its handler time, and every window it closed,
+							// have been counted by then.
+							if w.Code == http.StatusUnauthorized && burstDone.Add(1) == burstSize {
+								burstEnd <- len(b.limits())
+							}
 							if w.Code != http.StatusOK && w.Code != http.StatusUnauthorized {
 								bad = w.Code
 							}
@@ -400,6 +404,58 @@ func TestAdaptiveRecoversAfterFastBurst(t *testing.T) {
 				assert.Greater(t, after[len(after)-1], lo)
 				t.Logf("after the burst: %d windows, the last at MinLimit #%d, final limit %d, no-load latency %v; first limits %v",
 					len(after), lastLow+1, after[len(after)-1], q.Stats().NoLoadLatency, after[:min(len(after), 30)])
+			})
+		})
+	}
+}
+
+// queuingStats is a Backend whose Stats report extra requests waiting.
+type queuingStats struct {
+	*recordingSetter
+	waiting int
+}
+
+func (b queuingStats) Stats() ginqueue.BackendStats {
+	st := b.recordingSetter.Stats()
+	st.Queued += b.waiting
+	return st
+}
+
+// A limit less than half used does not grow, and a limit with a queue
+// waiting is used, whatever is running at the instant a window ends: here
+// one request at a time runs, the one whose handler time ends the window.
+func TestAdaptiveGrowsOnlyWhenUsed(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		waiting int
+		grows   bool
+	}{
+		{"nobody waits", 0, false},
+		{"a queue waits", 50, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const start = 10
+				b := queuingStats{&recordingSetter{Backend: ginqueue.NewMemoryBackend()}, tt.waiting}
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: start, MaxQueue: 10, QueueTimeout: time.Minute, Backend: b,
+					Adaptive: &ginqueue.AdaptiveConfig{MaxLimit: 100, Window: 10}})
+				r := newEngine(q.Handler(), func(c *gin.Context) {
+					time.Sleep(10 * time.Millisecond)
+					c.Status(http.StatusOK)
+				})
+				for range 1000 { // 100 windows of 10 ms handlers, one at a time
+					w := httptest.NewRecorder()
+					r.ServeHTTP(w, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil))
+					require.Equal(t, http.StatusOK, w.Code)
+				}
+				limits := b.limits()
+				final := limits[len(limits)-1]
+				if tt.grows {
+					assert.Greater(t, final, 2*start, "limits %v", limits)
+				} else {
+					assert.Equal(t, start, final, "limits %v", limits)
+					assert.LessOrEqual(t, slices.Max(limits), start, "limits %v", limits)
+				}
 			})
 		})
 	}

@@ -204,7 +204,14 @@ func NewQueue(cfg Config) (*Queue, error) {
 			_ = b.Close()
 			return nil, fmt.Errorf("ginqueue: Config.Adaptive needs a Backend that implements LimitSetter; %T does not", b)
 		}
-		q.adaptive = newLimiter(*cfg.Adaptive, cfg.MaxConcurrent, ls, func() int { return q.load().running })
+		// The demand on the limit: the slots in use and the requests waiting
+		// for one. Running alone, read at the instant a window ends, can be
+		// low while a queue waits (the handlers that just ended have released
+		// and the next ones are not yet granted), and would hold the limit.
+		q.adaptive = newLimiter(*cfg.Adaptive, cfg.MaxConcurrent, ls, func() int {
+			l := q.load()
+			return l.running + l.queued
+		})
 	}
 	q.handler = q.serve
 	return q, nil
