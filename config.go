@@ -119,13 +119,15 @@ type Config struct {
 	// each, so a client with many waiters delays another's first waiter by
 	// at most one turn. Nil means one flow. See ByClientIP, ByHeader and
 	// ByRoute. It runs only when the request has to wait. Keys longer than
-	// 64 bytes are replaced by a hash.
+	// 64 bytes are replaced by a hash. redisqueue's queue, shared by a
+	// fleet, does not take turns by flow.
 	FlowKey func(*gin.Context) string
 
 	// MaxQueuePerFlow is how many waiting places one flow may hold at one
 	// priority; an arrival of a flow at its cap is answered as queue full
 	// while other flows are still admitted. Zero means no cap beyond
-	// MaxQueue. It needs FlowKey and must not exceed MaxQueue.
+	// MaxQueue. It needs FlowKey and must not exceed MaxQueue. The
+	// in-memory Backend honours it; redisqueue refuses it.
 	MaxQueuePerFlow int
 
 	// Cost weighs a request: it returns how many slots the request holds

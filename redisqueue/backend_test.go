@@ -69,6 +69,20 @@ func TestCoDelIsRefused(t *testing.T) {
 	}
 }
 
+// Config.MaxQueuePerFlow cannot be honoured by the fleet's queue, which
+// counts no places per flow: NewQueue says so rather than ignore the cap.
+func TestMaxQueuePerFlowIsRefused(t *testing.T) {
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: 1,
+		FlowKey: ginqueue.ByClientIP(), Backend: b})
+	if err == nil || !strings.HasPrefix(err.Error(), "redisqueue: Config.MaxQueuePerFlow is not supported: ") {
+		t.Fatalf("NewQueue with MaxQueuePerFlow: got %v, want redisqueue's refusal", err)
+	}
+}
+
 func TestConflictingLimitsAreRefused(t *testing.T) {
 	needRedis(t)
 	t.Parallel()

@@ -250,12 +250,19 @@ var _ ginqueue.Backend = (*Backend)(nil)
 var errCoDel = errors.New("redisqueue: Config.CoDel is not supported: its budget depends on when the queue " +
 	"shared by every replica last emptied, which no replica knows; leave Config.CoDel nil with this Backend")
 
+// errPerFlow refuses Config.MaxQueuePerFlow. The fleet's queue is ordered by
+// priority and arrival only (flows do not take turns in it), and it keeps no
+// count of places per flow, so no replica could answer an arrival at its
+// flow's cap as queue full.
+var errPerFlow = errors.New("redisqueue: Config.MaxQueuePerFlow is not supported: the queue shared by every replica " +
+	"keeps no count of places per flow; leave it zero with this Backend (MaxQueue still bounds the queue)")
+
 // Start implements ginqueue.Backend. It declares l to the other replicas of
 // the Name and returns an error wrapping ErrConflict if a live one declared
 // other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
 // and OnRedisDown applies until it does; the declaration is then checked
 // when Redis answers. Start may be called once. It refuses l.CoDel
-// (Config.CoDel): see errCoDel. With l.Weighted (ginqueue.Config.Cost) the
+// (Config.CoDel) and l.MaxQueuePerFlow: see errCoDel and errPerFlow. With l.Weighted (ginqueue.Config.Cost) the
 // scripts count each request's Arrival.Cost in slots, across the fleet.
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
@@ -263,6 +270,9 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 	}
 	if l.CoDel != nil {
 		return errCoDel
+	}
+	if l.MaxQueuePerFlow > 0 {
+		return errPerFlow
 	}
 	b.mu.Lock()
 	if b.started || b.closed {

@@ -151,6 +151,7 @@ func (s *server) newQueue() (*ginqueue.Queue, error) {
 			return nil, err
 		}
 		cfg.Backend = b
+		cfg.MaxQueuePerFlow = 0 // the fleet's queue counts no places per flow
 	}
 	q, err := ginqueue.NewQueue(cfg)
 	if err != nil {
