@@ -92,7 +92,9 @@ type Arrival struct {
 	// flows. Empty is the default flow.
 	Flow string
 	// MaxAhead bounds how many waiters may be served before this request,
-	// for Config.RejectEarly. Above zero, the request is refused with
+	// for Config.RejectEarly, counted in the order of its arrival (under
+	// CoDel's LIFO while the queue stands, newest first; later arrivals may
+	// still pass it). Above zero, the request is refused with
 	// ErrQueueFull if MaxAhead or more would be; below zero, if it would
 	// wait at all; zero means no bound. A request that finds a free slot
 	// runs whatever MaxAhead says. A FastBackend applies it as the request

@@ -403,12 +403,17 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 }
 
 // tooFarBack reports whether a.MaxAhead refuses a (not 0): -1 if it would
-// wait at all, n > 0 if n or more would be served before it. One that
+// wait at all, n > 0 if n or more would be served before it, in the order
+// of the moment (under CoDel's LIFO while the queue stands, newest first). One that
 // would be granted at once, first in line with its slots free (a higher
 // priority than a heavy head that waits for slots, say), is never refused.
 // Requires d.mu.
 func (d *dispatcher) tooFarBack(a Arrival, cost int) bool {
-	ahead := d.room.ahead(a.Priority, a.Flow)
+	lifo := false
+	if c := d.codel; c != nil && c.lifo {
+		lifo = d.standing(d.now())
+	}
+	ahead := d.room.ahead(a.Priority, a.Flow, lifo)
 	if ahead == 0 && fits(d.state.Load(), cost) != 0 {
 		return false
 	}

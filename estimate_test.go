@@ -50,7 +50,21 @@ func TestAheadInTheWaitroom(t *testing.T) {
 		{0, "A", 2 + 5 + 1}, // A's sixth: its own 5, all of B
 		{0, "new", 2 + 2},   // a new flow: one turn of each
 	} {
-		assert.Equal(t, tc.want, r.ahead(tc.prio, tc.flow), "priority %d flow %q", tc.prio, tc.flow)
+		assert.Equal(t, tc.want, r.ahead(tc.prio, tc.flow, false), "priority %d flow %q", tc.prio, tc.flow)
+	}
+	// Newest first (CoDel's LIFO): an arrival is its flow's next, so a flow
+	// between the cursor and its own gets one turn before it, one after none.
+	for _, tc := range []struct {
+		prio int
+		flow string
+		want int
+	}{
+		{2, "C", 0},     // its flow's next, at the highest priority
+		{0, "A", 2},     // the cursor's flow: only the higher priority
+		{0, "B", 2 + 1}, // one turn of A first
+		{0, "new", 2 + 2},
+	} {
+		assert.Equal(t, tc.want, r.ahead(tc.prio, tc.flow, true), "newest first: priority %d flow %q", tc.prio, tc.flow)
 	}
 	// Flows after the arrival's own in the round get as many turns as it has
 	// waiters, not one more: with the cursor on A (one waiter) and B, C
@@ -60,8 +74,10 @@ func TestAheadInTheWaitroom(t *testing.T) {
 	push(0, "A", 1)
 	push(0, "B", 3)
 	push(0, "C", 3)
-	assert.Equal(t, 1+1+1, r.ahead(0, "A"))
-	assert.Equal(t, 3+1+3, r.ahead(0, "B"), "B's fourth: its own 3, A's only one, C's three (each of C's turns comes before it)")
+	assert.Equal(t, 1+1+1, r.ahead(0, "A", false))
+	assert.Equal(t, 3+1+3, r.ahead(0, "B", false), "B's fourth: its own 3, A's only one, C's three (each of C's turns comes before it)")
+	assert.Equal(t, 1, r.ahead(0, "B", true), "newest first: one turn of A, none of C")
+	assert.Equal(t, 1+1, r.ahead(0, "C", true), "newest first: one turn of A and of B")
 }
 
 // The handler-time estimate is a mean per request: nothing but samples move

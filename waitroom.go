@@ -255,9 +255,12 @@ func (r *waitroom) victim(prio int) *waiter {
 // and, from every other flow, as many as get a turn before its own: a flow
 // between the cursor and its flow gets one more turn than its flow has
 // waiters, a flow after it as many (each capped at what that flow has). A
-// new flow joins just behind the cursor: one turn of each flow. O(P)
+// new flow joins just behind the cursor: one turn of each flow. With lifo
+// (CoDel's LIFO while the queue stands, see newest), a new waiter is its
+// flow's next, so its flow needs one turn: a flow between the cursor and
+// its own is served once before it, a flow after it not at all. O(P)
 // levels, plus the level's flows when its flow already waits.
-func (r *waitroom) ahead(prio int, key string) int {
+func (r *waitroom) ahead(prio int, key string, lifo bool) int {
 	n := 0
 	for _, l := range r.levels {
 		if l.prio > prio {
@@ -272,10 +275,14 @@ func (r *waitroom) ahead(prio int, key string) int {
 	if f == nil {
 		return n + len(l.flows)
 	}
-	turns := f.n + 1 // flows before f in this round
+	own := f.n // f's waiters served before the new one
+	if lifo {
+		own = 0
+	}
+	turns := own + 1 // flows before f in this round
 	for g := l.cursor; ; {
 		if g == f {
-			turns = f.n // flows after f
+			turns = own // flows after f
 		} else {
 			n += min(g.n, turns)
 		}
@@ -283,7 +290,7 @@ func (r *waitroom) ahead(prio int, key string) int {
 			break
 		}
 	}
-	return n + f.n
+	return n + own
 }
 
 // byPriority lists the number of waiters per priority, in no order (the
