@@ -114,22 +114,40 @@ type dispatcher struct {
 	// orders of those steps. Nil in production.
 	step func(step)
 
-	// Mirrors of the waitroom for Stats, which must not wait for mu. They are
-	// written under mu by settle and read without it.
-	queuedN  atomic.Int64
-	oldestAt atomic.Int64  // arrival of the oldest waiter + 1; 0 when none
-	roomVer  atomic.Uint64 // room.ver as of the last settle
-	snap     atomic.Pointer[roomSnap]
+	// The waitroom as Stats reads it, without mu: settle writes them under
+	// mu, Stats reads them. queuedN is the queue length for Counts. pubs
+	// holds the last two publications of the room (length, oldest waiter,
+	// split by priority); pubs[pubSeq%2] is the last complete one, and the
+	// next is written into the other before pubSeq moves on to it. A reader
+	// that finds pubSeq unchanged after reading a publication has read one
+	// that nobody wrote meanwhile: the next writer of that half starts only
+	// once pubSeq has moved. So Stats gets one consistent view, as of the
+	// last section under mu, and never waits: not for mu, and not for a
+	// writer stopped halfway (it writes the other half). pubVer is room.ver
+	// as of the last publication, guarded by mu.
+	queuedN atomic.Int64
+	pubs    [2]roomPub
+	pubSeq  atomic.Uint64
+	pubVer  uint64
 }
 
-// roomSnap is the queue length and its split by priority (sorted highest
-// first) as of room version ver: one consistent view for Stats. A newer
-// snapshot never gives way to an older one.
-type roomSnap struct {
-	ver    uint64
-	queued int
-	counts []PriorityCount
+// roomPub is one publication of the room for Stats. Every field is an
+// atomic only so that a reader may race with the writer of the half it then
+// discards.
+type roomPub struct {
+	queued   atomic.Int64
+	oldestAt atomic.Int64 // arrival of the oldest waiter + 1; 0 when none
+	// levels is the number of priorities waiting, whose (priority, count)
+	// are in prio and count, in no order; -1 when there are more than
+	// pubLevels, and the split is in many, sorted highest first.
+	levels atomic.Int64
+	prio   [pubLevels]atomic.Int64
+	count  [pubLevels]atomic.Int64
+	many   atomic.Pointer[[]PriorityCount]
 }
+
+// pubLevels is how many priorities a publication holds without allocating.
+const pubLevels = 8
 
 // codel is Limits.CoDel as the dispatcher uses it: the two budgets a waiter
 // can have, in nanoseconds, each already capped by QueueTimeout, so at any
@@ -583,12 +601,45 @@ func (d *dispatcher) settle() {
 		d.state.And(^slowBit)
 	}
 	d.queuedN.Store(int64(d.room.n))
-	d.roomVer.Store(d.room.ver)
+	if d.room.ver != d.pubVer {
+		d.publish()
+	}
+}
+
+// publish writes the room into the half of pubs that readers are not
+// reading, then makes it the last publication. O(P) for P priorities
+// waiting; it allocates only when P > pubLevels. Requires d.mu.
+func (d *dispatcher) publish() {
+	seq := d.pubSeq.Load() + 1
+	p := &d.pubs[seq%2]
+	p.queued.Store(int64(d.room.n))
 	oldest := int64(0)
 	if w := d.room.all.first; w != nil {
 		oldest = w.arrived + 1
 	}
-	d.oldestAt.Store(oldest)
+	p.oldestAt.Store(oldest)
+	if levels := d.room.high.items; len(levels) <= pubLevels {
+		for i, l := range levels {
+			p.prio[i].Store(int64(l.prio))
+			p.count[i].Store(int64(l.n))
+		}
+		p.levels.Store(int64(len(levels)))
+		if p.many.Load() != nil {
+			p.many.Store(nil)
+		}
+	} else {
+		split := d.room.byPriority()
+		sortByPriority(split)
+		p.many.Store(&split)
+		p.levels.Store(-1)
+	}
+	d.pubSeq.Store(seq)
+	d.pubVer = d.room.ver
+}
+
+// sortByPriority sorts a split highest priority first.
+func sortByPriority(split []PriorityCount) {
+	slices.SortFunc(split, func(a, b PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) })
 }
 
 // makeRoom reports whether a waiting place can be found for a, giving it
@@ -728,36 +779,43 @@ func (d *dispatcher) SetLimit(n int) error {
 }
 
 // Stats implements Backend. It never waits for mu: the counts come from
-// atomics, and Queued and its split by priority from one snapshot of the
-// room, refreshed when mu is free at one of a few tries (otherwise the
-// last snapshot is returned, which may lag by the operations in flight).
+// atomics, and Queued, OldestWait and the split by priority from the last
+// publication of the room (see dispatcher.pubs), one consistent view as of
+// the last section under mu.
 func (d *dispatcher) Stats() BackendStats {
 	c, served := d.counts()
-	queued := c.Queued
 	st := BackendStats{Running: c.Running, Limit: c.Limit, Served: served}
-	if o := d.oldestAt.Load(); o != 0 {
-		st.OldestWait = time.Duration(d.now() - (o - 1))
+	var split [pubLevels]PriorityCount
+	var many *[]PriorityCount
+	var queued, oldest, levels int64
+	for try := 1; ; try++ {
+		seq := d.pubSeq.Load()
+		p := &d.pubs[seq%2]
+		queued, oldest, levels = p.queued.Load(), p.oldestAt.Load(), p.levels.Load()
+		if levels < 0 {
+			many = p.many.Load()
+		} else {
+			for i := range min(levels, pubLevels) {
+				split[i] = PriorityCount{Priority: int(p.prio[i].Load()), Queued: int(p.count[i].Load())}
+			}
+		}
+		if d.pubSeq.Load() == seq {
+			break // nobody wrote that half while it was read
+		}
+		if try%16 == 0 {
+			runtime.Gosched() // publications keep coming: let them pass
+		}
 	}
 	if queued == 0 {
-		return st // nobody waits: no split to agree with
+		return st // nobody waits: no split
 	}
-	p := d.snap.Load()
-	for try := 0; (p == nil || p.ver != d.roomVer.Load()) && try < 4; try++ {
-		if !d.mu.TryLock() {
-			runtime.Gosched()
-			continue
-		}
-		next := &roomSnap{ver: d.room.ver, queued: d.room.n, counts: d.room.byPriority()} // O(P) under the lock ...
-		d.unlock()
-		slices.SortFunc(next.counts, func(a, b PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) }) // ... the sort outside
-		for p = d.snap.Load(); (p == nil || p.ver < next.ver) && !d.snap.CompareAndSwap(p, next); p = d.snap.Load() {
-		}
-		p = d.snap.Load()
-		break
-	}
-	if p != nil && p.queued > 0 {
-		st.Queued = p.queued
-		st.QueuedByPriority = slices.Clone(p.counts)
+	st.Queued = int(queued)
+	st.OldestWait = time.Duration(max(d.now()-(oldest-1), 0))
+	if levels < 0 {
+		st.QueuedByPriority = slices.Clone(*many)
+	} else {
+		st.QueuedByPriority = slices.Clone(split[:levels])
+		sortByPriority(st.QueuedByPriority)
 	}
 	return st
 }
