@@ -114,9 +114,8 @@ type dispatcher struct {
 	// orders of those steps. Nil in production.
 	step func(step)
 
-	// The waitroom as Stats reads it, without mu: settle writes them under
-	// mu, Stats reads them. queuedN is the queue length for Counts. pubs
-	// holds the last two publications of the room (length, oldest waiter,
+	// The waitroom as Stats and Counts read it, without mu: settle writes
+	// them under mu. pubs holds the last two publications of the room (length, oldest waiter,
 	// split by priority); pubs[pubSeq%2] is the last complete one, and the
 	// next is written into the other before pubSeq moves on to it. A reader
 	// that finds pubSeq unchanged after reading a publication has read one
@@ -125,7 +124,6 @@ type dispatcher struct {
 	// last section under mu, and never waits: not for mu, and not for a
 	// writer stopped halfway (it writes the other half). pubVer is room.ver
 	// as of the last publication, guarded by mu.
-	queuedN atomic.Int64
 	pubs    [2]roomPub
 	pubSeq  atomic.Uint64
 	pubVer  uint64
@@ -497,7 +495,7 @@ func (d *dispatcher) counts() (c Counts, served uint64) {
 	finished, heavyDone := d.finished.Load(), d.heavyFinished.Load()
 	return Counts{
 		Running:  int(max(int64(fast+slow+heavy-finished-heavyDone), 0)),
-		Queued:   int(d.queuedN.Load()),
+		Queued:   int(d.pubs[d.pubSeq.Load()%2].queued.Load()),
 		Limit:    int(limitOf(d.state.Load())),
 		Fast:     fast,
 		Finished: finished,
@@ -600,7 +598,6 @@ func (d *dispatcher) settle() {
 	} else {
 		d.state.And(^slowBit)
 	}
-	d.queuedN.Store(int64(d.room.n))
 	if d.room.ver != d.pubVer {
 		d.publish()
 	}
@@ -608,22 +605,24 @@ func (d *dispatcher) settle() {
 
 // publish writes the room into the half of pubs that readers are not
 // reading, then makes it the last publication. O(P) for P priorities
-// waiting; it allocates only when P > pubLevels. Requires d.mu.
+// waiting; it allocates only when P > pubLevels. A field that already holds
+// its value (from two publications ago) is not written again: on a hand-off
+// the priorities and their number seldom change. Requires d.mu.
 func (d *dispatcher) publish() {
 	seq := d.pubSeq.Load() + 1
 	p := &d.pubs[seq%2]
-	p.queued.Store(int64(d.room.n))
+	store(&p.queued, int64(d.room.n))
 	oldest := int64(0)
 	if w := d.room.all.first; w != nil {
 		oldest = w.arrived + 1
 	}
-	p.oldestAt.Store(oldest)
+	store(&p.oldestAt, oldest)
 	if levels := d.room.high.items; len(levels) <= pubLevels {
 		for i, l := range levels {
-			p.prio[i].Store(int64(l.prio))
-			p.count[i].Store(int64(l.n))
+			store(&p.prio[i], int64(l.prio))
+			store(&p.count[i], int64(l.n))
 		}
-		p.levels.Store(int64(len(levels)))
+		store(&p.levels, int64(len(levels)))
 		if p.many.Load() != nil {
 			p.many.Store(nil)
 		}
@@ -635,6 +634,14 @@ func (d *dispatcher) publish() {
 	}
 	d.pubSeq.Store(seq)
 	d.pubVer = d.room.ver
+}
+
+// store writes v to a unless a holds it already (a load is cheaper than a
+// store). Only for fields with one writer.
+func store(a *atomic.Int64, v int64) {
+	if a.Load() != v {
+		a.Store(v)
+	}
 }
 
 // sortByPriority sorts a split highest priority first.

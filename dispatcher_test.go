@@ -299,9 +299,9 @@ func statsUnderContention(t *testing.T, prios int) {
 	var calls, split, manyLevels int
 	worst := 0
 	for end := time.Now().Add(time.Second); time.Now().Before(end); calls++ {
-		before := int(d.queuedN.Load())
+		before := d.Counts().Queued
 		st := d.Stats()
-		after := int(d.queuedN.Load())
+		after := d.Counts().Queued
 		sum := 0
 		for _, c := range st.QueuedByPriority {
 			sum += c.Queued
