@@ -124,9 +124,9 @@ type dispatcher struct {
 	// last section under mu, and never waits: not for mu, and not for a
 	// writer stopped halfway (it writes the other half). pubVer is room.ver
 	// as of the last publication, guarded by mu.
-	pubs    [2]roomPub
-	pubSeq  atomic.Uint64
-	pubVer  uint64
+	pubs   [2]roomPub
+	pubSeq atomic.Uint64
+	pubVer uint64
 }
 
 // roomPub is one publication of the room for Stats. Every field is an
