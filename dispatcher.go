@@ -617,6 +617,7 @@ func (d *dispatcher) publish() {
 		oldest = w.arrived + 1
 	}
 	store(&p.oldestAt, oldest)
+	d.at(stepPublish)
 	if levels := d.room.high.items; len(levels) <= pubLevels {
 		for i, l := range levels {
 			store(&p.prio[i], int64(l.prio))
@@ -632,6 +633,7 @@ func (d *dispatcher) publish() {
 		p.many.Store(&split)
 		p.levels.Store(-1)
 	}
+	d.at(stepPublish)
 	d.pubSeq.Store(seq)
 	d.pubVer = d.room.ver
 }
@@ -796,6 +798,7 @@ func (d *dispatcher) Stats() BackendStats {
 	var many *[]PriorityCount
 	var queued, oldest, levels int64
 	for try := 1; ; try++ {
+		d.at(stepStatsSeq)
 		seq := d.pubSeq.Load()
 		p := &d.pubs[seq%2]
 		queued, oldest, levels = p.queued.Load(), p.oldestAt.Load(), p.levels.Load()
@@ -806,7 +809,7 @@ func (d *dispatcher) Stats() BackendStats {
 				split[i] = PriorityCount{Priority: int(p.prio[i].Load()), Queued: int(p.count[i].Load())}
 			}
 		}
-		if d.pubSeq.Load() == seq {
+		if d.at(stepStatsSeq); d.pubSeq.Load() == seq {
 			break // nobody wrote that half while it was read
 		}
 		if try%16 == 0 {
@@ -888,6 +891,8 @@ const (
 	stepGrantTake
 	stepSettle
 	stepSetLimit
+	stepPublish  // a publication half written, and written before pubSeq moves to it
+	stepStatsSeq // Stats, before each read of pubSeq
 )
 
 // at reports step s to the interleaving tests.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,9 @@ type scenario struct {
 	// minSchedules is a floor on the number of orders explored, so that
 	// a change that removes the pause points cannot pass unnoticed.
 	minSchedules int
+	// publication adds the steps of the room's publication for Stats
+	// (stepPublish, stepStatsSeq) to those the actors pause at.
+	publication bool
 }
 
 // sched pauses actors at their steps. All fields are guarded by mu.
@@ -106,6 +110,13 @@ func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int,
 			s.gates[i] = make(chan struct{})
 		}
 		d.step = s.pause
+		if !sc.publication {
+			d.step = func(k step) {
+				if k != stepPublish && k != stepStatsSeq {
+					s.pause(k)
+				}
+			}
+		}
 		for i, a := range actors {
 			go func() {
 				s.mu.Lock()
@@ -245,6 +256,7 @@ var stepNames = map[step]string{
 	stepStart: "start", stepLock: "lock", stepFastLoad: "fast-load", stepFastCAS: "fast-cas",
 	stepRelease: "release-add", stepSlowLoad: "slow-load", stepSlowMark: "slow-mark", stepSlowTake: "slow-take",
 	stepGrantRead: "grant-read", stepGrantTake: "grant-add", stepSettle: "settle", stepSetLimit: "setlimit-add",
+	stepPublish: "publish", stepStatsSeq: "stats-seq",
 }
 
 // The actors.
@@ -597,6 +609,103 @@ func TestInterleavings(t *testing.T) {
 			minSchedules: 600,
 		},
 	} {
+		t.Run(sc.name, func(t *testing.T) { explore(t, sc) })
+	}
+}
+
+// statsActor reads Stats and reports what it saw, or BAD and why, if the
+// view is not one the room was ever in: a split that does not add up to
+// Queued, more waiters than the scenario ever had, or a priority that never
+// waited.
+func statsActor(most int, prios ...int) actor {
+	return actor{"stats", func(d *dispatcher) string {
+		st := d.Stats()
+		sum := 0
+		for _, c := range st.QueuedByPriority {
+			sum += c.Queued
+			if !slices.Contains(prios, c.Priority) {
+				return fmt.Sprintf("BAD priority %d in %+v", c.Priority, st)
+			}
+		}
+		if sum != st.Queued || st.Queued > most || (st.Queued == 0) != (st.QueuedByPriority == nil) {
+			return fmt.Sprintf("BAD %+v", st)
+		}
+		return fmt.Sprintf("stats queued %d", st.Queued)
+	}}
+}
+
+// atPriority is a parking arrival of priority p.
+func atPriority(p int) actor {
+	return actor{"prio" + strconv.Itoa(p), func(d *dispatcher) string {
+		_, err := d.acquireSlow(context.Background(), Arrival{Priority: p})
+		return fmt.Sprint(err)
+	}}
+}
+
+// noBad fails a scenario in which an actor reported BAD, then runs next.
+func noBad(next func(d *dispatcher, out []string) error) func(d *dispatcher, out []string) error {
+	return func(d *dispatcher, out []string) error {
+		for _, o := range out {
+			if strings.HasPrefix(o, "BAD") {
+				return fmt.Errorf("outcomes %q", out)
+			}
+		}
+		return next(d, out)
+	}
+}
+
+// parkOne holds the only slot and parks a waiter of priority 0, in a
+// goroutine that is not an actor (it never pauses); granted, it keeps the
+// slot, since taking mu while an actor is paused under it would block it on
+// a mutex, which synctest.Wait does not count as blocked.
+func parkOne(d *dispatcher) {
+	holdOne(d)
+	go func() { _, _ = d.acquireSlow(context.Background(), Arrival{}) }()
+	synctest.Wait()
+}
+
+// slotsHeld checks the slots held and the waiters left at the end.
+func slotsHeld(run int64, queued int) func(d *dispatcher, out []string) error {
+	return noBad(func(d *dispatcher, out []string) error {
+		if r, _ := d.slots(); r != run || d.room.n != queued {
+			return fmt.Errorf("%d slots held and %d waiting, want %d and %d (outcomes %q)", r, d.room.n, run, queued, out)
+		}
+		return nil
+	})
+}
+
+// Stats reads the room without mu while sections under mu publish it: in
+// every order of its reads against the publication of a waiter parking,
+// of a release handing the slot on, and of an eviction by priority, it
+// returns a view the room was in.
+func TestInterleavingsOfStats(t *testing.T) {
+	for _, sc := range []scenario{
+		{
+			name:         "stats and a parking arrival",
+			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:        holdOne,
+			actors:       []actor{statsActor(1, 0), slowArrival},
+			final:        slotsHeld(1, 1),
+			minSchedules: 20,
+		},
+		{
+			name:         "stats and a release handing the slot to a waiter",
+			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:        parkOne,
+			actors:       []actor{statsActor(1, 0), release},
+			final:        slotsHeld(1, 0),
+			minSchedules: 20,
+		},
+		{
+			name:         "stats and an eviction by priority",
+			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			setup:        parkOne,
+			actors:       []actor{statsActor(1, 0, 5), atPriority(5)},
+			final:        slotsHeld(1, 1),
+			minSchedules: 20,
+		},
+	} {
+		sc.publication = true
 		t.Run(sc.name, func(t *testing.T) { explore(t, sc) })
 	}
 }
