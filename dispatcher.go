@@ -122,8 +122,10 @@ type dispatcher struct {
 	// that nobody wrote meanwhile: the next writer of that half starts only
 	// once pubSeq has moved. So Stats gets one consistent view, as of the
 	// last section under mu, and never waits: not for mu, and not for a
-	// writer stopped halfway (it writes the other half). pubVer is room.ver
-	// as of the last publication, guarded by mu.
+	// writer stopped halfway (it writes the other half);
+	// TestInterleavingsOfStats enumerates the orders of these reads against a
+	// publication. pubVer is room.ver as of the last publication, guarded by
+	// mu.
 	pubs   [2]roomPub
 	pubSeq atomic.Uint64
 	pubVer uint64
