@@ -76,9 +76,10 @@ func (o Outcome) String() string {
 // else requests: without Config.Cost a request holds one slot, so the two are
 // the same. Counters only grow, from the Queue's creation. Without
 // Config.Cost, Served is never below Running; with it, Running is never
-// above the slots granted to the requests counted in Served. QueuedByPriority
-// always adds up to Queued (both come from one snapshot of the queue).
-// Reading it never waits for the queue's lock.
+// above the slots granted to the requests counted in Served. Queued,
+// QueuedByPriority (which always adds up to Queued) and OldestWait come from
+// one view of the queue, as it was at the latest change the in-memory Backend
+// has completed. Reading it never waits for the queue's lock.
 type Stats struct {
 	Running int // slots held by running requests now (Config.Cost each, else 1)
 	Queued  int // requests waiting now
@@ -93,7 +94,8 @@ type Stats struct {
 	Canceled     uint64 // requests whose client hung up while waiting
 	Closed       uint64 // requests answered because the Queue was closed
 
-	// OldestWait is how long the oldest waiter has waited so far.
+	// OldestWait is how long the oldest waiter has waited so far; zero when
+	// nobody waits.
 	OldestWait time.Duration
 	// WaitP50, WaitP90 and WaitP99 are percentiles of the queue waits of the
 	// requests served in the last minute, those that ran at once counting as
