@@ -27,6 +27,44 @@ func TestBackendServesOneQueue(t *testing.T) {
 	assert.Equal(t, 3, q.Stats().Limit, "the first Queue keeps its limits")
 }
 
+// A Backend that never started (NewQueue refused its Config first) can still
+// be closed and drained, more than once, and once closed it starts no Queue.
+func TestMemoryBackendClosedBeforeStart(t *testing.T) {
+	b := ginqueue.NewMemoryBackend()
+	_, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: -1, Backend: b})
+	require.Error(t, err)
+	assert.NoError(t, b.Drain(context.Background()))
+	assert.NoError(t, b.Close())
+	assert.NoError(t, b.Close())
+	assert.NoError(t, b.Drain(context.Background()))
+	_, err = ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, Backend: b})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "closed before it started")
+}
+
+// slowClose is a Backend whose Close takes a minute (one that says goodbye
+// to a store that does not answer).
+type slowClose struct{ ginqueue.Backend }
+
+func (b slowClose) Close() error {
+	time.Sleep(time.Minute)
+	return b.Backend.Close()
+}
+
+// Shutdown returns ctx.Err() when ctx ends, even while the Backend's Close
+// has not returned yet.
+func TestShutdownHonoursContextDuringClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, Backend: slowClose{ginqueue.NewMemoryBackend()}})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		assert.ErrorIs(t, q.Shutdown(ctx), context.DeadlineExceeded)
+		assert.Equal(t, time.Second, time.Since(start))
+		time.Sleep(time.Minute) // the Close goes on, and ends
+	})
+}
+
 // Limits.Validate names the Limits field a Backend author passed; Config's
 // Validate names the Config field a user set. One rule, two names.
 func TestLimitsValidateNamesItsOwnFields(t *testing.T) {

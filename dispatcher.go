@@ -92,9 +92,10 @@ type dispatcher struct {
 
 	// All fields below are guarded by mu. slowBit is set exactly when
 	// room.n > 0 || closed || idle != nil (changed together, under mu).
-	limits Limits
-	room   *waitroom // the waiters; 0 <= room.n <= limits.MaxQueue
-	closed bool
+	limits  Limits
+	room    *waitroom // the waiters; 0 <= room.n <= limits.MaxQueue
+	started bool
+	closed  bool
 
 	epoch   time.Time     // times are nanoseconds since epoch (monotonic)
 	timer   *time.Timer   // AfterFunc(expire); nil when no waiter has a deadline
@@ -227,8 +228,10 @@ type waiter struct {
 // (unless CoDel.LIFO serves a standing queue newest first), no polling. It
 // honours Limits.CoDel. It is a FastBackend and a LimitSetter. Other backends
 // may use it as a local fallback. Like every Backend it serves one Queue: a
-// second Start fails.
-func NewMemoryBackend() Backend { return &dispatcher{} }
+// second Start fails. Close and Drain work before Start too (after a NewQueue
+// that refused its Config), and a Backend closed before it started starts
+// no Queue.
+func NewMemoryBackend() Backend { return &dispatcher{room: newWaitroom()} }
 
 var (
 	_ FastBackend = (*dispatcher)(nil)
@@ -242,11 +245,14 @@ func (d *dispatcher) Start(l Limits) error {
 	}
 	d.lock()
 	defer d.unlock()
-	if d.room != nil {
+	if d.started {
 		return errors.New("ginqueue: this in-memory Backend already serves a Queue; give each Queue its own NewMemoryBackend()")
 	}
+	if d.closed {
+		return errors.New("ginqueue: this in-memory Backend was closed before it started; make a new one with NewMemoryBackend()")
+	}
+	d.started = true
 	d.limits = l
-	d.room = newWaitroom()
 	d.state.Store(uint64(l.MaxConcurrent) << limitShift)
 	d.epoch = time.Now()
 	if l.CoDel != nil {
@@ -800,10 +806,12 @@ func (d *dispatcher) Stats() BackendStats {
 	var many *[]PriorityCount
 	var queued, oldest, levels int64
 	for try := 1; ; try++ {
-		d.at(stepStatsSeq)
 		seq := d.pubSeq.Load()
 		p := &d.pubs[seq%2]
-		queued, oldest, levels = p.queued.Load(), p.oldestAt.Load(), p.levels.Load()
+		d.at(stepStatsRead)
+		queued, oldest = p.queued.Load(), p.oldestAt.Load()
+		d.at(stepStatsRead)
+		levels = p.levels.Load()
 		if levels < 0 {
 			many = p.many.Load()
 		} else {
@@ -893,8 +901,9 @@ const (
 	stepGrantTake
 	stepSettle
 	stepSetLimit
-	stepPublish  // a publication half written, and written before pubSeq moves to it
-	stepStatsSeq // Stats, before each read of pubSeq
+	stepPublish   // a publication half written, and written before pubSeq moves to it
+	stepStatsSeq  // Stats, before it reads pubSeq again
+	stepStatsRead // Stats, between its reads of a publication
 )
 
 // at reports step s to the interleaving tests.

@@ -660,12 +660,21 @@ func (q *Queue) Close() error {
 
 // Shutdown closes the Queue, then waits until every request running on it
 // has finished, or until ctx ends, when it returns ctx.Err(); Close's error,
-// if any, first. Call it before http.Server.Shutdown: waiters are answered
-// 503 at once instead of holding the server's shutdown for up to
-// QueueTimeout.
+// if any, first. A Backend's Close that outlasts ctx (one saying goodbye to
+// a store that does not answer) goes on after Shutdown has returned. Call
+// it before http.Server.Shutdown: waiters are answered 503 at once instead
+// of holding the server's shutdown for up to QueueTimeout.
 func (q *Queue) Shutdown(ctx context.Context) error {
-	if err := q.Close(); err != nil {
-		return err
+	q.closed.Store(true) // arrivals are refused from now on, whatever Close takes
+	closed := make(chan error, 1)
+	go func() { closed <- q.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	return q.backend.Drain(ctx)
 }
