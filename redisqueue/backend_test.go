@@ -69,6 +69,26 @@ func TestCoDelIsRefused(t *testing.T) {
 	}
 }
 
+// A Queue whose Redis never answered closes at once: with nothing to give
+// back, the goodbye is tried once, not until LeaseTTL has passed.
+func TestCloseWithRedisNeverReachedReturnsAtOnce(t *testing.T) {
+	b, err := redisqueue.New(newClient(t, "127.0.0.1:1"), redisqueue.Options{Name: newName(t), LeaseTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("Close took %v with nothing to give back (LeaseTTL 10s)", took)
+	}
+}
+
 // Config.MaxQueuePerFlow cannot be honoured by the fleet's queue, which
 // counts no places per flow: NewQueue says so rather than ignore the cap.
 func TestMaxQueuePerFlowIsRefused(t *testing.T) {

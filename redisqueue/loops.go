@@ -583,10 +583,11 @@ func (b *Backend) flushPending() {
 
 // bye gives back every pending id and removes this replica from Redis. It
 // reports whether the maintainer may stop: Redis answered, the client was
-// closed, or LeaseTTL has passed since Close (the leases have expired by
-// then). Until then the
-// pending ids stay pending, so that Drain still waits for them, and the
-// maintainer tries again at its tick.
+// closed, nothing was pending, or LeaseTTL has passed since Close (the
+// leases have expired by then). Until then the pending ids stay pending, so
+// that Drain still waits for them, and the maintainer tries again at its
+// tick. With nothing pending one try is enough: the replica's entry expires
+// with its lease, and Close need not wait for a Redis that does not answer.
 func (b *Backend) bye() bool {
 	b.mu.Lock()
 	args := []any{b.replica}
@@ -596,7 +597,7 @@ func (b *Backend) bye() bool {
 	closedAt := b.closedAt
 	b.mu.Unlock()
 	_, err := b.call(byeScript, args...)
-	if err != nil && !errors.Is(err, redis.ErrClosed) && time.Since(closedAt) < b.opts.LeaseTTL {
+	if err != nil && len(args) > 1 && !errors.Is(err, redis.ErrClosed) && time.Since(closedAt) < b.opts.LeaseTTL {
 		return false // a client closed by its owner will never answer: stop
 	}
 	b.mu.Lock()
