@@ -40,10 +40,18 @@ type scenario struct {
 	// minSchedules is a floor on the number of orders explored, so that
 	// a change that removes the pause points cannot pass unnoticed.
 	minSchedules int
-	// publication adds the steps of the room's publication for Stats
-	// (stepPublish, stepStatsSeq) to those the actors pause at.
-	publication bool
+	// pauses says which of the dispatcher's steps the actors pause at; nil
+	// means all but those of the room's publication for Stats (see
+	// publication).
+	pauses func(step) bool
 }
+
+// publication reports whether k is a step of the room's publication for
+// Stats, or of Stats reading it.
+func publication(k step) bool { return k == stepPublish || k == stepStatsSeq || k == stepStatsRead }
+
+// always pauses at every step.
+func always(step) bool { return true }
 
 // sched pauses actors at their steps. All fields are guarded by mu.
 type sched struct {
@@ -109,12 +117,13 @@ func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int,
 		for i := range s.gates {
 			s.gates[i] = make(chan struct{})
 		}
-		d.step = s.pause
-		if !sc.publication {
-			d.step = func(k step) {
-				if k != stepPublish && k != stepStatsSeq {
-					s.pause(k)
-				}
+		pauses := sc.pauses
+		if pauses == nil {
+			pauses = func(k step) bool { return !publication(k) }
+		}
+		d.step = func(k step) {
+			if pauses(k) {
+				s.pause(k)
 			}
 		}
 		for i, a := range actors {
@@ -256,7 +265,7 @@ var stepNames = map[step]string{
 	stepStart: "start", stepLock: "lock", stepFastLoad: "fast-load", stepFastCAS: "fast-cas",
 	stepRelease: "release-add", stepSlowLoad: "slow-load", stepSlowMark: "slow-mark", stepSlowTake: "slow-take",
 	stepGrantRead: "grant-read", stepGrantTake: "grant-add", stepSettle: "settle", stepSetLimit: "setlimit-add",
-	stepPublish: "publish", stepStatsSeq: "stats-seq",
+	stepPublish: "publish", stepStatsSeq: "stats-seq", stepStatsRead: "stats-read",
 }
 
 // The actors.
@@ -675,9 +684,9 @@ func slotsHeld(run int64, queued int) func(d *dispatcher, out []string) error {
 }
 
 // Stats reads the room without mu while sections under mu publish it: in
-// every order of its reads against the publication of a waiter parking,
-// of a release handing the slot on, and of an eviction by priority, it
-// returns a view the room was in.
+// every order of its reads against the publication of a waiter parking, of
+// two (the second rewriting the half Stats reads), of a release handing the
+// slot on, and of an eviction by priority, it returns a view the room was in.
 func TestInterleavingsOfStats(t *testing.T) {
 	for _, sc := range []scenario{
 		{
@@ -697,6 +706,20 @@ func TestInterleavingsOfStats(t *testing.T) {
 			minSchedules: 20,
 		},
 		{
+			// Two publications while one Stats reads: the second writes
+			// the half it reads, which it must notice and read again.
+			// Only the publication's steps pause, and taking mu (the
+			// controller lets nobody block on it); the orders of the rest
+			// are the scenarios above and TestInterleavings'.
+			name:         "stats and two parking arrivals",
+			limits:       Limits{MaxConcurrent: 1, MaxQueue: 2},
+			setup:        holdOne,
+			actors:       []actor{statsActor(2, 0), slowArrival, slowArrival},
+			final:        slotsHeld(1, 2),
+			minSchedules: 100,
+			pauses:       func(k step) bool { return publication(k) || k == stepLock },
+		},
+		{
 			name:         "stats and an eviction by priority",
 			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:        parkOne,
@@ -705,7 +728,9 @@ func TestInterleavingsOfStats(t *testing.T) {
 			minSchedules: 20,
 		},
 	} {
-		sc.publication = true
+		if sc.pauses == nil {
+			sc.pauses = always
+		}
 		t.Run(sc.name, func(t *testing.T) { explore(t, sc) })
 	}
 }
