@@ -5,7 +5,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 GO ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo bench bench-smoke bench-goodput bench-weighted lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules
+.PHONY: test demo bench bench-smoke bench-goodput bench-weighted lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules check-outside
 
 # Vet and race-test every module in the repository.
 test:
@@ -84,3 +84,8 @@ tidy:
 # No replace in a library's go.mod, no zero pseudo-version, go.work complete.
 check-modules:
 	.ci/check-modules
+
+# A module outside the repository, set up by the README's own install lines,
+# builds against ginqueue, promqueue and redisqueue.
+check-outside:
+	.ci/outside-module
