@@ -141,7 +141,7 @@ type Queue struct {
 	adaptive *limiter // nil unless Config.Adaptive
 
 	// finished counts the requests that released their slot, for a Backend
-	// other than the in-memory one (which counts them itself).
+	// that is not a FastBackend (a FastBackend counts them itself).
 	finished atomic.Uint64
 
 	// counts of the rejections, by Outcome; the Backend counts Served, so

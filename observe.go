@@ -18,7 +18,8 @@ func WaitBuckets() []float64 { b := waitBounds; return b[:] }
 // WaitHistogram is the distribution of the queue waits of served requests
 // since the Queue was built, in the shape of a Prometheus histogram.
 type WaitHistogram struct {
-	// Counts[i] is the number of waits <= WaitBuckets()[i] (cumulative).
+	// Counts[i] is the number of waits <= WaitBuckets()[i] (cumulative),
+	// one per bound: 18, from 100 µs to 60 s.
 	Counts [len(waitBounds)]uint64
 	// Count is the number of served requests; Sum their waits in seconds.
 	Count uint64
