@@ -660,21 +660,14 @@ func (q *Queue) Close() error {
 
 // Shutdown closes the Queue, then waits until every request running on it
 // has finished, or until ctx ends, when it returns ctx.Err(); Close's error,
-// if any, first. A Backend's Close that outlasts ctx (one saying goodbye to
-// a store that does not answer) goes on after Shutdown has returned. Call
+// if any, first. Once it returns, every arrival is answered as closed. Call
 // it before http.Server.Shutdown: waiters are answered 503 at once instead
-// of holding the server's shutdown for up to QueueTimeout.
+// of holding the server's shutdown for up to QueueTimeout. The Backend's
+// Close runs to its end first: redisqueue's, with releases to give back to
+// a Redis that does not answer, can take up to its LeaseTTL.
 func (q *Queue) Shutdown(ctx context.Context) error {
-	q.closed.Store(true) // arrivals are refused from now on, whatever Close takes
-	closed := make(chan error, 1)
-	go func() { closed <- q.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			return err
-		}
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := q.Close(); err != nil {
+		return err
 	}
 	return q.backend.Drain(ctx)
 }
