@@ -264,8 +264,15 @@ func (q *Queue) serve(c *gin.Context) {
 	}
 	// The handler time of every request that went through Acquire, and of
 	// one in serviceEvery of the others (the first included), is a sample
-	// of how long a request holds its slots.
-	timed := n%serviceEvery == 1 || n == 0
+	// of how long a request holds its slots; it stands for the requests of
+	// its path that it was timed among (see serviceMeter).
+	var of int // 0: not timed
+	switch {
+	case n == 0:
+		of = 1
+	case n%serviceEvery == 1:
+		of = serviceEvery
+	}
 	if q.serverTiming {
 		if wait == 0 {
 			// Preset, so the fast path allocates nothing: len and cap 1, so
@@ -277,7 +284,7 @@ func (q *Queue) serve(c *gin.Context) {
 	}
 	// A deferred release gives the slot back even when a handler panics and
 	// gin.Recovery catches it further up.
-	if !timed && q.onOutcome == nil && q.adaptive == nil {
+	if of == 0 && q.onOutcome == nil && q.adaptive == nil {
 		defer q.release(t)
 		c.Next()
 		return
@@ -287,24 +294,24 @@ func (q *Queue) serve(c *gin.Context) {
 	if q.adaptive != nil {
 		gen = q.adaptive.begin()
 	}
-	if timed || q.adaptive != nil {
+	if of > 0 || q.adaptive != nil {
 		start = time.Now()
 	}
-	defer q.done(c, t, wait, gen, start, timed)
+	defer q.done(c, t, wait, gen, start, of)
 	c.Next()
 }
 
 // done ends a served request that is timed, or has a hook or an adaptive
 // limit: the handler time becomes a sample, the slot is released, then
 // OnOutcome runs, so a hook that panics cannot keep the slot.
-func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, start time.Time, timed bool) {
+func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, start time.Time, of int) {
 	if !start.IsZero() {
 		took := time.Since(start)
 		if q.adaptive != nil {
 			q.adaptive.sample(gen, took)
 		}
-		if timed {
-			q.service.sample(took, max(t.Cost, 1))
+		if of > 0 {
+			q.service.sample(took, max(t.Cost, 1), of)
 		}
 	}
 	q.release(t)

@@ -231,30 +231,43 @@ func (m *drainMeter) rate(now time.Time, done uint64) (float64, bool) {
 // serviceMeter estimates the slot time of a request, its handler time ×
 // the slots it held (one without Config.Cost), from every request that went
 // through Acquire (those that waited, and with Config.Cost every request of
-// cost above 1) and one in serviceEvery of the others. Limit over it is the
-// rate the slots can serve requests of the mix seen at, whatever the demand
-// was. It is a per-request
-// average, not a per-second one, so an idle period changes nothing: the
-// first burst after it is judged by the handler times seen last.
+// cost above 1) and one in serviceEvery of the others. Each sample stands
+// for the requests its path timed it among (serviceEvery for the fast path,
+// one for Acquire) and weighs as many: unweighted, heavy requests, all
+// timed, would outweigh light ones served at once serviceEvery to one, and
+// RejectEarly would refuse a queue of light ones that fits. Limit over it is
+// the rate the slots can serve requests of the mix seen at, whatever the
+// demand was. It is a per-request average, not a per-second one, so an idle
+// period changes nothing: the first burst after it is judged by the handler
+// times seen last.
 type serviceMeter struct {
-	mu  sync.Mutex
-	avg float64 // seconds; guarded by mu
-	n   int     // samples so far, up to serviceWeight; guarded by mu
+	mu   sync.Mutex
+	sum  float64 // seconds × requests stood for, of the samples, decayed; guarded by mu
+	reqs float64 // requests the samples stand for, decayed as sum is; guarded by mu
+	n    int     // samples so far, up to serviceWeight; guarded by mu
 }
 
-// serviceWeight: the estimate is the mean of the first samples, then an
-// exponentially weighted average that gives a new sample 1/serviceWeight.
+// serviceWeight: the estimate is the weighted mean of the first samples,
+// then an exponentially weighted one that takes 1/serviceWeight off the
+// weight of the older samples at each new one. With samples of one weight it
+// is their mean, then an average that gives a new sample 1/serviceWeight.
 const serviceWeight = 16
 
-// sample adds the handler time d of one timed request that held slots slots.
-func (m *serviceMeter) sample(d time.Duration, slots int) {
+// sample adds the handler time d of one timed request that held slots slots
+// and stands for of requests (its path timed one in of).
+func (m *serviceMeter) sample(d time.Duration, slots, of int) {
 	x := max(d, 0).Seconds() * float64(slots)
+	w := float64(max(of, 1))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.n < serviceWeight {
 		m.n++
+	} else {
+		m.sum -= m.sum / serviceWeight
+		m.reqs -= m.reqs / serviceWeight
 	}
-	m.avg += (x - m.avg) / float64(m.n)
+	m.sum += w * x
+	m.reqs += w
 }
 
 // mean returns the estimated slot time of a request, and false until a
@@ -265,5 +278,5 @@ func (m *serviceMeter) mean() (time.Duration, bool) {
 	if m.n == 0 {
 		return 0, false
 	}
-	return time.Duration(m.avg * float64(time.Second)), true
+	return time.Duration(m.sum / m.reqs * float64(time.Second)), true
 }
