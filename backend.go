@@ -140,6 +140,15 @@ type BackendStats struct {
 	// OldestWait is how long the oldest waiter has waited; zero when nobody
 	// waits or the backend cannot tell.
 	OldestWait time.Duration
+	// Unavailable is set while the Backend cannot reach the store it shares
+	// with other replicas (for redisqueue: while Redis is marked down) and
+	// applies its fallback policy instead. False means the store answers,
+	// or there is none: always false for the in-memory Backend.
+	Unavailable bool
+	// Outages counts the times the Backend turned Unavailable since Start.
+	// It only grows. Zero means it never did; always zero for the in-memory
+	// Backend.
+	Outages uint64
 }
 
 // PriorityCount is the number of requests waiting at one priority.

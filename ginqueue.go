@@ -110,6 +110,17 @@ type Stats struct {
 	// NoLoadLatency is the handler time the adaptive limit measured with
 	// few requests in flight; zero without Config.Adaptive or until measured.
 	NoLoadLatency time.Duration
+
+	// Unavailable is the Backend's BackendStats.Unavailable: set while it
+	// cannot reach the store it shares with other replicas and applies its
+	// fallback policy; always false for the in-memory Backend. promqueue's
+	// gauge ginqueue_backend_unavailable reads it.
+	Unavailable bool
+	// Outages is the Backend's BackendStats.Outages: how many times it
+	// turned Unavailable since it started; it only grows, and is zero for
+	// the in-memory Backend. promqueue's counter
+	// ginqueue_backend_outages_total reads it.
+	Outages uint64
 }
 
 // Queue is one throttle: a set of slots and the queue in front of them. Its
@@ -584,6 +595,8 @@ func (q *Queue) Stats() Stats {
 		Canceled:         q.counts[OutcomeCanceled].Load(),
 		Closed:           q.counts[OutcomeClosed].Load(),
 		OldestWait:       b.OldestWait,
+		Unavailable:      b.Unavailable,
+		Outages:          b.Outages,
 	}
 	fast, finished := q.progress()
 	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, fast)
@@ -652,9 +665,11 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		WaitP99          float64      `json:"wait_p99_seconds"`
 		DrainRate        float64      `json:"drain_rate_per_second"`
 		NoLoadLatency    float64      `json:"no_load_latency_seconds"`
+		Unavailable      bool         `json:"unavailable"`
+		Outages          uint64       `json:"outages"`
 	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed,
 		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate,
-		s.NoLoadLatency.Seconds()})
+		s.NoLoadLatency.Seconds(), s.Unavailable, s.Outages})
 }
 
 // Close stops admitting: new arrivals and every waiting request are answered

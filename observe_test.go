@@ -229,7 +229,8 @@ func TestOldestWaitAndStatusHandler(t *testing.T) {
 			map[string]any{"priority": 0.0, "queued": 1.0},
 		}, got["queued_by_priority"])
 		for _, k := range []string{"served", "queue_full", "queue_timeout", "canceled", "closed", "limit",
-			"wait_p50_seconds", "wait_p90_seconds", "wait_p99_seconds", "drain_rate_per_second"} {
+			"wait_p50_seconds", "wait_p90_seconds", "wait_p99_seconds", "drain_rate_per_second",
+			"no_load_latency_seconds", "unavailable", "outages"} {
 			assert.Contains(t, got, k)
 		}
 		g.open(3)

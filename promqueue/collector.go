@@ -22,6 +22,9 @@
 //	                                          queue_full, queue_timeout, canceled, closed)
 //	ginqueue_queue_wait_seconds{queue}        histogram: queue waits of served requests,
 //	                                          buckets ginqueue.WaitBuckets()
+//	ginqueue_backend_unavailable{queue}       gauge: 1 while the Backend cannot reach its shared
+//	                                          store (redisqueue: Redis marked down), else 0
+//	ginqueue_backend_outages_total{queue}     counter: times the Backend turned unavailable
 //
 // ginqueue_queued is the sum of ginqueue_queued_by_priority over priority;
 // it is a metric of its own because it also reads 0 when nobody waits, and a
@@ -47,6 +50,9 @@ import (
 // Queue, and never changed once built.
 type descs struct {
 	running, limit, queued, queuedByPriority, oldestWait, drainRate, noLoadLatency, requests, wait *prometheus.Desc
+	// From the Backend: whether it reaches the store it shares with other
+	// replicas.
+	unavailable, outages *prometheus.Desc
 }
 
 func newDescs() descs {
@@ -73,6 +79,11 @@ func newDescs() descs {
 			[]string{"queue", "outcome"}, nil),
 		wait: prometheus.NewDesc("ginqueue_queue_wait_seconds",
 			"Time served requests waited in the queue for a slot; those that ran at once count as 0.", queue, nil),
+		unavailable: prometheus.NewDesc("ginqueue_backend_unavailable",
+			"Whether the queue's Backend cannot reach the store it shares with other replicas and applies its fallback policy: 1 while so, else 0.",
+			queue, nil),
+		outages: prometheus.NewDesc("ginqueue_backend_outages_total",
+			"Times the queue's Backend turned unavailable since it started; always 0 for the in-memory Backend.", queue, nil),
 	}
 }
 
@@ -136,13 +147,13 @@ func (c *Collector) Remove(name string) bool {
 	return len(c.queues) < n
 }
 
-// Describe implements prometheus.Collector. It sends the same nine
+// Describe implements prometheus.Collector. It sends the same eleven
 // descriptors whatever Queues are added, which is what lets Add and Remove
 // run after registration.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, desc := range []*prometheus.Desc{d.running, d.limit, d.queued, d.queuedByPriority,
-		d.oldestWait, d.drainRate, d.noLoadLatency, d.requests, d.wait} {
+		d.oldestWait, d.drainRate, d.noLoadLatency, d.requests, d.wait, d.unavailable, d.outages} {
 		ch <- desc
 	}
 }
@@ -175,6 +186,12 @@ func (e *entry) collect(d *descs, ms []prometheus.Metric) []prometheus.Metric {
 	gauge(d.oldestWait, st.OldestWait.Seconds())
 	gauge(d.drainRate, st.DrainRate)
 	gauge(d.noLoadLatency, st.NoLoadLatency.Seconds())
+	unavailable := 0.0
+	if st.Unavailable {
+		unavailable = 1
+	}
+	gauge(d.unavailable, unavailable)
+	ms = append(ms, prometheus.MustNewConstMetric(d.outages, prometheus.CounterValue, float64(st.Outages), e.name))
 
 	byPriority := make(map[int]int, len(e.seen)+len(st.QueuedByPriority))
 	for p := range e.seen {

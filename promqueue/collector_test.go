@@ -2,10 +2,12 @@ package promqueue_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -115,16 +117,16 @@ ginqueue_requests_total{outcome="queue_full",queue="web"} 0
 ginqueue_requests_total{outcome="queue_timeout",queue="web"} 0
 ginqueue_requests_total{outcome="served",queue="web"} 0
 `, "ginqueue_limit", "ginqueue_queued", "ginqueue_queued_by_priority", "ginqueue_requests_total")
-	// Per queue: 6 gauges (no priority seen yet), 1 histogram and the 5
-	// outcomes make 12 series.
-	if n := testutil.CollectAndCount(c); n != 24 {
-		t.Errorf("%d series, want 24", n)
+	// Per queue: 7 gauges (no priority seen yet), 1 histogram, the outages
+	// counter and the 5 outcomes make 14 series.
+	if n := testutil.CollectAndCount(c); n != 28 {
+		t.Errorf("%d series, want 28", n)
 	}
 	if !c.Remove("web") || c.Remove("web") {
 		t.Error("Remove(web) twice: want true, then false")
 	}
-	if n := testutil.CollectAndCount(c); n != 12 {
-		t.Errorf("after Remove: %d series, want 12", n)
+	if n := testutil.CollectAndCount(c); n != 14 {
+		t.Errorf("after Remove: %d series, want 14", n)
 	}
 }
 
@@ -360,5 +362,110 @@ func TestConcurrentScrapes(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// storeBackend is an in-memory Backend that reports the state of a store
+// shared with other replicas, as redisqueue reports Redis.
+type storeBackend struct {
+	ginqueue.Backend
+	unavailable atomic.Bool
+	outages     atomic.Uint64
+}
+
+func newStoreBackend() *storeBackend {
+	return &storeBackend{Backend: ginqueue.NewMemoryBackend()}
+}
+
+func (b *storeBackend) Stats() ginqueue.BackendStats {
+	st := b.Backend.Stats()
+	st.Unavailable, st.Outages = b.unavailable.Load(), b.outages.Load()
+	return st
+}
+
+// The Backend's store is exported as it reports it: 1 and its outages while
+// it is down, 0 and 0 for the in-memory Backend, which has no store to lose.
+func TestBackendUnavailable(t *testing.T) {
+	down := newStoreBackend()
+	down.unavailable.Store(true)
+	down.outages.Store(3)
+	for _, tc := range []struct {
+		name                 string
+		backend              ginqueue.Backend // nil: the in-memory Backend
+		unavailable, outages int
+	}{
+		{"in-memory", nil, 0, 0},
+		{"store down", down, 1, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newQueue(t, ginqueue.Config{MaxConcurrent: 2, Backend: tc.backend})
+			c := newCollector(t, map[string]*ginqueue.Queue{"api": q})
+			compare(t, c, fmt.Sprintf(`
+# HELP ginqueue_backend_outages_total Times the queue's Backend turned unavailable since it started; always 0 for the in-memory Backend.
+# TYPE ginqueue_backend_outages_total counter
+ginqueue_backend_outages_total{queue="api"} %d
+# HELP ginqueue_backend_unavailable Whether the queue's Backend cannot reach the store it shares with other replicas and applies its fallback policy: 1 while so, else 0.
+# TYPE ginqueue_backend_unavailable gauge
+ginqueue_backend_unavailable{queue="api"} %d
+`, tc.outages, tc.unavailable), "ginqueue_backend_outages_total", "ginqueue_backend_unavailable")
+		})
+	}
+}
+
+// storeState gathers c and returns its single series of
+// ginqueue_backend_unavailable and ginqueue_backend_outages_total.
+func storeState(t *testing.T, c prometheus.Collector) (unavailable, outages float64) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, f := range families {
+		if len(f.GetMetric()) != 1 {
+			continue
+		}
+		switch m := f.GetMetric()[0]; f.GetName() {
+		case "ginqueue_backend_unavailable":
+			unavailable = m.GetGauge().GetValue()
+			found++
+		case "ginqueue_backend_outages_total":
+			outages = m.GetCounter().GetValue()
+			found++
+		}
+	}
+	if found != 2 {
+		t.Fatalf("%d of the 2 single series of the Backend's store", found)
+	}
+	return unavailable, outages
+}
+
+// While the store goes down and comes back, the gauge follows it and the
+// outages counter never goes down from one gather to the next.
+func TestBackendOutagesNeverGoDown(t *testing.T) {
+	b := newStoreBackend()
+	c := newCollector(t, map[string]*ginqueue.Queue{"api": newQueue(t, ginqueue.Config{MaxConcurrent: 1, Backend: b})})
+	var prev float64
+	for i, down := range []bool{false, true, true, false, true, false, false, true} {
+		if down && !b.unavailable.Load() {
+			b.outages.Add(1)
+		}
+		b.unavailable.Store(down)
+		unavailable, outages := storeState(t, c)
+		if want := map[bool]float64{false: 0, true: 1}[down]; unavailable != want {
+			t.Errorf("gather %d: ginqueue_backend_unavailable %v, want %v", i, unavailable, want)
+		}
+		if outages < prev {
+			t.Errorf("gather %d: ginqueue_backend_outages_total went down from %v to %v", i, prev, outages)
+		}
+		if want := float64(b.outages.Load()); outages != want {
+			t.Errorf("gather %d: ginqueue_backend_outages_total %v, want %v (the Backend's)", i, outages, want)
+		}
+		prev = outages
+	}
+	if prev != 3 {
+		t.Errorf("after three outages: ginqueue_backend_outages_total %v, want 3", prev)
 	}
 }
