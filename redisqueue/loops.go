@@ -264,11 +264,17 @@ func (b *Backend) dropReader(c *redis.Client) {
 
 // notice acts on one notice from Redis and reports whether a waiter was
 // woken: a lease id is a grant of one slot, a lease id, "*" and n a grant of
-// n slots, "!" and a lease id an eviction. A lease that
+// n slots, "!" and a lease id an eviction, "?" a request to sync at once. A lease that
 // no longer waits here was abandoned: for a grant, its leave, already sent
 // or pending, runs after the grant in Redis and frees the slot; an evicted
 // lease holds nothing.
 func (b *Backend) notice(n string) bool {
+	if n == "?" {
+		// A recovery waits for this replica's sync.
+		b.resync.Store(true)
+		b.wake()
+		return false
+	}
 	lease, evicted := strings.CutPrefix(n, "!")
 	slots := 1
 	if l, s, ok := strings.Cut(lease, "*"); ok {
@@ -293,6 +299,9 @@ func (b *Backend) notice(n string) bool {
 	} else {
 		w.granted = slots
 		b.grantLocked(w)
+		// Handed on by a release elsewhere, most likely: the fleet holds as
+		// many as before, this replica more.
+		b.heard.mine += max(slots, 1)
 	}
 	return true
 }
@@ -307,15 +316,15 @@ func (b *Backend) parseLease(lease string) (uint64, bool) {
 	return id, err == nil
 }
 
-// maintain is the maintainer goroutine. Every LeaseTTL/3 it syncs (the
-// heartbeat and the lease refresh); every TickInterval while requests wait
-// here or Redis is down (the safety net, the probe); at once when a release
-// or cancel is pending. After Close it goes on until nothing is held here,
-// then says goodbye to Redis and returns.
+// maintain is the maintainer goroutine. Every TickInterval it syncs (the
+// heartbeat, the lease refresh and the safety net); every downProbe while
+// Redis is down (the probe); at once when a release or cancel is pending.
+// After Close it goes on until nothing is held here, then says goodbye to
+// Redis and returns.
 func (b *Backend) maintain() {
 	defer close(b.mainDn)
-	refresh := b.opts.LeaseTTL / 3
 	tick := b.opts.TickInterval
+	probeEvery := min(tick, downProbe)
 	timer := time.NewTimer(tick)
 	defer timer.Stop()
 	last := time.Now() // Start synced
@@ -334,7 +343,7 @@ func (b *Backend) maintain() {
 			stop = nil
 		}
 		b.mu.Lock()
-		closed, held := b.closed, len(b.held)
+		closed, held := b.closed, len(b.held)+len(b.localHeld)
 		queued := false
 		for _, w := range b.waiters {
 			if w.queued {
@@ -357,20 +366,15 @@ func (b *Backend) maintain() {
 				b.flushPending()
 			}
 		}
-		every := refresh
-		if queued || b.down.Load() {
-			every = tick
+		every := tick
+		if b.down.Load() {
+			every = probeEvery
 		}
-		if !b.listening.Load() && !closed {
-			// The reader lost its server: a failover may be under way. Sync
-			// every tick, idle or not, so that the client learns the new
-			// topology before the next burst needs it; with waiters ten
-			// times as often, since grant notices may sit unread until the
-			// reader is back and the safety net is their only way.
-			every = min(every, tick)
-			if queued {
-				every = max(tick/10, readerPause)
-			}
+		if !b.listening.Load() && !closed && queued {
+			// The reader lost its server: a failover may be under way.
+			// Grant notices may sit unread until the reader is back, and
+			// the safety net is their only way: ten times as often.
+			every = min(every, max(tick/10, readerPause))
 		}
 		now := time.Now()
 		// A call failed but Redis is not marked down: probe at once. The
@@ -387,7 +391,7 @@ func (b *Backend) maintain() {
 			}
 			last = now
 			if b.down.Load() {
-				every = tick
+				every = probeEvery
 			}
 		}
 		next := last.Add(every)
@@ -398,20 +402,20 @@ func (b *Backend) maintain() {
 			}
 			next = minTime(next, checked.Add(checkEvery))
 		}
-		b.mu.Lock()
-		if len(b.pending) > 0 || closed {
-			every = min(every, tick)
-		}
-		b.mu.Unlock()
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
 		}
-		timer.Reset(max(time.Until(minTime(next, last.Add(every))), time.Millisecond))
+		timer.Reset(max(time.Until(next), time.Millisecond))
 	}
 }
+
+// downProbe is how often the maintainer probes a Redis marked down (or
+// each TickInterval, if shorter): the first request after Redis answers
+// again goes to Redis within about that.
+const downProbe = 20 * time.Millisecond
 
 // minTime is the earlier of a and b.
 func minTime(a, b time.Time) time.Time {
@@ -425,11 +429,16 @@ func minTime(a, b time.Time) time.Time {
 // the state of every queued waiter, which it acts on. first is Start's call:
 // a conflict is returned rather than remembered.
 func (b *Backend) sync(first bool) error {
+	wasDown, outages := b.wasDown.Load(), b.outages.Load()
 	b.mu.Lock()
-	args := make([]any, 0, 5+len(b.held)+len(b.localHeld)+len(b.waiters))
+	args := make([]any, 0, 6+len(b.held)+len(b.localHeld)+len(b.waiters))
 	// Every id given out so far is above nothing new: an acquire that begins
 	// after this list takes a higher id, which the reconcile leaves alone.
-	args = append(args, b.replica, b.decl, len(b.held), 0, b.nextID.Load())
+	flag := "0"
+	if wasDown {
+		flag = "1"
+	}
+	args = append(args, b.replica, b.decl, len(b.held), 0, b.nextID.Load(), flag)
 	var ids []uint64
 	var slots []int // of the holders, for a reclaim and a ghost's leave
 	for id, n := range b.held {
@@ -465,9 +474,12 @@ func (b *Backend) sync(first bool) error {
 		if first {
 			// Start: nothing was heard from Redis yet; do not wait for
 			// more failures before OnRedisDown applies.
-			b.markDown()
+			b.markDown(err)
 		}
 		return err
+	}
+	if wasDown && b.outages.Load() == outages {
+		b.wasDown.Store(false) // Redis heard it; a later outage sets it again
 	}
 	out, _ := res.([]any)
 	if len(out) < 2 {
@@ -484,13 +496,13 @@ func (b *Backend) sync(first bool) error {
 		}
 		return err
 	}
-	if len(out) < 4 {
+	if len(out) < 5 {
 		return fmt.Errorf("redisqueue: unexpected sync reply %v", res)
 	}
-	b.markUp()
 	if l, ok := out[2].(int64); ok {
 		b.limit.Store(l)
 	}
+	b.markUp()
 	type ghost struct {
 		id    uint64
 		slots int
@@ -510,11 +522,15 @@ func (b *Backend) sync(first bool) error {
 	b.conflict = nil
 	b.replicas = int(out[1].(int64))
 	b.rank = int(out[3].(int64))
+	defer func(fleet int64) {
+		// after the grants below: this replica's slots as the reply had them
+		b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots
+	}(out[4].(int64))
 	for i, id := range ids {
-		if 4+i >= len(out) {
+		if 5+i >= len(out) {
 			break
 		}
-		st := out[4+i].(int64)
+		st := out[5+i].(int64)
 		if i < nh {
 			// A holder reclaimed (status 2) that was released since the list
 			// was taken: its leave ran first, and the reclaim made a slot
@@ -563,14 +579,18 @@ func (b *Backend) flushPending() {
 	}
 	b.mu.Unlock()
 	var err error
+	var res any
 	if len(ids) > 0 {
-		_, err = b.call(leaveScript, args...)
+		res, err = b.call(leaveScript, args...)
 	}
 	b.mu.Lock()
 	b.flushing = false
 	if err == nil {
 		for _, id := range ids {
 			delete(b.pending, id)
+		}
+		if n, ok := res.(int64); ok {
+			b.heard.fleet, b.heard.mine = int(n), b.slots+b.localSlots
 		}
 	}
 	b.idleCheckLocked()

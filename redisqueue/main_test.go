@@ -35,6 +35,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
+	if os.Getenv(doomedEnv) != "" {
+		os.Exit(doomedMain())
+	}
+	if os.Getenv(fleetEnv) != "" {
+		gin.SetMode(gin.ReleaseMode)
+		os.Exit(fleetMain())
+	}
 	if a := os.Getenv("REDIS_ADDR"); a != "" {
 		redisAddr = a
 	}

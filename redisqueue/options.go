@@ -110,12 +110,29 @@ type Options struct {
 	LocalLimit int
 
 	// LocalQueue overrides the FailOpen local queue bound. Zero means
-	// MaxQueue divided by the live replicas last seen, rounded up. Negative
-	// is refused. Ignored with FailClosed.
+	// MaxQueue divided by the live replicas seen at the first outage,
+	// rounded up. Negative is refused. Ignored with FailClosed.
 	LocalQueue int
+
+	// OnStateChange, when set, is called each time this replica marks Redis
+	// down (down true, with the error of the call that tipped it) and each
+	// time it finds Redis answering again (down false, err nil), in the
+	// order of the changes. It runs on the goroutine that saw the change (a
+	// request's or the Backend's own) and must return quickly without
+	// calling the Backend. Nil: nothing is called. Stats reports the same
+	// (ginqueue.BackendStats.Unavailable and Outages).
+	OnStateChange func(down bool, err error)
 }
 
-// validate checks o and returns a copy with defaults filled in.
+// liveTTL is the liveness lease: how long a replica's heartbeat and its
+// queue places last in Redis without a sync. Every replica syncs every
+// TickInterval, so it is three of them, but at least a tick and four call
+// timeouts (a slow sync still lands in time), and at most LeaseTTL.
+func (o Options) liveTTL() time.Duration {
+	return min(o.LeaseTTL, max(3*o.TickInterval, o.TickInterval+4*o.CallTimeout))
+}
+
+// compile checks o and returns a copy with defaults filled in.
 func (o Options) compile() (Options, error) {
 	switch {
 	case o.Name == "":

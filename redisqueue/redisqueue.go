@@ -91,7 +91,7 @@ type Backend struct {
 	// Fixed by Start.
 	limits ginqueue.Limits
 	decl   string // the limits as declared to other replicas
-	base   []any  // ARGV[1..3] of every script
+	base   []any  // ARGV[1..5] of every script
 
 	nextID atomic.Uint64
 	served atomic.Uint64
@@ -108,6 +108,20 @@ type Backend struct {
 	// (dialled and answered), cleared when a call on it fails; while it is
 	// clear, grant notices can sit unread, and the safety net runs faster.
 	listening atomic.Bool
+
+	// Redis's state as this replica sees it, for Stats and the hook.
+	outages atomic.Uint64 // times Redis was marked down
+	// wasDown is set when Redis is marked down and cleared by the first sync
+	// that gets an answer after it: that sync tells Redis this replica may
+	// have admitted requests on its own, so that Redis holds its grants back
+	// until every replica cut off too has synced.
+	wasDown atomic.Bool
+	hookMu  sync.Mutex // orders markDown and markUp, and so the OnStateChange calls
+
+	// stopCtx ends with Close: it cancels an acquire call in flight, whose
+	// request Close has answered.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
 
 	kick   chan struct{} // wakes the maintainer; capacity 1
 	redial chan struct{} // wakes a reader waiting to dial again; capacity 1
@@ -127,29 +141,52 @@ type Backend struct {
 	// answers, each with the slots it holds or asked for: above 1, the
 	// script looks its cost up in Redis (see leaseArg).
 	pending  map[uint64]int
-	flushing bool               // a leave call for pending ids is in flight; see flushPending
-	downCh   chan struct{}      // closed when Redis goes down; replaced when it is back
-	idle     chan struct{}      // closed when held and pending are empty; nil unless draining
-	replicas int                // live replicas Redis last reported; 0 until it answers
-	rank     int                // this replica's rank among them by id; see newLocal
-	reserved int                // slots of the current FailOpen fallback taken for the slots granted by Redis
-	conflict error              // a limits conflict found after Start
-	locals   []ginqueue.Backend // FailOpen fallbacks; the last one is current
-	// localHeld is the requests running on a fallback's slots, by lease id.
-	// Each sync lists them with the holders, so that the sync that finds
+	flushing bool          // a leave call for pending ids is in flight; see flushPending
+	downCh   chan struct{} // closed when Redis goes down; replaced when it is back
+	idle     chan struct{} // closed when held, localHeld and pending are empty; nil unless draining
+	replicas int           // live replicas Redis last reported; 0 until it answers
+	rank     int           // this replica's rank among them by id; see budgetLocked
+	conflict error         // a limits conflict found after Start
+	// heard is what the last reply from Redis that said told: the slots the
+	// fleet held, and how many of them were this replica's then (its own
+	// count at that moment). The FailOpen budget starts from them.
+	heard struct{ fleet, mine int }
+
+	// The FailOpen fallback: one in-memory Backend for the Backend's life,
+	// built at the first outage, admitting while Redis is marked down. Every
+	// slot this replica runs on while down is accounted in it: its limit is
+	// the outage's budget plus one slot that blocker holds for good (so that
+	// a budget of zero needs no limit of zero), the slots of requests
+	// running on grants from Redis are reserved in it (fbReserved of them,
+	// never more than slots), and the requests it granted hold their own.
+	// Close closes it, which answers its waiters.
+	fb         fallbackBackend
+	fbBudget   int                // the current outage's budget; see budgetLocked
+	fbReserved int                // slots of fb held for slots granted by Redis
+	downCtx    context.Context    // ends when Redis is marked up: fb's waiters turn back to Redis
+	downCancel context.CancelFunc // ends downCtx
+	// localHeld is the requests running on the fallback's slots, by lease
+	// id. Each sync lists them with the holders, so that the sync that finds
 	// Redis back counts them there (as far as they fit) before any new
 	// request is granted by Redis: the fleet does not run over its limit
 	// while they end.
-	localHeld map[uint64]*localHold
-	runID     string        // the run id of the server the reader last saw; guarded by mu
-	reader    *redis.Client // the reader's own connection; nil when not dialled
+	localHeld  map[uint64]*localHold
+	localSlots int           // the sum of localHeld's slots
+	runID      string        // the run id of the server the reader last saw; guarded by mu
+	reader     *redis.Client // the reader's own connection; nil when not dialled
 }
 
-// localHold is a request running on a FailOpen fallback's slots.
+// fallbackBackend is what the FailOpen fallback needs of the in-memory
+// Backend.
+type fallbackBackend interface {
+	ginqueue.FastBackend
+	ginqueue.LimitSetter
+}
+
+// localHold is a request running on the FailOpen fallback's slots.
 type localHold struct {
-	local   ginqueue.Backend // the fallback whose slots it holds
-	slots   int              // how many
-	inRedis bool             // a sync counted it in Redis: its release leaves there too
+	slots   int  // how many
+	inRedis bool // a sync counted it in Redis: its release leaves there too
 }
 
 // waiter is one lease id waiting in the Redis queue for a grant.
@@ -228,13 +265,14 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		pending:   map[uint64]int{},
 		downCh:    make(chan struct{}),
 	}
+	b.stopCtx, b.stopCancel = context.WithCancel(context.Background())
 	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
 	b.lists = prefix + "g:"
 	b.list = b.lists + b.replica
 	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d", "ev"} {
 		b.keys = append(b.keys, prefix+k)
 	}
-	b.keys = append(b.keys, b.list, prefix+"l")
+	b.keys = append(b.keys, b.list, prefix+"l", prefix+"u")
 	b.keyArgs = append(b.keyArgs, len(b.keys))
 	for _, k := range b.keys {
 		b.keyArgs = append(b.keyArgs, k)
@@ -282,7 +320,8 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 	b.started = true
 	b.limits = l
 	b.decl = fmt.Sprintf("MaxConcurrent=%d MaxQueue=%d", l.MaxConcurrent, l.MaxQueue)
-	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists}
+	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists,
+		b.opts.liveTTL().Milliseconds(), b.opts.TickInterval.Milliseconds()}
 	b.limit.Store(int64(l.MaxConcurrent))
 	b.mu.Unlock()
 
@@ -291,6 +330,7 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 		b.mu.Lock()
 		b.closed = true
 		b.mu.Unlock()
+		b.stopCancel()
 		close(b.stop)
 		close(b.readDn)
 		close(b.mainDn)
@@ -326,7 +366,13 @@ func prioKey(p int) string {
 // request that leaves mid-call learns the outcome and undoes it. The command
 // is built as one slice (no per-key conversions, as Script.Run would do).
 func (b *Backend) call(s *script, args ...any) (any, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+	return b.callIn(context.Background(), s, args...)
+}
+
+// callIn is call within parent: a call that parent ended is not a failure
+// of Redis.
+func (b *Backend) callIn(parent context.Context, s *script, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(parent, b.opts.CallTimeout)
 	defer cancel()
 	argv := make([]any, 0, 2+len(b.keyArgs)+len(b.base)+len(args))
 	argv = append(argv, "evalsha", s.sha)
@@ -337,11 +383,12 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 		argv[0], argv[1] = "eval", s.src
 		res, err = b.rdb.Do(ctx, argv...).Result()
 	}
-	if err != nil {
-		b.failed()
-	} else {
+	switch {
+	case err == nil:
 		b.lastOK.Store(time.Now().UnixNano())
 		b.fails.Store(0)
+	case parent.Err() == nil:
+		b.failed(err)
 	}
 	return res, err
 }
@@ -384,7 +431,11 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			return ginqueue.Ticket{}, fmt.Errorf("%w (%w)", err, ginqueue.ErrQueueFull)
 		case b.down.Load():
 			b.mu.Unlock()
-			return b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
+			t, err, again := b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
+			if again {
+				continue
+			}
+			return t, err
 		}
 		// Register before the call: the grant notice can beat the reply.
 		w := &waiter{id: b.nextID.Add(1), prio: a.Priority, cost: cost, since: time.Now(), ready: make(chan struct{})}
@@ -392,17 +443,28 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		downCh := b.downCh
 		b.mu.Unlock()
 
-		res, err := b.call(acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio, cost)
+		res, err := b.callIn(b.stopCtx, acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio, cost)
 		var outcome, slots int64
 		if err == nil {
 			outcome, slots, err = b.acquireReply(res)
 		}
 		if err != nil {
-			// The script may have run: undo it in the background. This
-			// request gets OnRedisDown now; the replica turns to it only
-			// after Options.FailureThreshold failures in a row.
+			// The script may have run: undo it in the background.
 			b.abandon(w)
-			return b.fallback(ctx, a, deadline, err)
+			b.mu.Lock()
+			closed := b.closed
+			b.mu.Unlock()
+			if closed {
+				// Close answered it, and ended the call.
+				return ginqueue.Ticket{}, ginqueue.ErrClosed
+			}
+			// This request gets OnRedisDown now; the replica turns to it
+			// only after Options.FailureThreshold failures in a row.
+			t, err, again := b.fallback(ctx, a, deadline, err)
+			if again {
+				continue
+			}
+			return t, err
 		}
 		// Close may have answered it while the call was on its way, and
 		// given its id back before the script ran: then what the script
@@ -444,22 +506,30 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			return t, err
 		}
 		if err != nil {
-			return b.fallback(ctx, a, deadline, err)
+			t, err, again := b.fallback(ctx, a, deadline, err)
+			if again {
+				continue
+			}
+			return t, err
 		}
 		// Lost by Redis (restarted, flushed): enqueue again with a new id.
 	}
 }
 
 // acquireReply reads the acquire script's reply, {outcome, limit, slots
-// granted}, and notes the limit.
+// granted, slots held in the fleet}, and notes the limit and the slots held.
 func (b *Backend) acquireReply(res any) (outcome, slots int64, err error) {
 	r, _ := res.([]any)
-	if len(r) == 3 {
+	if len(r) == 4 {
 		outcome, ok1 := r[0].(int64)
 		limit, ok2 := r[1].(int64)
 		slots, ok3 := r[2].(int64)
-		if ok1 && ok2 && ok3 {
+		fleet, ok4 := r[3].(int64)
+		if ok1 && ok2 && ok3 && ok4 {
 			b.limit.Store(limit)
+			b.mu.Lock()
+			b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots+int(max(slots, 0))
+			b.mu.Unlock()
 			return outcome, slots, nil
 		}
 	}
@@ -545,6 +615,9 @@ func (b *Backend) grantLocked(w *waiter) {
 	delete(b.waiters, w.id)
 	b.held[w.id] = w.granted
 	b.slots += w.granted
+	if b.down.Load() && b.fb != nil {
+		b.reserveLocked() // a grant that came as Redis was marked down
+	}
 	close(w.ready)
 }
 
@@ -606,128 +679,227 @@ func (b *Backend) wake() {
 	}
 }
 
-// failed counts a failed call. Options.FailureThreshold failures in a row,
-// with no successful call between them, mark Redis down; before that, a
+// failed counts a failed call, err. Options.FailureThreshold failures in a
+// row, with no successful call between them, mark Redis down; before that, a
 // probe is made at once, so that a Redis that is really gone is marked down
 // within FailureThreshold call timeouts even with no other traffic, and one
 // slow call under a burst does not turn the whole replica to OnRedisDown.
-func (b *Backend) failed() {
+func (b *Backend) failed(err error) {
 	if c, ok := b.rdb.(*redis.ClusterClient); ok {
 		// A dead master sends no MOVED: without a reload the client would
 		// keep dialing it until its periodic refresh, a minute later.
 		c.ReloadState(context.Background())
 	}
 	if int(b.fails.Add(1)) >= b.opts.FailureThreshold {
-		b.markDown()
+		b.markDown(err)
 		return
 	}
 	b.wake()
 }
 
 // markDown records that Redis did not answer: new arrivals and waiters turn
-// to OnRedisDown until the maintainer's probe gets an answer.
-func (b *Backend) markDown() {
+// to OnRedisDown until the maintainer's probe gets an answer. Under FailOpen
+// the fallback opens with this outage's budget, and the slots of the
+// requests running here on grants from Redis are reserved in it.
+func (b *Backend) markDown(cause error) {
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
 	if b.down.Swap(true) {
 		return
 	}
+	b.outages.Add(1)
+	b.wasDown.Store(true)
 	b.mu.Lock()
 	close(b.downCh)
-	if b.opts.OnRedisDown == FailOpen {
-		b.locals = append(b.locals, b.newLocal())
+	if b.opts.OnRedisDown == FailOpen && !b.closed {
+		b.openFallbackLocked()
 	}
 	b.mu.Unlock()
 	b.wake()
+	if h := b.opts.OnStateChange; h != nil {
+		h(true, cause)
+	}
 }
 
-// markUp records that Redis answered again.
+// markUp records that Redis answered again. The fallback's waiters turn back
+// to Redis, and its reservations are given back: Redis counts those slots.
 func (b *Backend) markUp() {
+	if !b.down.Load() {
+		return
+	}
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
 	if !b.down.Load() {
 		return
 	}
 	b.mu.Lock()
 	b.downCh = make(chan struct{})
 	b.down.Store(false)
+	if b.downCancel != nil {
+		b.downCancel() // before the reservations go, so that no waiter takes them
+		b.downCancel = nil
+	}
+	free := b.fbReserved
+	b.fbReserved = 0
+	fb := b.fb
 	b.mu.Unlock()
+	for range free {
+		fb.Release(ginqueue.Ticket{})
+	}
+	if h := b.opts.OnStateChange; h != nil {
+		h(false, nil)
+	}
 }
 
-// newLocal builds the FailOpen fallback, sized as Options.LocalLimit says:
-// by default the fleet's limit as last seen (which SetLimit may have moved
-// from MaxConcurrent), split among the live replicas last reported: each
-// gets limit/n, and the first limit%n of them by id one more, so that the
-// local limits add up to the fleet's (at least 1 each). Requests this
-// replica runs on slots from Redis count against it: as many of its slots
-// as they hold are taken at once, and given back as they end. It counts
-// Arrival.Cost as this Backend does (Limits.Weighted). Requires b.mu.
-func (b *Backend) newLocal() ginqueue.Backend {
-	n := max(b.replicas, 1)
-	limit, queue := b.opts.LocalLimit, b.opts.LocalQueue
-	if limit == 0 {
-		fleet := int(b.limit.Load())
-		limit = fleet / n
-		if b.rank%n < fleet%n {
-			limit++
-		}
-		limit = max(limit, 1)
+// split is this replica's part of n slots among the live replicas last
+// reported: n/r, and one more for the first n%r by id, so that the parts add
+// up to n. Requires b.mu.
+func (b *Backend) splitLocked(n int) int {
+	r := max(b.replicas, 1)
+	p := n / r
+	if b.rank%r < n%r {
+		p++
 	}
-	if queue == 0 {
-		queue = (b.limits.MaxQueue + n - 1) / n
-	}
-	l := ginqueue.NewMemoryBackend()
-	// Deadlines are enforced by fallback, so that the whole wait, Redis
-	// part included, stays within QueueTimeout.
-	_ = l.Start(ginqueue.Limits{MaxConcurrent: limit, MaxQueue: queue, Weighted: b.limits.Weighted})
-	b.reserved = min(b.slots, limit)
-	for range b.reserved {
-		_, _ = l.Acquire(context.Background(), ginqueue.Arrival{}) // a free slot: at once
-	}
-	return l
+	return p
 }
+
+// budgetLocked is the slots this replica may run while Redis is down, those
+// of its requests still running on grants from Redis included: the slots it
+// held when Redis last told it how many the fleet held, plus its share of
+// the slots that were free then (Options.LocalLimit when set). If what each
+// replica last heard is still true (each hears it at least every tick), the
+// budgets add up to the fleet's limit: every slot held then stays with the
+// replica that held it, every free one goes to one replica. Requires b.mu.
+func (b *Backend) budgetLocked() int {
+	if b.opts.LocalLimit > 0 {
+		return b.opts.LocalLimit
+	}
+	fleet := int(b.limit.Load())
+	if b.replicas == 0 {
+		return fleet // Redis never answered
+	}
+	return b.heard.mine + b.splitLocked(max(0, fleet-b.heard.fleet))
+}
+
+// openFallbackLocked opens the FailOpen fallback for an outage: it builds it
+// at the first, sets its limit to the outage's budget (plus the blocker's
+// slot) and reserves in it the slots of the requests running on grants from
+// Redis. Requires b.mu.
+func (b *Backend) openFallbackLocked() {
+	if b.fb == nil {
+		n := max(b.replicas, 1)
+		queue := b.opts.LocalQueue
+		if queue == 0 {
+			queue = (b.limits.MaxQueue + n - 1) / n
+		}
+		fb := ginqueue.NewMemoryBackend().(fallbackBackend)
+		// Deadlines are enforced by fallback, so that the whole wait, Redis
+		// part included, stays within QueueTimeout.
+		_ = fb.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: queue, Weighted: b.limits.Weighted})
+		fb.TryAcquire() // the blocker, for good
+		b.fb = fb
+	}
+	b.fbBudget = b.budgetLocked()
+	_ = b.fb.SetLimit(min(b.fbBudget, ginqueue.MaxLimit-1) + 1)
+	b.downCtx, b.downCancel = context.WithCancel(context.Background())
+	b.reserveLocked()
+}
+
+// reserveLocked reserves in the fallback, while Redis is down, the slots
+// granted by Redis that are not reserved yet, as far as they fit. Requires
+// b.mu.
+func (b *Backend) reserveLocked() {
+	for b.fbReserved < b.slots && b.fb.TryAcquire() != 0 {
+		b.fbReserved++
+	}
+}
+
+// errRetry is fallback's answer when the request is to go through Redis
+// again: Redis answers again, or was not marked down yet.
+var errRetry = errors.New("redisqueue: try Redis again")
 
 // fallback applies OnRedisDown to a request that Redis could not serve.
-func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline time.Time, cause error) (ginqueue.Ticket, error) {
+// again reports that the request is to go to Redis again instead: it was
+// waiting in the fallback when Redis was marked up, or the call failed
+// without Redis being marked down (then after a pause: the maintainer's
+// probe tells within a call timeout).
+func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline time.Time, cause error) (_ ginqueue.Ticket, _ error, again bool) {
 	if b.opts.OnRedisDown == FailClosed {
-		return ginqueue.Ticket{}, &unavailableError{cause: cause}
+		return ginqueue.Ticket{}, &unavailableError{cause: cause}, false
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return ginqueue.Ticket{}, ginqueue.ErrClosed
+		return ginqueue.Ticket{}, ginqueue.ErrClosed, false
 	}
-	if len(b.locals) == 0 {
-		// Redis came back between the failure and here; a fallback is
-		// still the quickest answer.
-		b.locals = append(b.locals, b.newLocal())
-	}
-	l := b.locals[len(b.locals)-1]
-	b.mu.Unlock()
-	lctx := ctx
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		lctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	t, err := l.Acquire(lctx, a)
-	if err != nil {
-		if ctx.Err() == nil && lctx.Err() != nil {
-			err = ginqueue.ErrQueueTimeout
+	if !b.down.Load() {
+		// One failed call: until the replica marks Redis down (or finds
+		// it answering), nothing is admitted on its own.
+		b.mu.Unlock()
+		t := time.NewTimer(retryPause)
+		defer t.Stop()
+		var expired <-chan time.Time
+		if !deadline.IsZero() {
+			d := time.NewTimer(time.Until(deadline))
+			defer d.Stop()
+			expired = d.C
 		}
-		return ginqueue.Ticket{}, err
+		select {
+		case <-ctx.Done():
+			return ginqueue.Ticket{}, ctx.Err(), false
+		case <-expired:
+			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+		case <-t.C:
+			return ginqueue.Ticket{}, errRetry, true
+		}
 	}
+	fb, dctx, budget := b.fb, b.downCtx, b.fbBudget
+	b.mu.Unlock()
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopUp := context.AfterFunc(dctx, cancel)
+	defer stopUp()
+	if !deadline.IsZero() {
+		var cancelD context.CancelFunc
+		lctx, cancelD = context.WithDeadline(lctx, deadline)
+		defer cancelD()
+	}
+	if b.limits.Weighted {
+		// The blocker's slot is not the request's: a cost above the budget
+		// runs alone within it.
+		a.Cost = min(max(a.Cost, 1), max(budget, 1))
+	}
+	t, err := fb.Acquire(lctx, a)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return ginqueue.Ticket{}, ctx.Err(), false
+		case dctx.Err() != nil && (deadline.IsZero() || time.Now().Before(deadline)) && !errors.Is(err, ginqueue.ErrClosed):
+			return ginqueue.Ticket{}, errRetry, true // Redis is back
+		case lctx.Err() != nil:
+			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+		}
+		return ginqueue.Ticket{}, err, false
+	}
+	slots := max(t.Cost, 1)
 	id := b.nextID.Add(1)
 	b.mu.Lock()
-	b.localHeld[id] = &localHold{local: l, slots: max(t.Cost, 1)}
+	b.localHeld[id] = &localHold{slots: slots}
+	b.localSlots += slots
 	b.mu.Unlock()
 	if !b.down.Load() {
-		// Redis answers again: count it there at once, not a lease third
-		// from now.
+		// Redis answers again: count it there at once, not a tick from now.
 		b.resync.Store(true)
 		b.wake()
 	}
-	// The memory backend's tickets carry their cost alone.
 	b.served.Add(1)
-	b.servedSlots.Add(uint64(max(t.Cost, 1)))
-	return ginqueue.Ticket{ID: localBit | id, Cost: t.Cost}, nil
+	b.servedSlots.Add(uint64(slots))
+	return ginqueue.Ticket{ID: localBit | id, Cost: t.Cost}, nil, false
 }
+
+// retryPause is how long a request whose call failed waits before it tries
+// Redis again, while Redis is not marked down.
+const retryPause = 10 * time.Millisecond
 
 // Release implements ginqueue.Backend. It gives the slots back in Redis with
 // one call bounded by CallTimeout, or, when another release's call is in
@@ -750,10 +922,17 @@ func (b *Backend) release(t ginqueue.Ticket) {
 		b.mu.Lock()
 		h := b.localHeld[id]
 		delete(b.localHeld, id)
+		b.localSlots -= h.slots
+		fb := b.fb
+		b.idleCheckLocked()
+		closed := b.closed
 		b.mu.Unlock()
-		h.local.Release(ginqueue.Ticket{Cost: t.Cost})
+		fb.Release(ginqueue.Ticket{Cost: t.Cost})
 		if h.inRedis {
 			b.leave(id, h.slots)
+		}
+		if closed {
+			b.wake() // the maintainer may stop once nothing is held
 		}
 		return
 	}
@@ -765,17 +944,16 @@ func (b *Backend) release(t ginqueue.Ticket) {
 		delete(b.held, t.ID)
 		b.slots -= slots
 	}
-	var local ginqueue.Backend
 	free := 0
-	for b.reserved > b.slots {
-		// They counted against the current fallback: their slots there are free now.
-		b.reserved--
+	for b.fbReserved > b.slots {
+		// Reserved in the fallback for slots from Redis: free there now.
+		b.fbReserved--
 		free++
-		local = b.locals[len(b.locals)-1]
 	}
+	fb := b.fb
 	b.mu.Unlock()
 	for range free {
-		local.Release(ginqueue.Ticket{})
+		fb.Release(ginqueue.Ticket{})
 	}
 	b.leave(t.ID, slots)
 	b.mu.Lock()
@@ -790,7 +968,7 @@ func (b *Backend) release(t ginqueue.Ticket) {
 // idleCheckLocked tells a drainer when nothing is held or pending. Requires
 // b.mu.
 func (b *Backend) idleCheckLocked() {
-	if b.idle != nil && len(b.held) == 0 && len(b.pending) == 0 {
+	if b.idle != nil && len(b.held) == 0 && len(b.localHeld) == 0 && len(b.pending) == 0 {
 		close(b.idle)
 		b.idle = nil
 	}
@@ -811,7 +989,7 @@ func (b *Backend) Stats() ginqueue.BackendStats {
 	var oldest time.Time
 	b.mu.Lock()
 	s := ginqueue.BackendStats{
-		Running: b.slots,
+		Running: b.slots + b.localSlots,
 		Queued:  len(b.waiters),
 		Limit:   int(b.limit.Load()),
 		Served:  b.served.Load(),
@@ -822,14 +1000,15 @@ func (b *Backend) Stats() ginqueue.BackendStats {
 			oldest = w.since
 		}
 	}
-	locals := b.locals
+	fb := b.fb
 	b.mu.Unlock()
+	s.Unavailable = b.down.Load()
+	s.Outages = b.outages.Load()
 	if !oldest.IsZero() {
 		s.OldestWait = now.Sub(oldest)
 	}
-	for _, l := range locals {
-		ls := l.Stats()
-		s.Running += ls.Running
+	if fb != nil {
+		ls := fb.Stats()
 		s.Queued += ls.Queued
 		s.OldestWait = max(s.OldestWait, ls.OldestWait)
 		for _, p := range ls.QueuedByPriority {
@@ -892,19 +1071,13 @@ func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
 }
 
 // Drain implements ginqueue.Backend: it returns once every slot granted here
-// was released and every release reached Redis (or was given up after
-// Close), or with ctx.Err().
+// (by Redis or by the FailOpen fallback) was released and every release
+// reached Redis (or was given up after Close), or with ctx.Err().
 func (b *Backend) Drain(ctx context.Context) error {
 	for {
 		b.mu.Lock()
-		if len(b.held) == 0 && len(b.pending) == 0 {
-			locals := b.locals
+		if len(b.held) == 0 && len(b.localHeld) == 0 && len(b.pending) == 0 {
 			b.mu.Unlock()
-			for _, l := range locals {
-				if err := l.Drain(ctx); err != nil {
-					return err
-				}
-			}
 			return nil
 		}
 		if b.idle == nil {
@@ -946,14 +1119,19 @@ func (b *Backend) Close() error {
 	}
 	r := b.reader
 	b.reader = nil
+	fb := b.fb
 	b.mu.Unlock()
+	b.stopCancel() // an acquire call in flight: its request is answered
+	if fb != nil {
+		_ = fb.Close() // answers the fallback's waiters
+	}
 	close(b.stop)
 	if r != nil {
 		_ = r.Close() // unblocks BLPOP
 	}
 	<-b.readDn
 	b.mu.Lock()
-	idle := len(b.held) == 0
+	idle := len(b.held) == 0 && len(b.localHeld) == 0
 	b.mu.Unlock()
 	if idle {
 		<-b.mainDn

@@ -22,17 +22,20 @@ func newScript(src string) *script {
 //	            the lexically smallest member is the highest priority, then
 //	            the earliest arrival: ZPOPMIN pops the next waiter
 //	w    HASH   lease id → its member of q
-//	we   ZSET   lease id → waiter lease expiry: a queued place whose replica
-//	            stops refreshing it is dropped
+//	we   ZSET   lease id → when its place runs out (its replica's last sync
+//	            plus the liveness lease): a place whose replica stops
+//	            refreshing it is never granted, and is dropped
 //	seq  STRING arrival counter
-//	r    ZSET   replica id → replica expiry: the live replicas
+//	r    ZSET   replica id → when its heartbeat runs out (its last sync plus
+//	            the liveness lease): the live replicas
 //	d    HASH   replica id → the limits it declared
 //	ev   ZSET   lease id → expiry: waiters evicted by an arrival of higher
 //	            priority, kept a lease TTL so that the safety net can tell
 //	            an eviction from a loss when the notice did not arrive
 //	g:R  LIST   notices for replica R (R = first 16 chars of a lease id):
 //	            a lease id (granted one slot), a lease id, "*" and n
-//	            (granted n slots), or "!" and a lease id (evicted);
+//	            (granted n slots), "!" and a lease id (evicted), or "?"
+//	            (sync now: a recovery waits for it);
 //	            RPUSHed by the scripts, BLPOPed by R's reader. KEYS[9] is
 //	            the calling replica's own list; other replicas' lists are
 //	            named from ARGV[3], since which replica a notice goes to is
@@ -51,7 +54,19 @@ func newScript(src string) *script {
 //	            cost. In one key with the limit, so that the one HMGET every
 //	            script makes reads them, and so that they expire together:
 //	            when l expires (no sync for 10 lease TTLs), every lease with
-//	            a cost expired long before, and x goes with the costs.
+//	            a cost expired long before, and x goes with the costs. b:
+//	            when any replica last synced (every replica syncs every
+//	            tick), so that a gap in the heartbeats (Redis paused, or a
+//	            failover) is told from replicas that died. rc: while set and
+//	            not passed, grants are held back until every replica in u
+//	            has synced.
+//	u    SET    the other live replicas when a replica came back from an
+//	            outage or a gap was seen: each may have been cut off too and
+//	            admitted requests on its own (FailOpen), which Redis does
+//	            not count until it syncs. KEYS[11].
+//
+// Every key gets a TTL of 10 lease TTLs where it is created and at every
+// sync and goodbye, so that nothing outlives the last replica of a Name.
 //
 // The slots held are len(h) + x. Invariants, kept by every script: a lease
 // id is in at most one of h and w; w and q agree (a member of q whose w
@@ -70,27 +85,34 @@ func newScript(src string) *script {
 // scripts make the same Redis calls as they would without costs.
 
 // prelude is shared by every script. ARGV[1] is the declared MaxConcurrent,
-// ARGV[2] the lease TTL in ms, ARGV[3] the prefix of the notice list keys.
+// ARGV[2] the lease TTL in ms, ARGV[3] the prefix of the notice list keys,
+// ARGV[4] the liveness lease in ms (how long a replica's heartbeat and
+// queue places last without a sync), ARGV[5] the tick in ms (how often
+// every replica syncs). A script's own arguments start at ARGV[6].
 // A lease id in the ARGV of leave, bye and sync may carry "*" and the
 // caller's count of its slots: only such an id (the replica asked for more
 // than one slot for it) has its cost looked up in l.
 const prelude = `
-local H, Q, W, WE, SEQ, R, D, EV, G, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local ttl = tonumber(ARGV[2])
+local H, Q, W, WE, SEQ, R, D, EV, G, L, U = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local ttl, live, tickms = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local keep = 10 * ttl
 -- limit is the fleet's limit, over whether the slots held may exceed it,
 -- extra the slots held beyond one per holder, heavyq the waiters with a
--- cost; all read from l on first use (lim()), since a release with nobody
--- to promote needs none of them.
-local limit, over, extra, heavyq
+-- cost, beat when a replica last synced, rc the end of a recovery; all read
+-- from l on first use (lim()), since a release with nobody to promote needs
+-- none of them.
+local limit, over, extra, heavyq, beat, rc
 local read = false
 local function lim()
   if not read then
     read = true
-    local v = redis.call('HMGET', L, 'n', 'o', 'x', 'hw')
+    local v = redis.call('HMGET', L, 'n', 'o', 'x', 'hw', 'b', 'rc')
     limit = tonumber(v[1]) or tonumber(ARGV[1])
     over = v[2]
     extra = tonumber(v[3]) or 0
     heavyq = tonumber(v[4]) or 0
+    beat = tonumber(v[5])
+    rc = tonumber(v[6])
   end
   return limit
 end
@@ -127,9 +149,35 @@ local function clock()
   return now
 end
 
--- make id a holder of g slots
+-- whether places and heartbeats can be judged by their expiry: only while
+-- the fleet's heartbeats are recent. After a gap (Redis paused, a failover),
+-- nobody could refresh anything, and nobody is taken for dead.
+local function judging()
+  lim()
+  return beat ~= nil and clock() - beat <= live - tickms
+end
+
+-- whether grants are held back: a replica that was cut off may be running
+-- requests it admitted on its own, which Redis counts once it syncs. A
+-- recovery that ran out, or whose replicas have all synced, is ended here.
+local function recovering()
+  lim()
+  if not rc then return false end
+  if clock() < rc and redis.call('SCARD', U) > 0 then return true end
+  redis.call('HDEL', L, 'rc')
+  redis.call('DEL', U)
+  rc = nil
+  return false
+end
+
+-- make id a holder of g slots; h gets its TTL back if this creates it
+local hkept = false
 local function take(id, g)
   redis.call('ZADD', H, clock() + ttl, id)
+  if not hkept then
+    hkept = true
+    redis.call('PEXPIRE', H, keep)
+  end
   if g > 1 then
     redis.call('HSET', L, id, g)
     add_extra(g - 1)
@@ -183,6 +231,7 @@ end
 
 -- drop waiters whose replica stopped refreshing them
 local function expire_waiters()
+  if not judging() then return end
   local gone = redis.call('ZRANGEBYSCORE', WE, '-inf', clock(), 'LIMIT', 0, 256)
   for _, id in ipairs(gone) do
     local m = redis.call('HGET', W, id)
@@ -195,9 +244,17 @@ local function expire_waiters()
   end
 end
 
--- push a notice to the replica of lease id
+-- push a notice to the replica of lease id; a list this creates gets a TTL
 local function notify(id, what)
-  redis.call('RPUSH', ARGV[3] .. string.sub(id, 1, 16), what)
+  local k = ARGV[3] .. string.sub(id, 1, 16)
+  if redis.call('RPUSH', k, what) == 1 then redis.call('PEXPIRE', k, keep) end
+end
+
+-- whether the place of waiter id has run out: its replica stopped syncing
+-- (it died, or is cut off). Such a waiter is never granted.
+local function place_gone(id)
+  local e = tonumber(redis.call('ZSCORE', WE, id))
+  return e ~= nil and e < clock() and judging()
 end
 
 -- grant the head waiter if its slots (its cost clamped to the limit) are
@@ -215,10 +272,13 @@ local function grant_head(free)
       if #p == 0 then return false end
       local id = string.sub(p[1], 33)
       if redis.call('HDEL', W, id) == 1 then
+        local gone = place_gone(id)
         redis.call('ZREM', WE, id)
-        take(id, 1)
-        notify(id, id)
-        return 1
+        if not gone then
+          take(id, 1)
+          notify(id, id)
+          return 1
+        end
       end
     else
       local p = redis.call('ZRANGE', Q, 0, 0)
@@ -227,6 +287,11 @@ local function grant_head(free)
       local id = string.sub(m, 33)
       if redis.call('HEXISTS', W, id) == 0 then
         redis.call('ZREM', Q, m)
+      elseif place_gone(id) then
+        redis.call('ZREM', Q, m)
+        redis.call('HDEL', W, id)
+        redis.call('ZREM', WE, id)
+        drop_waiter_cost(id)
       else
         local c = tonumber(redis.call('HGET', L, id))
         local g = 1
@@ -249,7 +314,7 @@ end
 
 -- while the head waiter's slots are free, move it to the holders
 local function promote()
-  if redis.call('ZCARD', Q) == 0 then return end
+  if redis.call('ZCARD', Q) == 0 or recovering() then return end
   local n = held()
   local swept = false
   if n >= limit then
@@ -314,7 +379,9 @@ local function leave(from)
     promote()
     return
   end
-  if heavy or extra > 0 or heavyq > 0 then
+  -- during or just after a recovery the slots freed meanwhile were not
+  -- handed on: count them
+  if heavy or extra > 0 or heavyq > 0 or rc then
     promote()
     return
   end
@@ -324,33 +391,37 @@ local function leave(from)
 end
 `
 
-// acquireScript: ARGV[4] max queue, ARGV[5] lease id, ARGV[6] priority key,
-// ARGV[7] the slots asked for (at least 1). Returns {outcome, limit,
-// slots}: outcome 1 granted, 0 queued, -1 queue full; limit the fleet's
-// limit it went by; slots those granted (the cost clamped to that limit),
-// 0 unless granted. A full queue evicts a waiter of lower priority, if
+// acquireScript: ARGV[6] max queue, ARGV[7] lease id, ARGV[8] priority key,
+// ARGV[9] the slots asked for (at least 1). Returns {outcome, limit,
+// slots, held}: outcome 1 granted, 0 queued, -1 queue full; limit the
+// fleet's limit it went by; slots those granted (the cost clamped to that
+// limit), 0 unless granted; held the slots the fleet holds after it. While
+// a recovery holds grants back, an arrival waits (or finds the queue full). A full queue evicts a waiter of lower priority, if
 // any, to make room; see below. Idempotent: an id already holding or
 // queued gets its state back, so a retried call changes nothing.
 var acquireScript = newScript(prelude + `
-local maxq, id, cost = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[7]) or 1
+local maxq, id, pk, cost = tonumber(ARGV[6]), ARGV[7], ARGV[8], tonumber(ARGV[9]) or 1
 lim()
-local n = redis.call('ZCARD', H) + extra
+local hn = redis.call('ZCARD', H)
+local n = hn + extra
 local qn = redis.call('ZCARD', Q)
+local rec = rc and recovering()
 if cost <= 1 then
   -- The common case: a free slot and nobody waiting. A retried call finds
   -- its id here or in w only when the slots are full or someone waits, so
   -- the checks below are not needed here; ZADD of a held id only moves its
   -- expiry.
-  if n < limit and qn == 0 then
+  if n < limit and qn == 0 and not rec then
     redis.call('ZADD', H, clock() + ttl, id)
-    return {1, limit, 1}
+    if hn == 0 then redis.call('PEXPIRE', H, keep) end
+    return {1, limit, 1, n + 1}
   end
-  if redis.call('ZSCORE', H, id) then return {1, limit, 1} end
+  if redis.call('ZSCORE', H, id) then return {1, limit, 1, n} end
 elseif redis.call('ZSCORE', H, id) then
   -- a retried call: its slots may well still fit beside it
-  return {1, limit, tonumber(redis.call('HGET', L, id)) or 1}
+  return {1, limit, tonumber(redis.call('HGET', L, id)) or 1, n}
 end
-if qn > 0 and redis.call('HEXISTS', W, id) == 1 then return {0, limit, 0} end
+if qn > 0 and redis.call('HEXISTS', W, id) == 1 then return {0, limit, 0, n} end
 local g = math.min(cost, limit)
 if n + g > limit then
   expire_holders()
@@ -366,15 +437,15 @@ end
 -- Slots are taken at once only when nobody waits, so nobody is overtaken,
 -- or when the head waits for more slots than are free and this arrival is
 -- of a higher priority: it would be the head.
-if n + g <= limit then
+if n + g <= limit and not rec then
   local first = qn == 0
   if not first then
     local head = redis.call('ZRANGE', Q, 0, 0)
-    first = #head == 0 or ARGV[6] < string.sub(head[1], 1, 16)
+    first = #head == 0 or pk < string.sub(head[1], 1, 16)
   end
   if first then
     take(id, g)
-    return {1, limit, g}
+    return {1, limit, g, n + g}
   end
 end
 if qn >= maxq then
@@ -384,10 +455,10 @@ if qn >= maxq then
   -- q; an arrival of that priority or lower is refused.
   while redis.call('ZCARD', Q) >= maxq do
     local last = redis.call('ZRANGE', Q, -1, -1)
-    if #last == 0 or string.sub(last[1], 1, 16) <= ARGV[6] then
+    if #last == 0 or string.sub(last[1], 1, 16) <= pk then
       -- a waiter with a cost that left may have let the line move
       if dropped then promote() end
-      return {-1, limit, 0}
+      return {-1, limit, 0, held()}
     end
     local m = last[1]
     local vid = string.sub(m, 33)
@@ -397,14 +468,20 @@ if qn >= maxq then
       redis.call('ZREM', WE, vid)
       drop_waiter_cost(vid)
       redis.call('ZADD', EV, clock() + ttl, vid)
+      redis.call('PEXPIRE', EV, keep)
       notify(vid, '!' .. vid)
     end
   end
 end
-local m = ARGV[6] .. string.format('%016x', redis.call('INCR', SEQ)) .. id
+local seq = redis.call('INCR', SEQ)
+if seq == 1 then redis.call('PEXPIRE', SEQ, keep) end
+local m = pk .. string.format('%016x', seq) .. id
 redis.call('ZADD', Q, 0, m)
 redis.call('HSET', W, id, m)
-redis.call('ZADD', WE, clock() + ttl, id)
+redis.call('ZADD', WE, clock() + live, id)
+if qn == 0 then
+  for _, k in ipairs({Q, W, WE}) do redis.call('PEXPIRE', k, keep) end
+end
 if cost > 1 then
   redis.call('HSET', L, id, cost)
   add_heavyq(1)
@@ -412,49 +489,113 @@ end
 -- a waiter with a cost that left (evicted, expired) may have let the line
 -- move: this arrival included, granted then by a notice
 if dropped then promote() end
-return {0, limit, 0}
+return {0, limit, 0, held()}
 `)
 
-// leaveScript: ARGV[4...] lease ids to release or cancel. Idempotent.
+// leaveScript: ARGV[6...] lease ids to release or cancel. Idempotent.
+// Returns the slots the fleet holds after it.
 var leaveScript = newScript(prelude + `
-leave(4)
-return 1
+leave(6)
+return held()
 `)
 
 // syncScript is the heartbeat, the lease refresh, the safety net and the
-// reconcile in one call. ARGV[4] replica id, ARGV[5] its declared limits,
-// ARGV[6] the number of holder ids, ARGV[7] the number of queued waiter ids,
-// ARGV[8] the highest id this replica had given out when it listed them,
-// then holder ids (each with "*" and its slots if it holds more than one),
-// then queued waiter ids, then the ids of waiters whose acquire is in
-// flight. Every lease of this replica in h, w or q up to that id that is
-// none of these is a phantom (a lease of a higher id is an acquire that
-// began after the list was taken, and may have reached Redis first) (a
-// release or cancel acknowledged by a master that then lost it in a
-// failover, say) and is dropped, its slots promoted: a replica knows which
+// reconcile in one call; every replica makes it every tick. ARGV[6]
+// replica id, ARGV[7] its declared limits, ARGV[8] the number of holder
+// ids, ARGV[9] the number of queued waiter ids, ARGV[10] the highest id this
+// replica had given out when it listed them, ARGV[11] "1" when this replica
+// was marked down since its last sync (it may have admitted requests on its
+// own), then from ARGV[12] holder ids (each with "*" and its slots if it
+// holds more than one), then queued waiter ids, then the ids of waiters
+// whose acquire is in flight. Every lease of this replica in h, w or q up to
+// that id that is none of these is a phantom (a lease of a higher id is an
+// acquire that began after the list was taken, and may have reached Redis
+// first) (a release or cancel acknowledged by a master that then lost it in
+// a failover, say) and is dropped, its slots promoted: a replica knows which
 // slots it holds.
+//
+// Replicas: a replica whose heartbeat ran out while the others' went on is
+// dead or cut off: its slots, its places and its notice list are dropped
+// here, so that the fleet has its capacity back within the liveness lease
+// and a tick. After a gap in every replica's heartbeats (no sync for longer
+// than the liveness lease less a tick: Redis was paused, or a failover
+// happened), nobody is taken for dead: every replica and place that was live
+// when the gap began gets one more liveness lease. A replica back from an
+// outage, or a gap, starts a recovery: grants are held back until every
+// other replica has synced (a notice asks each to, at once), and with it
+// counted the requests it admitted on its own, or until a liveness lease has
+// passed.
 //
 // Returns {0, other replica, its limits} when a live replica of the same
 // Name declared other limits (nothing else is done), or {1, live replicas,
-// the fleet's limit, this replica's rank among them by id, one status per
-// holder id, one per waiter id}. A replica that declares limits while l was
-// set by a replica of other limits (none is live, or this would be a
-// conflict) deletes its limit from l: a fleet started again with other
-// limits starts from its own MaxConcurrent. Holder status: 1 refreshed, 2
-// reclaimed (Redis had lost the lease, as after a restart, and its slots,
-// clamped to the limit, were free: the request is running, so count it), -1
-// lost (the slots went to someone else; the limit is exceeded until this
-// request ends). Waiter status: 0 queued (refreshed), n > 0 granted n slots
-// (the notice may be lost), -2 evicted (likewise), -1 lost (not in Redis:
-// enqueue again).
+// the fleet's limit, this replica's rank among them by id, the slots held
+// in the fleet, one status per holder id, one per waiter id}. A replica
+// that declares limits while l was set by a replica of other limits (none
+// is live, or this would be a conflict) deletes its limit from l: a fleet
+// started again with other limits starts from its own MaxConcurrent.
+// Holder status: 1 refreshed, 2 reclaimed (Redis had lost the lease, as
+// after a restart, and its slots, clamped to the limit, were free: the
+// request is running, so count it), -1 lost (the slots went to someone
+// else; the limit is exceeded until this request ends). Waiter status: 0
+// queued (refreshed), n > 0 granted n slots (the notice may be lost), -2
+// evicted (likewise), -1 lost (not in Redis: enqueue again).
 var syncScript = newScript(prelude + `
-local rep, decl, nh, nw, maxid = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local rep, decl, nh, nw, maxid, wasdown = ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11] == '1'
+local first = 12
 clock()
+lim()
+local prev = beat
+local gap = prev ~= nil and now - prev > live - tickms
+if gap or wasdown then
+  -- every other replica live when it began may have been cut off too, and
+  -- admitted on its own: grants wait until each has synced, which a notice
+  -- asks of it at once
+  local lo = now
+  if gap then lo = prev end
+  local added = 0
+  for _, r in ipairs(redis.call('ZRANGEBYSCORE', R, lo, '+inf')) do
+    if r ~= rep then
+      redis.call('SADD', U, r)
+      notify(r, '?')
+      added = added + 1
+    end
+  end
+  if added > 0 and (not rc or rc < now + live) then
+    rc = now + live
+    redis.call('HSET', L, 'rc', rc)
+  end
+end
+if gap then
+  for _, r in ipairs(redis.call('ZRANGEBYSCORE', R, prev, now + live)) do redis.call('ZADD', R, now + live, r) end
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', WE, '-inf', now + live)) do redis.call('ZADD', WE, now + live, w) end
+end
+redis.call('HSET', L, 'b', now)
+beat = now
+redis.call('SREM', U, rep)
+-- replicas whose heartbeat ran out: their slots, places and notices go
 local dead = redis.call('ZRANGEBYSCORE', R, '-inf', now, 'LIMIT', 0, 64)
-for _, r in ipairs(dead) do
-  redis.call('ZREM', R, r)
-  redis.call('HDEL', D, r)
-  redis.call('DEL', ARGV[3] .. r)
+if #dead > 0 then
+  local gone = {}
+  for _, r in ipairs(dead) do
+    gone[r] = true
+    redis.call('ZREM', R, r)
+    redis.call('HDEL', D, r)
+    redis.call('DEL', ARGV[3] .. r)
+    redis.call('SREM', U, r)
+  end
+  for _, id in ipairs(redis.call('ZRANGE', H, 0, -1)) do
+    if gone[string.sub(id, 1, 16)] then drop_holder(id, extra > 0) end
+  end
+  local wl = redis.call('HGETALL', W)
+  for i = 1, #wl, 2 do
+    local id = wl[i]
+    if gone[string.sub(id, 1, 16)] then
+      redis.call('HDEL', W, id)
+      redis.call('ZREM', Q, wl[i + 1])
+      redis.call('ZREM', WE, id)
+      drop_waiter_cost(id)
+    end
+  end
 end
 if redis.call('HGET', D, rep) ~= decl then
   local all = redis.call('HGETALL', D)
@@ -466,10 +607,13 @@ if redis.call('HGET', D, rep) ~= decl then
   redis.call('HSET', D, rep, decl)
   local ld = redis.call('HGET', L, 'd')
   -- the costs stay: their leases may still be held
-  if ld and ld ~= decl then redis.call('HDEL', L, 'n', 'd', 'o') end
+  if ld and ld ~= decl then
+    redis.call('HDEL', L, 'n', 'd', 'o')
+    limit, over = tonumber(ARGV[1]), nil
+  end
 end
-redis.call('ZADD', R, now + ttl, rep)
-for _, k in ipairs({R, D, SEQ, EV, L}) do redis.call('PEXPIRE', k, 10 * ttl) end
+redis.call('ZADD', R, now + live, rep)
+for _, k in ipairs({H, Q, W, WE, SEQ, R, D, EV, L, U, G}) do redis.call('PEXPIRE', k, keep) end
 expire_holders()
 if over and held() <= limit then
   redis.call('HDEL', L, 'o')
@@ -481,7 +625,7 @@ redis.call('ZREMRANGEBYSCORE', EV, '-inf', now)
 redis.call('LTRIM', G, -1000, -1)
 expire_waiters()
 local mine, ids, costs = {}, {}, {}
-for i = 9, #ARGV do
+for i = first, #ARGV do
   local id, _, c = arg_lease(ARGV[i])
   mine[id] = true
   ids[i] = id
@@ -516,8 +660,8 @@ local rank, reps = 0, redis.call('ZRANGE', R, 0, -1)
 for _, r in ipairs(reps) do
   if r < rep then rank = rank + 1 end
 end
-local out = {1, #reps, limit, rank}
-for i = 9, 8 + nh do
+local out = {1, #reps, limit, rank, 0}
+for i = first, first - 1 + nh do
   local id = ids[i]
   if redis.call('ZSCORE', H, id) then
     redis.call('ZADD', H, now + ttl, id)
@@ -533,14 +677,14 @@ for i = 9, 8 + nh do
   end
 end
 promote()
-for i = 9 + nh, 8 + nh + nw do
+for i = first + nh, first - 1 + nh + nw do
   local id = ids[i]
   if redis.call('ZSCORE', H, id) then
     local g = 1
     if extra > 0 then g = tonumber(redis.call('HGET', L, id)) or 1 end
     out[#out + 1] = g
   elseif redis.call('HEXISTS', W, id) == 1 then
-    redis.call('ZADD', WE, now + ttl, id)
+    redis.call('ZADD', WE, now + live, id)
     out[#out + 1] = 0
   elseif redis.call('ZSCORE', EV, id) then
     out[#out + 1] = -2
@@ -548,19 +692,20 @@ for i = 9 + nh, 8 + nh + nw do
     out[#out + 1] = -1
   end
 end
+out[5] = held()
 return out
 `)
 
-// setLimitScript: ARGV[4] the new limit, ARGV[5] the caller's declared
+// setLimitScript: ARGV[6] the new limit, ARGV[7] the caller's declared
 // limits. Lowering preempts nobody: if the slots held exceed the new limit,
 // o is set and no one is admitted until they fit. Raising grants waiters at
 // once, in the order of q, with notices as for any grant. Returns the
 // limit.
 var setLimitScript = newScript(prelude + `
-local n = tonumber(ARGV[4])
+local n = tonumber(ARGV[6])
 lim()
-redis.call('HSET', L, 'n', n, 'd', ARGV[5])
-redis.call('PEXPIRE', L, 10 * ttl)
+redis.call('HSET', L, 'n', n, 'd', ARGV[7])
+redis.call('PEXPIRE', L, keep)
 limit = n
 expire_holders()
 if held() > n then
@@ -578,13 +723,16 @@ return n
 // answers.
 var probeScript = newScript(`return 1`)
 
-// byeScript: ARGV[4] replica id, ARGV[5...] lease ids to leave. Run by Close
-// once nothing is held here.
+// byeScript: ARGV[6] replica id, ARGV[7...] lease ids to leave. Run by Close
+// once nothing is held here. Every key keeps a TTL, so that nothing outlives
+// the last replica of the Name.
 var byeScript = newScript(prelude + `
-leave(5)
-local rep = ARGV[4]
+leave(7)
+local rep = ARGV[6]
 redis.call('ZREM', R, rep)
 redis.call('HDEL', D, rep)
+redis.call('SREM', U, rep)
 redis.call('DEL', G)
+for _, k in ipairs({H, Q, W, WE, SEQ, R, D, EV, L, U}) do redis.call('PEXPIRE', k, keep) end
 return 1
 `)

@@ -73,6 +73,8 @@ type topology struct {
 	// Cluster master votes for a replica of the same slots at most once in
 	// two node timeouts.
 	again time.Duration
+	// spec is how a doomed replica (another OS process) reaches it.
+	spec doomedSpec
 }
 
 func clusterTopology(c *testCluster) topology {
@@ -118,6 +120,7 @@ func clusterTopology(c *testCluster) topology {
 			c.waitHealthy()
 		},
 		again: 3 * time.Second,
+		spec:  doomedSpec{Kind: "cluster", Addrs: c.addrs()},
 	}
 }
 
@@ -166,6 +169,7 @@ func sentinelTopology(s *testSentinel) topology {
 			}
 			s.waitHealthy()
 		},
+		spec: doomedSpec{Kind: "sentinel", Addrs: s.sentinelAddrs(), Master: s.name},
 	}
 }
 
@@ -205,6 +209,14 @@ func runTopology(t *testing.T, top topology) {
 		}
 	}
 	t.Run("lost-writes", func(t *testing.T) { runLostWrites(t, top) })
+	t.Run("dead-replica-with-waiters", func(t *testing.T) {
+		s := top.spec
+		s.Name, s.Limit, s.Waiters = newName(t), 4, 6
+		s.Tick, s.Call, s.Lease = 100*time.Millisecond, 50*time.Millisecond, 10*time.Second
+		c := s.client()
+		t.Cleanup(func() { _ = c.Close() })
+		runDeadReplicaWithWaiters(t, s, c)
+	})
 }
 
 // trace is what one request saw, filled in its own goroutine: by the

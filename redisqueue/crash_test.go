@@ -1,0 +1,531 @@
+package redisqueue_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/redisqueue"
+	"github.com/redis/go-redis/v9"
+)
+
+// doomedEnv makes the test binary a replica that is killed with SIGKILL: it
+// holds every slot of the limit and has waiters queued, prints "ready" and
+// blocks until it is killed.
+const doomedEnv = "REDISQUEUE_TEST_DOOMED"
+
+// doomedSpec is what a doomed replica is told, as JSON in doomedEnv.
+type doomedSpec struct {
+	Kind    string   // "plain", "cluster" or "sentinel"
+	Addrs   []string // the server, the cluster's nodes or the sentinels
+	Master  string   // the Sentinel master name
+	Name    string
+	Limit   int
+	Waiters int
+	Tick    time.Duration
+	Call    time.Duration
+	Lease   time.Duration
+}
+
+// client builds the client of s.Kind.
+func (s doomedSpec) client() redis.UniversalClient {
+	switch s.Kind {
+	case "cluster":
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs, ContextTimeoutEnabled: true,
+			ReadTimeout: 500 * time.Millisecond})
+	case "sentinel":
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.Addrs,
+			ContextTimeoutEnabled: true})
+	}
+	return redis.NewClient(&redis.Options{Addr: s.Addrs[0], ContextTimeoutEnabled: true})
+}
+
+func (s doomedSpec) options() redisqueue.Options {
+	return redisqueue.Options{Name: s.Name, TickInterval: s.Tick, CallTimeout: s.Call, LeaseTTL: s.Lease}
+}
+
+func (s doomedSpec) limits() ginqueue.Limits {
+	return ginqueue.Limits{MaxConcurrent: s.Limit, MaxQueue: 4 * (s.Limit + s.Waiters), QueueTimeout: time.Minute}
+}
+
+// doomedMain is the doomed replica's process.
+func doomedMain() int {
+	var s doomedSpec
+	if err := json.Unmarshal([]byte(os.Getenv(doomedEnv)), &s); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	b, err := redisqueue.New(s.client(), s.options())
+	if err == nil {
+		err = b.Start(s.limits())
+	}
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ctx := context.Background()
+	for range s.Limit {
+		if _, err := b.Acquire(ctx, ginqueue.Arrival{}); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+	}
+	for range s.Waiters {
+		go func() { _, _ = b.Acquire(ctx, ginqueue.Arrival{}) }()
+	}
+	for b.Stats().Queued < s.Waiters {
+		time.Sleep(5 * time.Millisecond)
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// startDoomed starts a doomed replica of s and returns it once it holds
+// every slot and its waiters are queued. The test kills it at its end if it
+// has not.
+func startDoomed(t *testing.T, s doomedSpec) *exec.Cmd {
+	t.Helper()
+	spec, _ := json.Marshal(s)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), doomedEnv+"="+string(spec))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case l := <-lines:
+		if l != "ready" {
+			t.Fatalf("the doomed replica: %s", l)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the doomed replica was not ready within 20 s")
+	}
+	return cmd
+}
+
+// keysWithoutTTL lists the keys of name that would never expire.
+func keysWithoutTTL(ctx context.Context, rdb redis.UniversalClient, name string) ([]string, error) {
+	var keys []string
+	var mu sync.Mutex // ForEachMaster runs in parallel
+	pattern := "ginqueue:{" + name + "}:*"
+	scan := func(c *redis.Client) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			if d, err := c.PTTL(ctx, it.Val()).Result(); err == nil && d == -1 {
+				mu.Lock()
+				keys = append(keys, it.Val())
+				mu.Unlock()
+			}
+		}
+		return it.Err()
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(m) })
+		return keys, err
+	case *redis.Client:
+		return keys, scan(c)
+	}
+	return nil, fmt.Errorf("client %T", rdb)
+}
+
+// runDeadReplicaWithWaiters: a replica holding every slot, with waiters
+// queued ahead of another replica's, is killed with SIGKILL. Its waiters
+// are never granted once it has stopped syncing, and the fleet has its full
+// capacity back within the liveness lease and a tick, far inside LeaseTTL;
+// the dead replica's notice list is gone and every key has a TTL.
+func runDeadReplicaWithWaiters(t *testing.T, s doomedSpec, survivorClient redis.UniversalClient) {
+	ctx := context.Background()
+	cmd := startDoomed(t, s)
+	dead, err := survivorClient.ZRange(ctx, "ginqueue:{"+s.Name+"}:r", 0, -1).Result()
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("the live replicas before the survivor started: %v, %v", dead, err)
+	}
+	survivor, err := redisqueue.New(survivorClient, s.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := survivor.Start(s.limits()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = survivor.Close() })
+	// A counter outside the library: the survivor's requests running.
+	var running, peak atomic.Int64
+	type res struct {
+		at  time.Time
+		err error
+	}
+	out := make(chan res, s.Limit)
+	var wg sync.WaitGroup
+	hold := make(chan struct{})
+	for range s.Limit {
+		wg.Go(func() {
+			tk, err := survivor.Acquire(ctx, ginqueue.Arrival{})
+			out <- res{time.Now(), err}
+			if err != nil {
+				return
+			}
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			<-hold
+			running.Add(-1)
+			survivor.Release(tk)
+		})
+	}
+	eventually(t, 5*time.Second, "the survivor's waiters were not queued", func() bool {
+		g, err := survivor.GlobalStats(ctx)
+		return err == nil && g.Queued == s.Waiters+s.Limit
+	})
+	time.Sleep(2 * s.Tick) // both replicas sync: the survivor's waiters are behind the doomed one's
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	_ = cmd.Wait()
+	var last time.Time
+	for range s.Limit {
+		select {
+		case r := <-out:
+			if r.err != nil {
+				t.Fatalf("a survivor's waiter: %v", r.err)
+			}
+			last = r.at
+		case <-time.After(s.Lease):
+			t.Fatalf("after the kill, the survivor got only part of the capacity within LeaseTTL %v", s.Lease)
+		}
+	}
+	back := last.Sub(killed)
+	bound := 3*s.Tick + s.Tick + 4*s.Call + 400*time.Millisecond // the liveness lease, a tick, slack for -race
+	t.Logf("%s: the fleet's %d slots were all back on the survivor %v after SIGKILL of a replica with %d waiters (LeaseTTL %v)",
+		s.Kind, s.Limit, back.Round(time.Millisecond), s.Waiters, s.Lease)
+	if back > bound {
+		t.Errorf("the capacity came back %v after the kill, want within %v", back, bound)
+	}
+	if p := peak.Load(); p > int64(s.Limit) {
+		t.Errorf("%d ran at once on the survivor, limit %d", p, s.Limit)
+	}
+	g, err := survivor.GlobalStats(ctx)
+	if err != nil || g.Running != s.Limit || g.Queued != 0 || g.Replicas != 1 {
+		t.Errorf("after the kill: %+v, %v; want the survivor's %d running, nobody queued, 1 replica", g, err, s.Limit)
+	}
+	if keys, err := keysWithoutTTL(ctx, survivorClient, s.Name); err != nil || len(keys) > 0 {
+		t.Errorf("keys without a TTL: %v (%v)", keys, err)
+	}
+	// The dead replica's notice list is gone: nothing was pushed to it
+	// after it left, nor stays.
+	if n, err := survivorClient.Exists(ctx, "ginqueue:{"+s.Name+"}:g:"+dead[0]).Result(); err != nil || n != 0 {
+		t.Errorf("the dead replica's notice list is still there (%v)", err)
+	}
+	close(hold)
+	wg.Wait()
+	eventually(t, 3*time.Second, "slots or places left in Redis", func() bool { return globalIdle(survivor) })
+}
+
+func TestDeadReplicaWithWaitersStallsNobody(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	s := doomedSpec{Kind: "plain", Addrs: []string{redisAddr}, Name: newName(t), Limit: 4, Waiters: 6,
+		Tick: 100 * time.Millisecond, Call: 50 * time.Millisecond, Lease: 10 * time.Second}
+	runDeadReplicaWithWaiters(t, s, newClient(t, redisAddr))
+}
+
+// Every key a Name's replicas write expires once none is live: after a
+// short run that ends with Close, and after one whose only replica is
+// killed.
+func TestKeysExpireWithTheLastReplica(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	ctx := context.Background()
+	rdb := newClient(t, redisAddr)
+	t.Run("closed", func(t *testing.T) {
+		name := newName(t)
+		b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, Weighted: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.SetLimit(2); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan ginqueue.Ticket)
+		go func() {
+			t2, _ := b.Acquire(ctx, ginqueue.Arrival{Cost: 2})
+			done <- t2
+		}()
+		waitQueued(t, b, 1)
+		b.Release(tk)
+		b.Release(<-done)
+		_ = b.Close()
+		if keys, err := keysWithoutTTL(ctx, rdb, name); err != nil || len(keys) > 0 {
+			t.Errorf("keys without a TTL after a short run: %v (%v)", keys, err)
+		}
+	})
+	t.Run("killed", func(t *testing.T) {
+		s := doomedSpec{Kind: "plain", Addrs: []string{redisAddr}, Name: newName(t), Limit: 2, Waiters: 3,
+			Tick: 5 * time.Second, Call: 150 * time.Millisecond, Lease: 15 * time.Second}
+		cmd := startDoomed(t, s) // a tick of 5 s: no sync after Start's
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+		if keys, err := keysWithoutTTL(ctx, rdb, s.Name); err != nil || len(keys) > 0 {
+			t.Errorf("keys without a TTL after the only replica was killed: %v (%v)", keys, err)
+		}
+		n, _ := rdb.Keys(ctx, "ginqueue:{"+s.Name+"}:*").Result()
+		if !strings.Contains(strings.Join(n, " "), ":seq") {
+			t.Errorf("the run wrote no sequence key (keys %v): the test does not test it", n)
+		}
+	})
+}
+
+// fleetEnv makes the test binary one replica of a fleet under load: it runs
+// closed-loop clients through a Queue for a while and prints what it saw as
+// JSON. The handlers count themselves in a Redis counter of their own, on
+// another server than the fleet's: a counter outside the library.
+const fleetEnv = "REDISQUEUE_TEST_FLEET"
+
+type fleetSpec struct {
+	Addr, CounterAddr, Counter, Name string
+	Policy                           redisqueue.Policy
+	Limit, Workers                   int
+	Handler, Run, QueueTimeout       time.Duration
+}
+
+type fleetResult struct {
+	Peak     int64       // the most handlers the counter saw running at once, fleet-wide
+	Codes    map[int]int // responses by status
+	Local    int         // grants of the FailOpen fallback
+	Longest  time.Duration
+	Outages  uint64
+	Replicas int
+	Over     []int64 // when the counter saw more than Limit (Unix ms)
+}
+
+// fleetMain is one replica of runFleetPause.
+func fleetMain() int {
+	var s fleetSpec
+	if err := json.Unmarshal([]byte(os.Getenv(fleetEnv)), &s); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	ctr := redis.NewClient(&redis.Options{Addr: s.CounterAddr})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: s.Name, OnRedisDown: s.Policy})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	var local atomic.Int64
+	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: s.Limit, MaxQueue: 20, QueueTimeout: s.QueueTimeout,
+		Backend: countLocal{b, &local}})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	var peak atomic.Int64
+	var overMu sync.Mutex
+	var over []int64
+	h := func(c *gin.Context) {
+		ctx := context.Background()
+		n, err := ctr.Incr(ctx, s.Counter).Result()
+		if err == nil {
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			if n > int64(s.Limit) {
+				overMu.Lock()
+				over = append(over, time.Now().UnixMilli())
+				overMu.Unlock()
+			}
+		}
+		time.Sleep(s.Handler)
+		ctr.Decr(ctx, s.Counter)
+	}
+	e := gin.New()
+	e.GET("/", q.Handler(), h)
+	rep := &replica{e: e}
+	fmt.Println("ready")
+	var mu sync.Mutex
+	res := fleetResult{Codes: map[int]int{}}
+	end := time.Now().Add(s.Run)
+	var wg sync.WaitGroup
+	for range s.Workers {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				start := time.Now()
+				code := rep.get()
+				d := time.Since(start)
+				mu.Lock()
+				res.Codes[code]++
+				res.Longest = max(res.Longest, d)
+				mu.Unlock()
+				if code != 200 {
+					time.Sleep(5 * time.Millisecond) // a client that was refused does not spin
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res.Peak, res.Local, res.Over = peak.Load(), int(local.Load()), over
+	res.Outages = b.Stats().Outages
+	if g, err := b.GlobalStats(context.Background()); err == nil {
+		res.Replicas = g.Replicas
+	}
+	_ = q.Close()
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+	return 0
+}
+
+// countLocal counts the grants of the FailOpen fallback.
+type countLocal struct {
+	*redisqueue.Backend
+	n *atomic.Int64
+}
+
+func (b countLocal) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	t, err := b.Backend.Acquire(ctx, a)
+	if err == nil && redisqueue.GrantedLocally(t) {
+		b.n.Add(1)
+	}
+	return t, err
+}
+
+// runFleet runs 3 replicas of s as OS processes; during the run, fault
+// is applied after a second. It returns each replica's result.
+func runFleet(t *testing.T, s fleetSpec, fault func()) []fleetResult {
+	t.Helper()
+	const procs = 3
+	type started struct {
+		cmd   *exec.Cmd
+		lines chan string
+	}
+	var ps []started
+	for range procs {
+		spec, _ := json.Marshal(s)
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), fleetEnv+"="+string(spec))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		lines := make(chan string, 4)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		ps = append(ps, started{cmd, lines})
+	}
+	for _, p := range ps {
+		if l := <-p.lines; l != "ready" {
+			t.Fatalf("a replica: %s", l)
+		}
+	}
+	time.Sleep(time.Second)
+	fault()
+	var rs []fleetResult
+	for _, p := range ps {
+		var r fleetResult
+		select {
+		case l := <-p.lines:
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("a replica printed %q", l)
+			}
+		case <-time.After(s.Run + 20*time.Second):
+			t.Fatal("a replica did not finish")
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// TestFleetPausedKeepsTheLimit: 3 OS processes of one service share a limit
+// of 4 under a load of 12 closed-loop clients (50 ms handlers), and Redis is
+// paused for 3 s (CLIENT PAUSE ALL). Under FailOpen the replicas admit on
+// their own meanwhile, and the counter outside the library never sees more
+// than 4 running, at the start of the pause, during it or at its end; under
+// FailClosed neither, and nobody gets a 408.
+func TestFleetPausedKeepsTheLimit(t *testing.T) {
+	needRedis(t)
+	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
+	for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			s := fleetSpec{Addr: srv.addr(), CounterAddr: redisAddr, Counter: "ginqueue-test:" + newName(t),
+				Name: newName(t), Policy: policy, Limit: 4, Workers: 4, Handler: 50 * time.Millisecond,
+				Run: 6 * time.Second, QueueTimeout: 2 * time.Second}
+			ctl := newClient(t, srv.addr())
+			var paused time.Time
+			rs := runFleet(t, s, func() {
+				paused = time.Now()
+				if err := ctl.Do(context.Background(), "CLIENT", "PAUSE", 3000, "ALL").Err(); err != nil {
+					t.Error(err)
+				}
+			})
+			for i, r := range rs {
+				t.Logf("%s replica %d: peak %d running fleet-wide, %d local grants, responses %v, longest %v, outages %d",
+					policy, i, r.Peak, r.Local, r.Codes, r.Longest.Round(time.Millisecond), r.Outages)
+				if r.Peak > int64(s.Limit) {
+					var at []time.Duration
+					for _, ms := range r.Over {
+						at = append(at, time.UnixMilli(ms).Sub(paused))
+					}
+					t.Errorf("replica %d saw %d running at once across the fleet, limit %d, at %v from the start of the pause",
+						i, r.Peak, s.Limit, at)
+				}
+				if r.Outages == 0 {
+					t.Errorf("replica %d never marked Redis down: the pause was not tested", i)
+				}
+				if policy == redisqueue.FailClosed && r.Codes[408] > 0 {
+					t.Errorf("FailClosed: replica %d answered %d × 408", i, r.Codes[408])
+				}
+				if r.Longest > s.QueueTimeout+s.Handler+500*time.Millisecond {
+					t.Errorf("replica %d: a request took %v, past its QueueTimeout %v", i, r.Longest, s.QueueTimeout)
+				}
+			}
+		})
+	}
+}
