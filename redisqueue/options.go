@@ -12,16 +12,16 @@ import (
 type Policy uint8
 
 const (
-	// FailOpen admits requests on a local limit, inside this process only,
-	// while Redis is down. The local limit is Options.LocalLimit, or when that
-	// is zero the fleet's limit split among the live replicas of the Name
-	// that Redis last reported, so that the local limits add up to it (each
-	// gets limit/n, the first limit%n by replica id one more, and every one
-	// at least 1; MaxConcurrent when Redis has never answered). Requests a
-	// replica still runs on slots granted by Redis count against its local
-	// limit until they end. The local queue is sized the same way from MaxQueue.
-	// The fleet then admits about MaxConcurrent in all, but no longer in one
-	// global order; see the README. It is the zero value and the default.
+	// FailOpen admits requests inside this process only while Redis is
+	// down, within a budget of slots: Options.LocalLimit, or when that is
+	// zero the slots this replica held when Redis last told it how many the
+	// fleet held, plus its part of the slots free then (the free slots split
+	// among the live replicas by replica id; the whole limit when Redis has
+	// never answered). Requests still running on slots granted by Redis
+	// count against the budget until they end. The budgets add up to the
+	// fleet's limit, so the fleet keeps its limit through the outage, though
+	// no longer in one global order; see the README. It is the zero value
+	// and the default.
 	FailOpen Policy = iota
 
 	// FailClosed answers every request that needs Redis with an error that
@@ -65,11 +65,14 @@ type Options struct {
 	// contain '{' or '}'.
 	KeyPrefix string
 
-	// LeaseTTL is how long a slot or a queue place stays reserved for a
-	// replica that stops refreshing it (it crashed, or lost Redis). Live
-	// replicas refresh every LeaseTTL/3. Zero means DefaultLeaseTTL (15 s).
-	// It must be at least 4 call timeouts, so that a refresh can fail once
-	// and still land in time.
+	// LeaseTTL is how long a slot stays held in Redis for a request whose
+	// replica can no longer refresh it while the fleet cannot tell whether
+	// that replica is dead (Redis itself was unreachable); it also bounds
+	// how long the keys of a Name outlive its last replica (10 lease TTLs).
+	// A replica that stops syncing while others go on is taken for dead
+	// sooner: its slots and queue places go back to the fleet within the
+	// liveness lease (3 × TickInterval, see TickInterval) and a tick. Zero
+	// means DefaultLeaseTTL (15 s). It must be at least 4 call timeouts.
 	LeaseTTL time.Duration
 
 	// CallTimeout bounds every Redis call that a request waits for. A call
@@ -92,21 +95,27 @@ type Options struct {
 	// down at once.
 	FailureThreshold int
 
-	// TickInterval is the period of the safety net: while this replica has
-	// requests waiting, it asks Redis for their state this often, which
-	// catches a lost grant notice or a slot freed by an expired lease; while
-	// Redis is down it probes Redis this often. Grants normally arrive by
-	// push within a millisecond, not by this tick. Zero means
-	// DefaultTickInterval (500 ms). It must not exceed LeaseTTL/3.
+	// TickInterval is the period of the heartbeat: every replica syncs
+	// with Redis this often, refreshing its slots and queue places and
+	// asking for the state of its waiters (which catches a lost grant
+	// notice). A replica whose heartbeat is missing for the liveness lease
+	// (3 ticks, but at least a tick and 4 call timeouts, at most LeaseTTL;
+	// 1.5 s with the defaults) while the others' go on is taken for dead:
+	// its waiters are never granted, and its slots come back to the fleet.
+	// While Redis is down, this replica probes it every 20 ms (or every
+	// tick, if shorter). Grants normally arrive by push within a
+	// millisecond, not by this tick. Zero means DefaultTickInterval (500
+	// ms). It must not exceed LeaseTTL/3.
 	TickInterval time.Duration
 
 	// OnRedisDown is the policy while Redis cannot be reached. The zero
 	// value is FailOpen.
 	OnRedisDown Policy
 
-	// LocalLimit overrides the FailOpen local limit. Zero means the fleet's
-	// limit split among the live replicas last seen (see FailOpen).
-	// Negative is refused. Ignored with FailClosed.
+	// LocalLimit overrides the FailOpen budget with a fixed number of slots
+	// (requests running on slots from Redis count against it). Zero means
+	// the budget FailOpen describes, which keeps the fleet's limit; a fixed
+	// one does not. Negative is refused. Ignored with FailClosed.
 	LocalLimit int
 
 	// LocalQueue overrides the FailOpen local queue bound. Zero means

@@ -12,11 +12,11 @@
 // Each acquire and each release is one atomic Lua script on Redis. A request
 // that must wait learns of its grant from a push: the script that frees a
 // slot pushes a notice onto a list of the waiter's replica, which one
-// goroutine per Backend pops with BLPOP on a connection of its own. A
-// slow safety-net tick catches a lost notice. Slots are leases that the
-// replica refreshes; a replica that dies loses its slots within
-// Options.LeaseTTL. SetLimit moves the limit of the whole fleet at run time.
-// See the README for failure behaviour.
+// goroutine per Backend pops with BLPOP on a connection of its own. Every
+// replica syncs each Options.TickInterval (the heartbeat, which also catches
+// a lost notice); a replica that dies loses its slots and queue places
+// within three ticks and one more. SetLimit moves the limit of the whole
+// fleet at run time. See the README for failure behaviour.
 package redisqueue
 
 import (
@@ -765,11 +765,13 @@ func (b *Backend) splitLocked(n int) int {
 
 // budgetLocked is the slots this replica may run while Redis is down, those
 // of its requests still running on grants from Redis included: the slots it
-// held when Redis last told it how many the fleet held, plus its share of
-// the slots that were free then (Options.LocalLimit when set). If what each
-// replica last heard is still true (each hears it at least every tick), the
-// budgets add up to the fleet's limit: every slot held then stays with the
-// replica that held it, every free one goes to one replica. Requires b.mu.
+// held when Redis last told it how many the fleet held, plus its part of the
+// slots free then, but never more than its share of the fleet's limit (the
+// limit split among the live replicas). Options.LocalLimit, when set, is the
+// budget. If what each replica last heard is still true (each hears it at
+// least every tick), the budgets add up to at most the fleet's limit: every
+// slot held then stays with the replica that held it, every free one goes
+// to one replica. If not, the shares still do. Requires b.mu.
 func (b *Backend) budgetLocked() int {
 	if b.opts.LocalLimit > 0 {
 		return b.opts.LocalLimit
@@ -778,7 +780,7 @@ func (b *Backend) budgetLocked() int {
 	if b.replicas == 0 {
 		return fleet // Redis never answered
 	}
-	return b.heard.mine + b.splitLocked(max(0, fleet-b.heard.fleet))
+	return min(b.splitLocked(fleet), b.heard.mine+b.splitLocked(max(0, fleet-b.heard.fleet)))
 }
 
 // openFallbackLocked opens the FailOpen fallback for an outage: it builds it
@@ -980,7 +982,7 @@ func (b *Backend) idleCheckLocked() {
 // Limit is the fleet's limit as last seen: MaxConcurrent until SetLimit
 // moves it, then the value of the last acquire, sync or SetLimit reply from
 // Redis (a change made on another replica shows here at this replica's next
-// acquire or sync, within LeaseTTL/3). GlobalStats asks Redis for the
+// acquire or sync, within a TickInterval). GlobalStats asks Redis for the
 // fleet's.
 func (b *Backend) Stats() ginqueue.BackendStats {
 	now := time.Now()
@@ -1034,7 +1036,7 @@ func (b *Backend) Stats() ginqueue.BackendStats {
 type GlobalStats struct {
 	Running  int // slots held, by every replica (with Config.Cost, a request holds its cost)
 	Queued   int // waiters, on every replica
-	Replicas int // replicas that heartbeat within LeaseTTL (dead ones may linger until the next heartbeat)
+	Replicas int // replicas whose heartbeat is live (a dead one lingers for up to the liveness lease and a tick)
 	Limit    int // the fleet's limit: what SetLimit set, or this replica's MaxConcurrent if it was never set
 }
 
@@ -1094,8 +1096,11 @@ func (b *Backend) Drain(ctx context.Context) error {
 }
 
 // Close implements ginqueue.Backend. Waiters get ginqueue.ErrClosed and
-// their queue places are given back; new arrivals get ginqueue.ErrClosed.
-// Running requests keep their slots (and leases) until they Release. Close
+// their queue places are given back, the FailOpen fallback's waiters too; a
+// request whose acquire call is on its way gets it when the call returns
+// (within CallTimeout); new arrivals get ginqueue.ErrClosed. Running
+// requests, on slots from Redis or from the fallback, keep their slots (and
+// leases) until they Release. Close
 // returns once the reader has stopped and, if nothing is held here, the
 // maintainer too; otherwise the maintainer stops after the last Release.
 // Close does not close the Redis client. It may be called more than once.
