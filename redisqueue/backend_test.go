@@ -36,6 +36,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"lease shorter than call timeouts", good, redisqueue.Options{Name: "a", LeaseTTL: 300 * time.Millisecond, CallTimeout: 100 * time.Millisecond}, "Options.LeaseTTL"},
 		{"negative call timeout", good, redisqueue.Options{Name: "a", CallTimeout: -1}, "Options.CallTimeout"},
 		{"tick above lease/3", good, redisqueue.Options{Name: "a", LeaseTTL: time.Second, TickInterval: time.Second}, "Options.TickInterval"},
+		{"tick below 10 ms", good, redisqueue.Options{Name: "a", TickInterval: time.Millisecond}, "Options.TickInterval"},
 		{"unknown policy", good, redisqueue.Options{Name: "a", OnRedisDown: 7}, "Options.OnRedisDown"},
 		{"negative local limit", good, redisqueue.Options{Name: "a", LocalLimit: -1}, "Options.LocalLimit"},
 		{"negative local queue", good, redisqueue.Options{Name: "a", LocalQueue: -1}, "Options.LocalQueue"},

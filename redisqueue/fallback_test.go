@@ -3,6 +3,8 @@ package redisqueue_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -319,4 +321,274 @@ func TestOnStateChange(t *testing.T) {
 	if s := b.Stats(); s.Unavailable || s.Outages != 1 {
 		t.Errorf("Stats after the outage: Unavailable %v, Outages %d; want false, 1", s.Unavailable, s.Outages)
 	}
+}
+
+// A FailClosed fleet admits nothing on its own: after a pause in which a
+// replica died, the survivor's grants are not held back for it.
+func TestFailClosedFleetIsNotHeldBackForADeadReplica(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t)
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second,
+		TickInterval: 500 * time.Millisecond, FailureThreshold: 1, OnRedisDown: redisqueue.FailClosed}
+	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4, QueueTimeout: 5 * time.Second}
+	survivor := startBackends2(t, srv.addr(), l, o)
+	doomedClient := newClient(t, srv.addr())
+	doomed, err := redisqueue.New(doomedClient, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doomed.Start(l); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	eventually(t, 2*time.Second, "the replicas did not see each other", func() bool {
+		s, err := survivor.GlobalStats(ctx)
+		return err == nil && s.Replicas == 2
+	})
+	pause(t, srv, 600*time.Millisecond)
+	_ = doomedClient.Close() // it dies during the pause, without a goodbye
+	_ = doomed.Close()
+	time.Sleep(700 * time.Millisecond) // the pause ends
+	start := time.Now()
+	var tk ginqueue.Ticket
+	eventually(t, 3*time.Second, "no grant after the pause", func() bool {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		tk, err = survivor.Acquire(c, ginqueue.Arrival{})
+		return err == nil
+	})
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Errorf("the first grant came %v after the pause ended, want well within the liveness lease (1.5 s)", d)
+	}
+	survivor.Release(tk)
+}
+
+// A cost that cannot run within the replica's budget while Redis is down is
+// refused at once, as unavailable: it does not run on fewer slots than its
+// cost.
+func TestWeightedAboveTheBudgetIsRefusedWhileDown(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t)
+	o := fallbackOptions(t)
+	o.LocalLimit = 1
+	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
+	srv.stop()
+	ctx := context.Background()
+	var err error
+	for range 5 { // until Redis is marked down
+		var tk ginqueue.Ticket
+		if tk, err = b.Acquire(ctx, ginqueue.Arrival{Cost: 3}); err == nil {
+			b.Release(tk)
+			t.Fatalf("a request of cost 3 granted %d slots while this replica may run 1 on its own", tk.Cost)
+		}
+		if b.Stats().Unavailable {
+			break
+		}
+	}
+	start := time.Now()
+	_, err = b.Acquire(ctx, ginqueue.Arrival{Cost: 3})
+	if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, ginqueue.ErrQueueFull) || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("cost 3 above a budget of 1: %v after %v, want ErrUnavailable and ErrQueueFull at once", err, time.Since(start))
+	}
+	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+	if err != nil || !redisqueue.GrantedLocally(tk) {
+		t.Fatalf("cost 1 within the budget: %v", err)
+	}
+	b.Release(tk)
+	srv.start()
+}
+
+// SetLimit reaches every replica at once, not at its next tick.
+func TestSetLimitReachesTheFleetAtOnce(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	o := redisqueue.Options{Name: newName(t), TickInterval: time.Second, LeaseTTL: 10 * time.Second}
+	bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4}, o)
+	time.Sleep(50 * time.Millisecond) // both readers listen
+	if err := bs[0].SetLimit(1); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 2*time.Second, "the other replica did not learn the limit", func() bool { return bs[1].Stats().Limit == 1 })
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("the other replica learnt the limit %v after SetLimit, want at once (its tick is %v)", d, o.TickInterval)
+	}
+}
+
+// A write to the limit's hash after Redis lost it (a flush) gives it a TTL
+// again.
+func TestWeightedWritesKeepTheLimitsTTL(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t)
+	o := redisqueue.Options{Name: newName(t), TickInterval: 3 * time.Second, LeaseTTL: 10 * time.Second}
+	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
+	ctl := newClient(t, srv.addr())
+	ctx := context.Background()
+	if err := ctl.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(tk)
+	if keys, err := keysWithoutTTL(ctx, ctl, o.Name); err != nil || len(keys) > 0 {
+		t.Errorf("keys without a TTL after a flush and a weighted grant: %v (%v)", keys, err)
+	}
+}
+
+// A Backend closed while Redis is down says so when Redis answers its
+// goodbye.
+func TestClosedWhileDownReportsRedisBack(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t)
+	o := fallbackOptions(t)
+	ups := make(chan bool, 4)
+	o.OnStateChange = func(down bool, _ error) { ups <- down }
+	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
+	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.stop()
+	eventually(t, 2*time.Second, "Redis not marked down", func() bool { return b.Stats().Unavailable })
+	b.Release(tk) // retried in the background: the goodbye waits for it
+	closed := make(chan struct{})
+	go func() { _ = b.Close(); close(closed) }()
+	srv.start()
+	<-closed
+	if b.Stats().Unavailable {
+		t.Error("Unavailable still set after the goodbye got its answer")
+	}
+	if d := <-ups; !d {
+		t.Fatal("the first change was not down")
+	}
+	select {
+	case d := <-ups:
+		if d {
+			t.Error("a second down, want up")
+		}
+	case <-time.After(time.Second):
+		t.Error("OnStateChange never said Redis was back")
+	}
+}
+
+// cutProxy forwards TCP to a server until cut: then it closes every
+// connection and refuses new ones (as a partition would), until healed.
+type cutProxy struct {
+	l     net.Listener
+	to    string
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func newCutProxy(t *testing.T, to string) *cutProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{l: l, to: to}
+	t.Cleanup(func() { _ = l.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			cut := p.cut
+			p.mu.Unlock()
+			if cut {
+				_ = c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", to)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.l.Addr().String() }
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// Redis restarted empty while two FailOpen replicas ran requests on their
+// own: the first back is not granted beside what the other still runs
+// uncounted, until the other has registered again.
+func TestRestartedEmptyWaitsForTheReplicasItLost(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t)
+	o := fallbackOptions(t)
+	o.LeaseTTL = 3 * time.Second
+	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}
+	a := startBackends2(t, srv.addr(), l, o)
+	proxy := newCutProxy(t, srv.addr())
+	b := startBackends2(t, proxy.addr(), l, o)
+	ctx := context.Background()
+	eventually(t, 2*time.Second, "the replicas did not see each other", func() bool {
+		s, err := a.GlobalStats(ctx)
+		return err == nil && s.Replicas == 2
+	})
+	time.Sleep(3 * o.TickInterval) // each has heard there are 2
+	srv.stop()
+	local := func(r *redisqueue.Backend) ginqueue.Ticket {
+		t.Helper()
+		var tk ginqueue.Ticket
+		eventually(t, 2*time.Second, "no grant on the replica's own", func() bool {
+			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			var err error
+			tk, err = r.Acquire(c, ginqueue.Arrival{})
+			if err == nil && !redisqueue.GrantedLocally(tk) {
+				t.Fatal("granted by a Redis that is stopped")
+			}
+			return err == nil
+		})
+		return tk
+	}
+	ta, tb := local(a), local(b) // a budget of 1 each
+	proxy.setCut(true)
+	srv.start() // empty
+	eventually(t, 2*time.Second, "a did not find Redis back", func() bool { return !a.Stats().Unavailable })
+	c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if tk, err := a.Acquire(c, ginqueue.Arrival{}); err == nil {
+		t.Fatalf("granted (locally %v) beside a's and b's requests admitted on their own: 3 over a limit of 2",
+			redisqueue.GrantedLocally(tk))
+	}
+	proxy.setCut(false)
+	eventually(t, 3*time.Second, "b did not find Redis back", func() bool { return !b.Stats().Unavailable })
+	eventually(t, 2*time.Second, "b's request admitted on its own not counted", func() bool {
+		s, err := a.GlobalStats(ctx)
+		return err == nil && s.Running == 2
+	})
+	a.Release(ta)
+	b.Release(tb)
+	eventually(t, 3*time.Second, "slots or places leaked in Redis", func() bool { return globalIdle(a) })
 }

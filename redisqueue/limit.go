@@ -49,7 +49,7 @@ func (b *Backend) SetLimit(n int) error {
 	case b.down.Load():
 		return fmt.Errorf("redisqueue: SetLimit(%d): Redis is marked down, nothing changed: %w", n, ErrUnavailable)
 	}
-	res, err := b.call(setLimitScript, n, decl)
+	res, err := b.call(setLimitScript, n, decl, b.replica)
 	if err != nil {
 		return fmt.Errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
 	}

@@ -269,8 +269,11 @@ func (b *Backend) dropReader(c *redis.Client) {
 // or pending, runs after the grant in Redis and frees the slot; an evicted
 // lease holds nothing.
 func (b *Backend) notice(n string) bool {
-	if n == "?" {
-		// A recovery waits for this replica's sync.
+	if tok, ok := strings.CutPrefix(n, "?"); ok {
+		// A recovery waits for this replica's sync, with its token.
+		b.mu.Lock()
+		b.token = tok
+		b.mu.Unlock()
 		b.resync.Store(true)
 		b.wake()
 		return false
@@ -429,16 +432,22 @@ func minTime(a, b time.Time) time.Time {
 // the state of every queued waiter, which it acts on. first is Start's call:
 // a conflict is returned rather than remembered.
 func (b *Backend) sync(first bool) error {
-	wasDown, outages := b.wasDown.Load(), b.outages.Load()
+	// While Redis is marked down, requests may be admitted here after this
+	// list is taken: Redis waits for the next sync, made as soon as this
+	// one marks Redis up, when no more can be.
+	down := b.down.Load()
 	b.mu.Lock()
-	args := make([]any, 0, 6+len(b.held)+len(b.localHeld)+len(b.waiters))
+	args := make([]any, 0, 8+len(b.held)+len(b.localHeld)+len(b.waiters))
 	// Every id given out so far is above nothing new: an acquire that begins
 	// after this list takes a higher id, which the reconcile leaves alone.
-	flag := "0"
-	if wasDown {
+	flag, policy := "0", "c"
+	if down {
 		flag = "1"
 	}
-	args = append(args, b.replica, b.decl, len(b.held), 0, b.nextID.Load(), flag)
+	if b.opts.OnRedisDown == FailOpen {
+		policy = "o"
+	}
+	args = append(args, b.replica, b.decl, len(b.held), 0, b.nextID.Load(), flag, policy, b.replicas, b.token)
 	var ids []uint64
 	var slots []int // of the holders, for a reclaim and a ghost's leave
 	for id, n := range b.held {
@@ -468,6 +477,9 @@ func (b *Backend) sync(first bool) error {
 		}
 	}
 	b.mu.Unlock()
+	if h := b.syncHook; h != nil {
+		h(down)
+	}
 
 	res, err := b.call(syncScript, args...)
 	if err != nil {
@@ -478,8 +490,12 @@ func (b *Backend) sync(first bool) error {
 		}
 		return err
 	}
-	if wasDown && b.outages.Load() == outages {
-		b.wasDown.Store(false) // Redis heard it; a later outage sets it again
+	if down {
+		// The full list, now that nothing more is admitted on its own.
+		defer func() {
+			b.resync.Store(true)
+			b.wake()
+		}()
 	}
 	out, _ := res.([]any)
 	if len(out) < 2 {
@@ -496,7 +512,7 @@ func (b *Backend) sync(first bool) error {
 		}
 		return err
 	}
-	if len(out) < 5 {
+	if len(out) < 6 {
 		return fmt.Errorf("redisqueue: unexpected sync reply %v", res)
 	}
 	if l, ok := out[2].(int64); ok {
@@ -522,15 +538,19 @@ func (b *Backend) sync(first bool) error {
 	b.conflict = nil
 	b.replicas = int(out[1].(int64))
 	b.rank = int(out[3].(int64))
+	if tok, _ := out[5].(string); tok != "" && down {
+		// This replica's own recovery: the next sync confirms it.
+		b.token = tok
+	}
 	defer func(fleet int64) {
 		// after the grants below: this replica's slots as the reply had them
 		b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots
 	}(out[4].(int64))
 	for i, id := range ids {
-		if 5+i >= len(out) {
+		if 6+i >= len(out) {
 			break
 		}
-		st := out[5+i].(int64)
+		st := out[6+i].(int64)
 		if i < nh {
 			// A holder reclaimed (status 2) that was released since the list
 			// was taken: its leave ran first, and the reclaim made a slot
@@ -619,6 +639,9 @@ func (b *Backend) bye() bool {
 	_, err := b.call(byeScript, args...)
 	if err != nil && len(args) > 1 && !errors.Is(err, redis.ErrClosed) && time.Since(closedAt) < b.opts.LeaseTTL {
 		return false // a client closed by its owner will never answer: stop
+	}
+	if err == nil {
+		b.markUp() // Redis answered: Stats and OnStateChange say so
 	}
 	b.mu.Lock()
 	clear(b.pending)

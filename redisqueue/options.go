@@ -105,7 +105,7 @@ type Options struct {
 	// While Redis is down, this replica probes it every 20 ms (or every
 	// tick, if shorter). Grants normally arrive by push within a
 	// millisecond, not by this tick. Zero means DefaultTickInterval (500
-	// ms). It must not exceed LeaseTTL/3.
+	// ms). It must be at least 10 ms and at most LeaseTTL/3.
 	TickInterval time.Duration
 
 	// OnRedisDown is the policy while Redis cannot be reached. The zero
@@ -132,6 +132,9 @@ type Options struct {
 	// (ginqueue.BackendStats.Unavailable and Outages).
 	OnStateChange func(down bool, err error)
 }
+
+// minTick is the shortest TickInterval.
+const minTick = 10 * time.Millisecond
 
 // liveTTL is the liveness lease: how long a replica's heartbeat and its
 // queue places last in Redis without a sync. Every replica syncs every
@@ -185,6 +188,8 @@ func (o Options) compile() (Options, error) {
 		return o, fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 4 × Options.CallTimeout (%v)", o.LeaseTTL, o.CallTimeout)
 	case o.LeaseTTL < 100*time.Millisecond:
 		return o, fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 100ms", o.LeaseTTL)
+	case o.TickInterval < minTick:
+		return o, fmt.Errorf("redisqueue: Options.TickInterval %v must be at least %v: every replica syncs with Redis each tick", o.TickInterval, minTick)
 	case o.TickInterval > o.LeaseTTL/3:
 		return o, fmt.Errorf("redisqueue: Options.TickInterval %v must not exceed Options.LeaseTTL/3 (%v)", o.TickInterval, o.LeaseTTL/3)
 	}

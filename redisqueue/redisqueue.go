@@ -111,12 +111,10 @@ type Backend struct {
 
 	// Redis's state as this replica sees it, for Stats and the hook.
 	outages atomic.Uint64 // times Redis was marked down
-	// wasDown is set when Redis is marked down and cleared by the first sync
-	// that gets an answer after it: that sync tells Redis this replica may
-	// have admitted requests on its own, so that Redis holds its grants back
-	// until every replica cut off too has synced.
-	wasDown atomic.Bool
-	hookMu  sync.Mutex // orders markDown and markUp, and so the OnStateChange calls
+	hookMu sync.Mutex // orders markDown and markUp, and so the OnStateChange calls
+	// syncHook, set by tests before Start, runs in each sync between the
+	// list and the call, with whether Redis was marked down.
+	syncHook func(down bool)
 
 	// stopCtx ends with Close: it cancels an acquire call in flight, whose
 	// request Close has answered.
@@ -147,6 +145,7 @@ type Backend struct {
 	replicas int           // live replicas Redis last reported; 0 until it answers
 	rank     int           // this replica's rank among them by id; see budgetLocked
 	conflict error         // a limits conflict found after Start
+	token    string        // the recovery this replica was last asked to sync for; see sync
 	// heard is what the last reply from Redis that said told: the slots the
 	// fleet held, and how many of them were this replica's then (its own
 	// count at that moment). The FailOpen budget starts from them.
@@ -272,7 +271,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d", "ev"} {
 		b.keys = append(b.keys, prefix+k)
 	}
-	b.keys = append(b.keys, b.list, prefix+"l", prefix+"u")
+	b.keys = append(b.keys, b.list, prefix+"l", prefix+"u", prefix+"f")
 	b.keyArgs = append(b.keyArgs, len(b.keys))
 	for _, k := range b.keys {
 		b.keyArgs = append(b.keyArgs, k)
@@ -708,7 +707,6 @@ func (b *Backend) markDown(cause error) {
 		return
 	}
 	b.outages.Add(1)
-	b.wasDown.Store(true)
 	b.mu.Lock()
 	close(b.downCh)
 	if b.opts.OnRedisDown == FailOpen && !b.closed {
@@ -866,10 +864,11 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 		lctx, cancelD = context.WithDeadline(lctx, deadline)
 		defer cancelD()
 	}
-	if b.limits.Weighted {
-		// The blocker's slot is not the request's: a cost above the budget
-		// runs alone within it.
-		a.Cost = min(max(a.Cost, 1), max(budget, 1))
+	if cost := min(max(a.Cost, 1), int(b.limit.Load())); budget < 1 || b.limits.Weighted && cost > budget {
+		// It could never run within this replica's budget: say so now
+		// rather than at its QueueTimeout.
+		return ginqueue.Ticket{}, &unavailableError{cause: fmt.Errorf(
+			"a request of %d slots while this replica may run %d on its own until Redis answers", cost, budget)}, false
 	}
 	t, err := fb.Acquire(lctx, a)
 	if err != nil {
@@ -886,14 +885,16 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 	slots := max(t.Cost, 1)
 	id := b.nextID.Add(1)
 	b.mu.Lock()
+	if dctx.Err() != nil {
+		// Granted as Redis was marked up: the sync that counts this
+		// replica's own grants may have gone, so this one goes to Redis.
+		b.mu.Unlock()
+		fb.Release(t)
+		return ginqueue.Ticket{}, errRetry, true
+	}
 	b.localHeld[id] = &localHold{slots: slots}
 	b.localSlots += slots
 	b.mu.Unlock()
-	if !b.down.Load() {
-		// Redis answers again: count it there at once, not a tick from now.
-		b.resync.Store(true)
-		b.wake()
-	}
 	b.served.Add(1)
 	b.servedSlots.Add(uint64(slots))
 	return ginqueue.Ticket{ID: localBit | id, Cost: t.Cost}, nil, false

@@ -35,7 +35,8 @@ func newScript(src string) *script {
 //	g:R  LIST   notices for replica R (R = first 16 chars of a lease id):
 //	            a lease id (granted one slot), a lease id, "*" and n
 //	            (granted n slots), "!" and a lease id (evicted), or "?"
-//	            (sync now: a recovery waits for it);
+//	            and a token (sync now with that token: a recovery waits
+//	            for it);
 //	            RPUSHed by the scripts, BLPOPed by R's reader. KEYS[9] is
 //	            the calling replica's own list; other replicas' lists are
 //	            named from ARGV[3], since which replica a notice goes to is
@@ -60,10 +61,13 @@ func newScript(src string) *script {
 //	            failover) is told from replicas that died. rc: while set and
 //	            not passed, grants are held back until every replica in u
 //	            has synced.
-//	u    SET    the other live replicas when a replica came back from an
+//	u    SET    the FailOpen replicas live when a replica came back from an
 //	            outage or a gap was seen: each may have been cut off too and
-//	            admitted requests on its own (FailOpen), which Redis does
-//	            not count until it syncs. KEYS[11].
+//	            admitted requests on its own, which Redis does not count
+//	            until it syncs with a full list. KEYS[11]. In l, uw: how many
+//	            replicas Redis lost with its data are still awaited.
+//	f    SET    the replicas that may admit on their own (FailOpen).
+//	            KEYS[12].
 //
 // Every key gets a TTL of 10 lease TTLs where it is created and at every
 // sync and goodbye, so that nothing outlives the last replica of a Name.
@@ -93,7 +97,7 @@ func newScript(src string) *script {
 // caller's count of its slots: only such an id (the replica asked for more
 // than one slot for it) has its cost looked up in l.
 const prelude = `
-local H, Q, W, WE, SEQ, R, D, EV, G, L, U = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local H, Q, W, WE, SEQ, R, D, EV, G, L, U, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local ttl, live, tickms = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local keep = 10 * ttl
 -- limit is the fleet's limit, over whether the slots held may exceed it,
@@ -101,18 +105,19 @@ local keep = 10 * ttl
 -- cost, beat when a replica last synced, rc the end of a recovery; all read
 -- from l on first use (lim()), since a release with nobody to promote needs
 -- none of them.
-local limit, over, extra, heavyq, beat, rc
+local limit, over, extra, heavyq, beat, rc, uw
 local read = false
 local function lim()
   if not read then
     read = true
-    local v = redis.call('HMGET', L, 'n', 'o', 'x', 'hw', 'b', 'rc')
+    local v = redis.call('HMGET', L, 'n', 'o', 'x', 'hw', 'b', 'rc', 'uw')
     limit = tonumber(v[1]) or tonumber(ARGV[1])
     over = v[2]
     extra = tonumber(v[3]) or 0
     heavyq = tonumber(v[4]) or 0
     beat = tonumber(v[5])
     rc = tonumber(v[6])
+    uw = tonumber(v[7]) or 0
   end
   return limit
 end
@@ -121,15 +126,18 @@ local function held()
   lim()
   return redis.call('ZCARD', H) + extra
 end
+-- l may have been lost (a flush, a failover): a write to it keeps its TTL
 local function add_extra(d)
   if d ~= 0 then
     extra = extra + d
     redis.call('HINCRBY', L, 'x', d)
+    redis.call('PEXPIRE', L, keep)
   end
 end
 local function add_heavyq(d)
   heavyq = heavyq + d
   redis.call('HINCRBY', L, 'hw', d)
+  redis.call('PEXPIRE', L, keep)
 end
 -- the id of an ARGV lease and whether the caller counts more than one slot
 -- for it, and how many
@@ -163,10 +171,10 @@ end
 local function recovering()
   lim()
   if not rc then return false end
-  if clock() < rc and redis.call('SCARD', U) > 0 then return true end
-  redis.call('HDEL', L, 'rc')
+  if clock() < rc and (uw > 0 or redis.call('SCARD', U) > 0) then return true end
+  redis.call('HDEL', L, 'rc', 'uw')
   redis.call('DEL', U)
-  rc = nil
+  rc, uw = nil, 0
   return false
 end
 
@@ -503,10 +511,14 @@ return held()
 // reconcile in one call; every replica makes it every tick. ARGV[6]
 // replica id, ARGV[7] its declared limits, ARGV[8] the number of holder
 // ids, ARGV[9] the number of queued waiter ids, ARGV[10] the highest id this
-// replica had given out when it listed them, ARGV[11] "1" when this replica
-// was marked down since its last sync (it may have admitted requests on its
-// own), then from ARGV[12] holder ids (each with "*" and its slots if it
-// holds more than one), then queued waiter ids, then the ids of waiters
+// replica had given out when it listed them, ARGV[11] "1" while this
+// replica has Redis marked down (its list may lack requests it admits on its
+// own meanwhile), ARGV[12] "o" if it may admit on its own (FailOpen),
+// ARGV[13] the live replicas it saw last, ARGV[14] the token of the
+// recovery it was last asked to sync for (empty if none), then from
+// ARGV[15] holder ids
+// (each with "*" and its slots if it holds more than one), then queued
+// waiter ids, then the ids of waiters
 // whose acquire is in flight. Every lease of this replica in h, w or q up to
 // that id that is none of these is a phantom (a lease of a higher id is an
 // acquire that began after the list was taken, and may have reached Redis
@@ -522,14 +534,16 @@ return held()
 // happened), nobody is taken for dead: every replica and place that was live
 // when the gap began gets one more liveness lease. A replica back from an
 // outage, or a gap, starts a recovery: grants are held back until every
-// other replica has synced (a notice asks each to, at once), and with it
-// counted the requests it admitted on its own, or until a liveness lease has
-// passed.
+// FailOpen replica live then has synced with a full list (a notice asks each
+// to, at once), this one included, and with it counted the requests it
+// admitted on its own; if Redis lost its data, until as many replicas as
+// this one saw have registered again; at most a liveness lease.
 //
 // Returns {0, other replica, its limits} when a live replica of the same
 // Name declared other limits (nothing else is done), or {1, live replicas,
 // the fleet's limit, this replica's rank among them by id, the slots held
-// in the fleet, one status per holder id, one per waiter id}. A replica
+// in the fleet, the token of the recovery under way (empty if none), one
+// status per holder id, one per waiter id}. A replica
 // that declares limits while l was set by a replica of other limits (none
 // is live, or this would be a conflict) deletes its limit from l: a fleet
 // started again with other limits starts from its own MaxConcurrent.
@@ -540,29 +554,54 @@ return held()
 // queued (refreshed), n > 0 granted n slots (the notice may be lost), -2
 // evicted (likewise), -1 lost (not in Redis: enqueue again).
 var syncScript = newScript(prelude + `
-local rep, decl, nh, nw, maxid, wasdown = ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11] == '1'
-local first = 12
+local rep, decl, nh, nw, maxid = ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local wasdown, open, seen, token = ARGV[11] == '1', ARGV[12] == 'o', tonumber(ARGV[13]), ARGV[14]
+local first = 15
+local counted = false -- this call set the replicas awaited
 clock()
 lim()
 local prev = beat
 local gap = prev ~= nil and now - prev > live - tickms
 if gap or wasdown then
-  -- every other replica live when it began may have been cut off too, and
-  -- admitted on its own: grants wait until each has synced, which a notice
-  -- asks of it at once
+  -- every replica live when it began that may admit on its own (FailOpen)
+  -- may have been cut off too: grants wait until each has synced with a
+  -- full list, which a notice asks of it at once; this one included, when
+  -- it comes back from an outage (its list may lack what it admitted while
+  -- this call was on its way)
   local lo = now
   if gap then lo = prev end
-  local added = 0
+  local added, others = 0, 0
   for _, r in ipairs(redis.call('ZRANGEBYSCORE', R, lo, '+inf')) do
     if r ~= rep then
-      redis.call('SADD', U, r)
-      notify(r, '?')
-      added = added + 1
+      others = others + 1
+      if redis.call('SISMEMBER', F, r) == 1 then
+        redis.call('SADD', U, r)
+        added = added + 1
+      end
     end
+  end
+  if wasdown and open then
+    redis.call('SADD', U, rep)
+    added = added + 1
+  end
+  -- replicas this one saw that Redis no longer knows (it lost its data):
+  -- each is awaited until it registers again
+  if wasdown and seen - 1 > others then
+    counted = true
+    uw = seen - 1 - others
+    redis.call('HSET', L, 'uw', uw)
+    added = added + uw
   end
   if added > 0 and (not rc or rc < now + live) then
     rc = now + live
     redis.call('HSET', L, 'rc', rc)
+  end
+  -- each awaited replica is asked to sync, with the recovery's token: only
+  -- a sync that carries it (its list taken after the notice) counts
+  if added > 0 then
+    for _, r in ipairs(redis.call('SMEMBERS', U)) do
+      if r ~= rep then notify(r, '?' .. rc) end
+    end
   end
 end
 if gap then
@@ -571,7 +610,12 @@ if gap then
 end
 redis.call('HSET', L, 'b', now)
 beat = now
-redis.call('SREM', U, rep)
+if not wasdown and rc and token == tostring(rc) then
+  -- this replica's list is full, and was taken after the recovery began:
+  -- what it admitted on its own is counted below
+  redis.call('SREM', U, rep)
+end
+if open then redis.call('SADD', F, rep) else redis.call('SREM', F, rep) end
 -- replicas whose heartbeat ran out: their slots, places and notices go
 local dead = redis.call('ZRANGEBYSCORE', R, '-inf', now, 'LIMIT', 0, 64)
 if #dead > 0 then
@@ -582,6 +626,7 @@ if #dead > 0 then
     redis.call('HDEL', D, r)
     redis.call('DEL', ARGV[3] .. r)
     redis.call('SREM', U, r)
+    redis.call('SREM', F, r)
   end
   for _, id in ipairs(redis.call('ZRANGE', H, 0, -1)) do
     if gone[string.sub(id, 1, 16)] then drop_holder(id, extra > 0) end
@@ -604,6 +649,11 @@ if redis.call('HGET', D, rep) ~= decl then
       return {0, all[i], all[i + 1]}
     end
   end
+  if not counted and uw > 0 and not redis.call('HGET', D, rep) then
+    -- a replica awaited after Redis lost its data registers again
+    uw = uw - 1
+    redis.call('HSET', L, 'uw', uw)
+  end
   redis.call('HSET', D, rep, decl)
   local ld = redis.call('HGET', L, 'd')
   -- the costs stay: their leases may still be held
@@ -613,7 +663,7 @@ if redis.call('HGET', D, rep) ~= decl then
   end
 end
 redis.call('ZADD', R, now + live, rep)
-for _, k in ipairs({H, Q, W, WE, SEQ, R, D, EV, L, U, G}) do redis.call('PEXPIRE', k, keep) end
+for _, k in ipairs({H, Q, W, WE, SEQ, R, D, EV, L, U, F, G}) do redis.call('PEXPIRE', k, keep) end
 expire_holders()
 if over and held() <= limit then
   redis.call('HDEL', L, 'o')
@@ -660,7 +710,7 @@ local rank, reps = 0, redis.call('ZRANGE', R, 0, -1)
 for _, r in ipairs(reps) do
   if r < rep then rank = rank + 1 end
 end
-local out = {1, #reps, limit, rank, 0}
+local out = {1, #reps, limit, rank, 0, tostring(rc or '')}
 for i = first, first - 1 + nh do
   local id = ids[i]
   if redis.call('ZSCORE', H, id) then
@@ -697,7 +747,7 @@ return out
 `)
 
 // setLimitScript: ARGV[6] the new limit, ARGV[7] the caller's declared
-// limits. Lowering preempts nobody: if the slots held exceed the new limit,
+// limits, ARGV[8] the caller's replica id. Lowering preempts nobody: if the slots held exceed the new limit,
 // o is set and no one is admitted until they fit. Raising grants waiters at
 // once, in the order of q, with notices as for any grant. Returns the
 // limit.
@@ -706,6 +756,11 @@ local n = tonumber(ARGV[6])
 lim()
 redis.call('HSET', L, 'n', n, 'd', ARGV[7])
 redis.call('PEXPIRE', L, keep)
+-- every other replica syncs at once: it learns the limit, and the slots
+-- held, now rather than a tick from now
+for _, r in ipairs(redis.call('ZRANGE', R, 0, -1)) do
+  if r ~= ARGV[8] then notify(r, '?') end
+end
 limit = n
 expire_holders()
 if held() > n then
@@ -732,7 +787,8 @@ local rep = ARGV[6]
 redis.call('ZREM', R, rep)
 redis.call('HDEL', D, rep)
 redis.call('SREM', U, rep)
+redis.call('SREM', F, rep)
 redis.call('DEL', G)
-for _, k in ipairs({H, Q, W, WE, SEQ, R, D, EV, L, U}) do redis.call('PEXPIRE', k, keep) end
+for _, k in ipairs({H, Q, W, WE, SEQ, R, D, EV, L, U, F}) do redis.call('PEXPIRE', k, keep) end
 return 1
 `)
