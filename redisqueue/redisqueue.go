@@ -111,7 +111,7 @@ type Backend struct {
 
 	// Redis's state as this replica sees it, for Stats and the hook.
 	outages atomic.Uint64 // times Redis was marked down
-	hookMu sync.Mutex // orders markDown and markUp, and so the OnStateChange calls
+	hookMu  sync.Mutex    // orders markDown and markUp, and so the OnStateChange calls
 	// syncHook, set by tests before Start, runs in each sync between the
 	// list and the call, with whether Redis was marked down.
 	syncHook func(down bool)
