@@ -764,12 +764,13 @@ func (b *Backend) splitLocked(n int) int {
 // budgetLocked is the slots this replica may run while Redis is down, those
 // of its requests still running on grants from Redis included: the slots it
 // held when Redis last told it how many the fleet held, plus its part of the
-// slots free then, but never more than its share of the fleet's limit (the
-// limit split among the live replicas). Options.LocalLimit, when set, is the
-// budget. If what each replica last heard is still true (each hears it at
-// least every tick), the budgets add up to at most the fleet's limit: every
-// slot held then stays with the replica that held it, every free one goes
-// to one replica. If not, the shares still do. Requires b.mu.
+// slots free then; but no more than its share of the fleet's limit (the
+// limit split among the live replicas) or what it held, whichever is more.
+// Options.LocalLimit, when set, is the budget. If what each replica last
+// heard is still true (each hears it at least every tick), the budgets add
+// up to the fleet's limit: every slot held then stays with the replica that
+// held it, every free one goes to one replica. A replica that heard of
+// grants elsewhere too late is held to its share. Requires b.mu.
 func (b *Backend) budgetLocked() int {
 	if b.opts.LocalLimit > 0 {
 		return b.opts.LocalLimit
@@ -778,7 +779,8 @@ func (b *Backend) budgetLocked() int {
 	if b.replicas == 0 {
 		return fleet // Redis never answered
 	}
-	return min(b.splitLocked(fleet), b.heard.mine+b.splitLocked(max(0, fleet-b.heard.fleet)))
+	mine := b.heard.mine
+	return min(max(b.splitLocked(fleet), mine), mine+b.splitLocked(max(0, fleet-b.heard.fleet)))
 }
 
 // openFallbackLocked opens the FailOpen fallback for an outage: it builds it
