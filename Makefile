@@ -5,16 +5,23 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 GO ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo bench bench-smoke bench-goodput bench-weighted lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules check-outside
+.PHONY: test test-long demo bench bench-smoke bench-goodput bench-weighted lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules check-outside
 
-# Vet and race-test every module in the repository.
+# Vet and race-test every module in the repository, without the long
+# suites (-short): a few minutes.
 test:
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
-		(cd $$m && $(GO) vet ./... && $(GO) test -race -shuffle=on -count=1 ./...); \
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -shuffle=on -count=1 -short ./...); \
 	done
 	@echo "== . (allocation counts, without -race)"
 	$(GO) test -count=1 -run 'Allocat' .
+
+# The long suites that make test skips: redisqueue on a Cluster and a
+# Sentinel set of its own (failovers, frozen masters, a replica killed with
+# waiters) and 3 OS processes through a Redis pause. About 8 minutes.
+test-long:
+	cd redisqueue && $(GO) test -race -count=1 -run 'Topology|FrozenMaster|ShutdownDuringKill|IdleKillThenBurst|FleetPaused' .
 
 # A burst of 15 requests on 3 slots against a real server on 127.0.0.1, as a timeline.
 demo:

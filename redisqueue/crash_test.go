@@ -490,6 +490,7 @@ func runFleet(t *testing.T, s fleetSpec, fault func()) []fleetResult {
 // than 4 running, at the start of the pause, during it or at its end; under
 // FailClosed neither, and nobody gets a 408.
 func TestFleetPausedKeepsTheLimit(t *testing.T) {
+	long(t)
 	needRedis(t)
 	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
 	for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {

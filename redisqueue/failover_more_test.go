@@ -24,6 +24,7 @@ import (
 // open) rather than killed. The Cluster promotes its replica as for a kill;
 // the promise is normal service within 2 s of the new master.
 func TestFrozenMasterCluster(t *testing.T) {
+	long(t)
 	top := clusterTopology(startCluster(t))
 	for _, policy := range []redisqueue.Policy{redisqueue.FailClosed, redisqueue.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) { runStop(t, top, policy) })
@@ -32,6 +33,7 @@ func TestFrozenMasterCluster(t *testing.T) {
 
 // TestFrozenMasterSentinel: the same on a Sentinel set.
 func TestFrozenMasterSentinel(t *testing.T) {
+	long(t)
 	top := sentinelTopology(startSentinel(t))
 	for _, policy := range []redisqueue.Policy{redisqueue.FailClosed, redisqueue.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) { runStop(t, top, policy) })
@@ -98,11 +100,13 @@ func runStop(t *testing.T, top topology, policy redisqueue.Policy) {
 // slot is leaked (GlobalStats idle once load stops), and normal service,
 // the limit's full capacity included, within 2 s of the new master.
 func TestShutdownDuringKillCluster(t *testing.T) {
+	long(t)
 	runShutdownDuringKill(t, clusterTopology(startCluster(t)))
 }
 
 // TestShutdownDuringKillSentinel: the same on a Sentinel set.
 func TestShutdownDuringKillSentinel(t *testing.T) {
+	long(t)
 	runShutdownDuringKill(t, sentinelTopology(startSentinel(t)))
 }
 
@@ -171,6 +175,7 @@ func runShutdownDuringKill(t *testing.T, top topology) {
 // Every request of the burst came more than 2 s after the new master, so
 // each must be served normally (no OnRedisDown answer, no 408).
 func TestIdleKillThenBurstCluster(t *testing.T) {
+	long(t)
 	top := clusterTopology(startCluster(t))
 	for _, policy := range []redisqueue.Policy{redisqueue.FailClosed, redisqueue.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) { runIdleKillBurst(t, top, policy) })
@@ -179,6 +184,7 @@ func TestIdleKillThenBurstCluster(t *testing.T) {
 
 // TestIdleKillThenBurstSentinel: the same on a Sentinel set.
 func TestIdleKillThenBurstSentinel(t *testing.T) {
+	long(t)
 	top := sentinelTopology(startSentinel(t))
 	for _, policy := range []redisqueue.Policy{redisqueue.FailClosed, redisqueue.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) { runIdleKillBurst(t, top, policy) })

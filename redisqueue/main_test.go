@@ -63,6 +63,16 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
+// long skips t under -short: the suites of several redis-servers (Cluster,
+// Sentinel, failovers) and of several OS processes under load run with
+// `make test-long`, not `make test`.
+func long(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long: run by make test-long")
+	}
+}
+
 // needRedis skips t when no Redis answers.
 func needRedis(t testing.TB) {
 	t.Helper()

@@ -61,7 +61,7 @@ func ownRedis(t *testing.T) string {
 func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 	addr := ownRedis(t)
 	o := Options{Name: "late", CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
-		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
+		TickInterval: 200 * time.Millisecond, FailureThreshold: 1} // a liveness lease of 600 ms
 	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}
 	start := func(o Options, hook func(bool)) *Backend {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
@@ -94,7 +94,7 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 		case !down && late.Load() != nil && !delayed.Swap(true):
 			// The sync with the full list comes late.
 			close(window)
-			time.Sleep(200 * time.Millisecond) // within the liveness lease (300 ms)
+			time.Sleep(200 * time.Millisecond) // well within the liveness lease
 		}
 	})
 	ob := o
@@ -106,7 +106,7 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 	for s, _ := a.GlobalStats(ctx); s.Replicas != 2; s, _ = a.GlobalStats(ctx) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := ctl.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+	if err := ctl.Do(ctx, "CLIENT", "PAUSE", 500, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	paused.Store(true)

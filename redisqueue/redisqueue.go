@@ -443,9 +443,9 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		b.mu.Unlock()
 
 		res, err := b.callIn(b.stopCtx, acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio, cost)
-		var outcome, slots int64
+		var outcome, slots, fleet int64
 		if err == nil {
-			outcome, slots, err = b.acquireReply(res)
+			outcome, slots, fleet, err = b.acquireReply(res)
 		}
 		if err != nil {
 			// The script may have run: undo it in the background.
@@ -470,27 +470,27 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		// granted or queued is given back now. (Not any other state: a
 		// grant notice can beat the reply.)
 		closed := false
+		b.mu.Lock()
 		switch outcome {
 		case 0:
-			b.mu.Lock()
 			w.queued = true
 			closed = w.state == closedOut
-			b.mu.Unlock()
 		case 1:
-			b.mu.Lock()
 			if w.state == waiting {
 				w.granted = int(slots)
 				b.grantLocked(w)
 			}
 			closed = w.state == closedOut
-			b.mu.Unlock()
 		case -1:
-			b.mu.Lock()
 			if w.state == waiting {
 				w.state = abandoned
 				delete(b.waiters, w.id)
 			}
-			b.mu.Unlock()
+		}
+		// What the fleet held after the script, this grant included.
+		b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots
+		b.mu.Unlock()
+		if outcome == -1 {
 			return ginqueue.Ticket{}, ginqueue.ErrQueueFull
 		}
 		if closed {
@@ -516,8 +516,8 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 }
 
 // acquireReply reads the acquire script's reply, {outcome, limit, slots
-// granted, slots held in the fleet}, and notes the limit and the slots held.
-func (b *Backend) acquireReply(res any) (outcome, slots int64, err error) {
+// granted, slots held in the fleet}, and notes the limit.
+func (b *Backend) acquireReply(res any) (outcome, slots, fleet int64, err error) {
 	r, _ := res.([]any)
 	if len(r) == 4 {
 		outcome, ok1 := r[0].(int64)
@@ -526,13 +526,10 @@ func (b *Backend) acquireReply(res any) (outcome, slots int64, err error) {
 		fleet, ok4 := r[3].(int64)
 		if ok1 && ok2 && ok3 && ok4 {
 			b.limit.Store(limit)
-			b.mu.Lock()
-			b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots+int(max(slots, 0))
-			b.mu.Unlock()
-			return outcome, slots, nil
+			return outcome, slots, fleet, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("redisqueue: unexpected acquire reply %v", res)
+	return 0, 0, 0, fmt.Errorf("redisqueue: unexpected acquire reply %v", res)
 }
 
 // wait waits for w's grant. again reports that Acquire must go on: with

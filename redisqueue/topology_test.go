@@ -174,6 +174,7 @@ func sentinelTopology(s *testSentinel) topology {
 }
 
 func TestTopologyCluster(t *testing.T) {
+	long(t)
 	top := clusterTopology(startCluster(t))
 	runTopology(t, top)
 }
@@ -183,6 +184,7 @@ func TestTopologyCluster(t *testing.T) {
 // 2.5 s while the client moves to the new one: the notice reader must
 // follow the client, not the old master's ROLE.
 func TestTopologySentinel(t *testing.T) {
+	long(t)
 	top := sentinelTopology(startSentinel(t))
 	runTopology(t, top)
 }
