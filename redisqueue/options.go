@@ -17,11 +17,11 @@ const (
 	// zero the slots this replica held when Redis last told it how many the
 	// fleet held, plus its part of the slots free then (the free slots split
 	// among the live replicas by replica id; the whole limit when Redis has
-	// never answered). Requests still running on slots granted by Redis
-	// count against the budget until they end. The budgets add up to the
-	// fleet's limit, so the fleet keeps its limit through the outage, though
-	// no longer in one global order; see the README. It is the zero value
-	// and the default.
+	// never answered), at most its share of the limit. Requests still
+	// running on slots granted by Redis count against the budget until they
+	// end. The budgets add up to at most the fleet's limit, so the fleet
+	// keeps its limit through the outage, though no longer in one global
+	// order; see the README. It is the zero value and the default.
 	FailOpen Policy = iota
 
 	// FailClosed answers every request that needs Redis with an error that

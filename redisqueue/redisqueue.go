@@ -762,12 +762,13 @@ func (b *Backend) splitLocked(n int) int {
 // of its requests still running on grants from Redis included: the slots it
 // held when Redis last told it how many the fleet held, plus its part of the
 // slots free then; but no more than its share of the fleet's limit (the
-// limit split among the live replicas) or what it held, whichever is more.
-// Options.LocalLimit, when set, is the budget. If what each replica last
-// heard is still true (each hears it at least every tick), the budgets add
-// up to the fleet's limit: every slot held then stays with the replica that
-// held it, every free one goes to one replica. A replica that heard of
-// grants elsewhere too late is held to its share. Requires b.mu.
+// limit split among the live replicas). Options.LocalLimit, when set, is the
+// budget. If what each replica last heard is still true (each hears it at
+// least every tick), the budgets add up to at most the fleet's limit: every
+// slot held then stays with the replica that held it (up to its share),
+// every free one goes to one replica. The share bounds what a replica that
+// heard too late, or that is cut off from Redis alone while the others take
+// its slots back, runs beyond the limit. Requires b.mu.
 func (b *Backend) budgetLocked() int {
 	if b.opts.LocalLimit > 0 {
 		return b.opts.LocalLimit
@@ -776,8 +777,7 @@ func (b *Backend) budgetLocked() int {
 	if b.replicas == 0 {
 		return fleet // Redis never answered
 	}
-	mine := b.heard.mine
-	return min(max(b.splitLocked(fleet), mine), mine+b.splitLocked(max(0, fleet-b.heard.fleet)))
+	return min(b.splitLocked(fleet), b.heard.mine+b.splitLocked(max(0, fleet-b.heard.fleet)))
 }
 
 // openFallbackLocked opens the FailOpen fallback for an outage: it builds it
