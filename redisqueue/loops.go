@@ -264,7 +264,8 @@ func (b *Backend) dropReader(c *redis.Client) {
 
 // notice acts on one notice from Redis and reports whether a waiter was
 // woken: a lease id is a grant of one slot, a lease id, "*" and n a grant of
-// n slots, "!" and a lease id an eviction, "?" a request to sync at once. A lease that
+// n slots, "!" and a lease id an eviction, "?" and a token a request to
+// sync at once with that token. A lease that
 // no longer waits here was abandoned: for a grant, its leave, already sent
 // or pending, runs after the grant in Redis and frees the slot; an evicted
 // lease holds nothing.
