@@ -10,9 +10,9 @@ import (
 )
 
 // TestCoDelGrantChecksTheEffectiveDeadline with the due waiter the last one
-// in the room: grantLocked removes it before it asks for the budget, so the
+// in the room: grantLocked removes it before it asks for the maximum wait, so the
 // room looks empty, the queue "not standing", and the waiter gets Interval
-// instead of Target. It waited 99 ms of a 5 ms budget and must time out.
+// instead of Target. It waited 99 ms of a 5 ms maximum wait and must time out.
 func TestCoDelLastWaiterGetsTheStandingBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
@@ -32,7 +32,7 @@ func TestCoDelLastWaiterGetsTheStandingBudget(t *testing.T) {
 		d.Release(Ticket{})
 		synctest.Wait()
 		r := <-old
-		assert.ErrorIs(t, r.err, ErrQueueTimeout, "waited 99 ms of a 5 ms budget in a standing queue")
+		assert.ErrorIs(t, r.err, ErrQueueTimeout, "waited 99 ms of a 5 ms maximum wait in a standing queue")
 		assert.Equal(t, 99*time.Millisecond, r.waited)
 		if r.err == nil {
 			d.Release(Ticket{})
@@ -40,7 +40,7 @@ func TestCoDelLastWaiterGetsTheStandingBudget(t *testing.T) {
 	})
 }
 
-// With QueueTimeout at or below Target (so CoDel's two budgets are equal,
+// With QueueTimeout at or below Target (so CoDel's two maximum waits are equal,
 // short == long), wakeAt arms no timer for the moment the queue starts
 // standing. Under LIFO that moment changes the head, though: here a cost-4
 // FIFO head holds two free slots, and at 100 ms the standing queue's head

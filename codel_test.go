@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Internal tests of CoDel in the dispatcher, in fake time: the budget a
+// Internal tests of CoDel in the dispatcher, in fake time: the maximum wait a
 // waiter gets, when the timer fires, and the order of grants under LIFO.
 
 // parked is what one Acquire came back with, and after how long.
@@ -46,12 +46,12 @@ func holdAll(t *testing.T, d *dispatcher, n int) {
 	}
 }
 
-// The budget of each waiter of a queue that never empties: arrivals every
+// The maximum wait of each waiter of a queue that never empties: arrivals every
 // 2 ms for 300 ms on a held slot, so the queue stands from 100 ms on (the
 // first arrival's time plus Interval). A waiter that arrives at a leaves at
 // min(a + long, max(100 ms, a + short)), long and short being Interval and
 // Target capped by QueueTimeout: during the burst it may wait the long
-// budget, but at the moment the queue starts standing every waiter that has
+// maximum wait, but at the moment the queue starts standing every waiter that has
 // waited the short one leaves at once, and later arrivals wait only that.
 // Without CoDel, every waiter waits QueueTimeout. The edge cases (Target ==
 // Interval, 1 ns, centuries, QueueTimeout below Target) follow the same rule.
@@ -67,12 +67,12 @@ func TestCoDelBudgets(t *testing.T) {
 		name        string
 		timeout     time.Duration
 		codel       *CoDel
-		long, short time.Duration // the budgets they should come to
+		long, short time.Duration // the maximum waits they should come to
 		stand       time.Duration // when the queue stands
 	}{
 		{"off", time.Second, nil, time.Second, time.Second, never},
 		{"defaults, no QueueTimeout", 0, &CoDel{}, 100 * time.Millisecond, 5 * time.Millisecond, stand},
-		{"LIFO changes no budget", 0, &CoDel{LIFO: true}, 100 * time.Millisecond, 5 * time.Millisecond, stand},
+		{"LIFO changes no maximum wait", 0, &CoDel{LIFO: true}, 100 * time.Millisecond, 5 * time.Millisecond, stand},
 		{"QueueTimeout caps Interval", 50 * time.Millisecond, &CoDel{}, 50 * time.Millisecond, 5 * time.Millisecond, stand},
 		{"QueueTimeout above Interval changes nothing", time.Minute, &CoDel{}, 100 * time.Millisecond, 5 * time.Millisecond, stand},
 		{"QueueTimeout below Target caps both", 3 * time.Millisecond, &CoDel{}, 3 * time.Millisecond, 3 * time.Millisecond, stand},
@@ -185,7 +185,7 @@ func TestCoDelTimerFiresWhenTheQueueStands(t *testing.T) {
 	})
 }
 
-// grantLocked finds a waiter due under the budget now, before the timer has
+// grantLocked finds a waiter due under the maximum wait now, before the timer has
 // fired (a loaded machine): once the queue stands, a waiter that has waited
 // Target is timed out, not granted, though it is within Interval.
 func TestCoDelGrantChecksTheEffectiveDeadline(t *testing.T) {
@@ -209,10 +209,10 @@ func TestCoDelGrantChecksTheEffectiveDeadline(t *testing.T) {
 		d.Release(Ticket{})
 		synctest.Wait()
 		r := <-old
-		assert.ErrorIs(t, r.err, ErrQueueTimeout, "waited 99 ms of a 5 ms budget")
+		assert.ErrorIs(t, r.err, ErrQueueTimeout, "waited 99 ms of a 5 ms maximum wait")
 		assert.Equal(t, 99*time.Millisecond, r.waited)
 		r = <-young
-		assert.NoError(t, r.err, "waited 4 ms of a 5 ms budget")
+		assert.NoError(t, r.err, "waited 4 ms of a 5 ms maximum wait")
 		d.Release(Ticket{})
 	})
 }
@@ -342,7 +342,7 @@ func TestCoDelLimitsValidate(t *testing.T) {
 // passing against a dispatcher with any CoDel and QueueTimeout. A CoDel that
 // Validate refuses is refused by Start with the same error, naming a
 // Limits.CoDel field. Otherwise: every arrival has exactly one outcome; a
-// waiter times out no sooner than the short budget and no later than the
+// waiter times out no sooner than the short maximum wait and no later than the
 // long one, and is granted before the long one; nobody waits while a slot is
 // free; without LIFO, grants within a priority and flow follow arrival order.
 func FuzzCoDel(f *testing.F) {
@@ -405,7 +405,7 @@ func playCoDel(t *testing.T, l Limits, data []byte) {
 					grants++
 					a.hold, a.granted = true, grants
 					if r.waited >= long {
-						t.Fatalf("arrival %d granted after %v, past the long budget %v", i, r.waited, long)
+						t.Fatalf("arrival %d granted after %v, past the long maximum wait %v", i, r.waited, long)
 					}
 				case errors.Is(r.err, ErrQueueTimeout):
 					a.done = true

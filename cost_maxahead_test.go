@@ -13,7 +13,7 @@ import (
 // once on them (Config.Cost's doc), so it would not wait at all: MaxAhead -1
 // ("refused if it would wait at all"; "a request that finds a free slot runs
 // whatever MaxAhead says") must not refuse it. RejectEarly sets -1 whenever
-// the budget (QueueTimeout, or a client's short Deadline) is below one slot
+// the time left (QueueTimeout, or a client's short Deadline) is below one slot
 // time over the limit.
 func TestMaxAheadLetsAnArrivalGrantedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

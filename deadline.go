@@ -129,12 +129,12 @@ func unbindDeadline(c *gin.Context, r *http.Request, cancel context.CancelFunc) 
 	cancel()
 }
 
-// budget is the longest RejectEarly lets a request whose context is ctx
+// timeLeft is the longest RejectEarly lets a request whose context is ctx
 // wait, from now: QueueTimeout, or with Config.Deadline the time left until
 // the context's deadline (bindDeadline made it the client's) when that is
 // sooner; zero or less when that time has run out. Without RejectEarly it is
 // QueueTimeout, unused.
-func (q *Queue) budget(ctx context.Context, now time.Time) time.Duration {
+func (q *Queue) timeLeft(ctx context.Context, now time.Time) time.Duration {
 	if q.deadline == nil || !q.rejectEarly {
 		return q.timeout
 	}

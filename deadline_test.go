@@ -473,7 +473,7 @@ func TestDeadlineRejectEarly(t *testing.T) {
 				assert.Equal(t, map[int]int{1: 200, 2: 200, 3: 503, 4: 503, 5: 503, 6: 200, 7: 200}, got)
 
 				sendBy(r, context.Background(), 8, "50ms", t0, out)
-				assert.Equal(t, http.StatusOK, (<-out).code, "a free slot: no wait, so the budget does not matter")
+				assert.Equal(t, http.StatusOK, (<-out).code, "a free slot: no wait, so the time left does not matter")
 				st := q.Stats()
 				assert.EqualValues(t, 3, st.QueueFull)
 				assert.Zero(t, st.QueueTimeout)

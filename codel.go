@@ -1,0 +1,104 @@
+package ginqueue
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+)
+
+// CoDel: the option (Config.CoDel, its defaults and checks) and how the
+// dispatcher runs it.
+
+// CoDel is controlled-delay queueing as Facebook runs it ("Fail at Scale",
+// ACM Queue, 2015): a queue that empties now and then is absorbing bursts and
+// may hold a waiter for up to Interval; a queue that has not emptied for a
+// whole Interval is standing, only adds delay, and holds a waiter only for
+// Target. Both are capped by Config.QueueTimeout (when it is not zero). A
+// waiter dropped this way is a queue timeout like any other: ErrQueueTimeout,
+// Config.OnQueueTimeout, the QueueTimeout counter and QueueTimeoutStatus.
+//
+// The maximum wait is the same for every waiter at any moment, and it is the
+// queue's state now that decides it: when the queue starts standing, every
+// waiter that has already waited Target leaves at once. The zero value is
+// usable: Target 5 ms, Interval 100 ms, first in first out. NewQueue reads
+// it once and copies it, like the rest of the Config.
+type CoDel struct {
+	// Target is how long a waiter may wait while the queue stands. Zero
+	// means 5 ms. Negative, or above Interval, is refused.
+	Target time.Duration
+
+	// Interval is how long a waiter may wait while the queue absorbs a
+	// burst, and how long the queue must go without emptying before it
+	// stands. Zero means 100 ms. Negative is refused.
+	Interval time.Duration
+
+	// LIFO serves the newest waiter first while the queue stands: at the
+	// highest priority waiting, the newest waiter of the flow whose turn it
+	// is. A client that has just arrived is the likeliest one still to be
+	// there, while the oldest are close to their deadline. As soon as the
+	// queue empties, waiters are served first in first out again. False
+	// means first in first out always.
+	LIFO bool
+}
+
+// The CoDel defaults, for a zero Target or Interval.
+const (
+	defaultCoDelTarget   = 5 * time.Millisecond
+	defaultCoDelInterval = 100 * time.Millisecond
+)
+
+// withDefaults returns c with its zero fields set to their defaults.
+func (c CoDel) withDefaults() CoDel {
+	c.Target = cmp.Or(c.Target, defaultCoDelTarget)
+	c.Interval = cmp.Or(c.Interval, defaultCoDelInterval)
+	return c
+}
+
+// check reports the first field of c that cannot work, naming it as a field
+// of the struct called from (Config.CoDel or Limits.CoDel).
+func (c CoDel) check(from string) error {
+	d := c.withDefaults()
+	switch {
+	case c.Target < 0:
+		return fmt.Errorf("ginqueue: %s.Target must not be negative, got %v", from, c.Target)
+	case c.Interval < 0:
+		return fmt.Errorf("ginqueue: %s.Interval must not be negative, got %v", from, c.Interval)
+	case d.Target > d.Interval:
+		return fmt.Errorf("ginqueue: %s.Target must not exceed %s.Interval, got %v%s and %v%s",
+			from, from, d.Target, byDefault(c.Target), d.Interval, byDefault(c.Interval))
+	}
+	return nil
+}
+
+// byDefault notes, in an error, that a value was zero and is its default.
+func byDefault(v time.Duration) string {
+	if v == 0 {
+		return " (the default for zero)"
+	}
+	return ""
+}
+
+// codel is Limits.CoDel as the dispatcher uses it: the two maximum waits a waiter
+// can have, in nanoseconds, each already capped by QueueTimeout, so at any
+// moment one of them is every waiter's maximum wait.
+type codel struct {
+	long     int64 // while the queue absorbs a burst: Interval, capped
+	short    int64 // while it stands: Target, capped; never above long
+	interval int64 // the queue stands once it has not emptied for this long
+	lifo     bool  // while it stands, grant the newest waiter first
+}
+
+// newCoDel compiles c, whose defaults are filled in, for a QueueTimeout.
+func newCoDel(c CoDel, timeout time.Duration) *codel {
+	long, short := c.Interval, c.Target
+	if timeout > 0 {
+		long, short = min(long, timeout), min(short, timeout)
+	}
+	return &codel{long: int64(long), short: int64(short), interval: int64(c.Interval), lifo: c.LIFO}
+}
+
+// standing reports whether, under CoDel, the queue stands at now: it has
+// waiters and has not emptied for a whole interval. Requires d.mu.
+func (d *dispatcher) standing(now int64) bool {
+	return d.room.n > 0 && now-d.busySince >= d.codel.interval
+}

@@ -1,0 +1,245 @@
+package ginqueue
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Estimates of the wait ahead: RejectEarly's refusal and the Retry-After
+// header, both from the time a slot is held.
+
+// serviceEvery: one in this many requests served at once is timed.
+const serviceEvery = 16
+
+// loadCounts is the Backend's slots and queue now.
+type loadCounts struct{ running, queued, limit int }
+
+// load reads the Backend's counts, cheaply for the in-memory one (no split
+// by priority, no allocation).
+func (q *Queue) load() loadCounts {
+	if q.fast != nil {
+		c := q.fast.Counts()
+		return loadCounts{running: c.Running, queued: c.Queued, limit: c.Limit}
+	}
+	b := q.backend.Stats()
+	return loadCounts{running: b.Running, queued: b.Queued, limit: b.Limit}
+}
+
+// progress is how many requests were served without waiting (by the fast
+// path, which records no wait) and how many released their slot.
+func (q *Queue) progress() (fast, finished uint64) {
+	if q.fast != nil {
+		c := q.fast.Counts()
+		return c.Fast, c.Finished
+	}
+	return 0, q.finished.Load()
+}
+
+// errRejectedEarly is ErrQueueFull for RejectEarly.
+var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout or the client's deadline", ErrQueueFull)
+
+// maxAhead is RejectEarly's bound, as Arrival.MaxAhead, for slots of the
+// given limit and an arrival that may wait left (see timeLeft): an arrival
+// whose expected wait, (ahead + 1) × slot time / limit, would exceed left
+// has at least left × limit / slot time waiters ahead. The slot time is
+// the measured mean of handler time × slots held, so with Config.Cost the
+// waiters ahead count as requests of the mix served so far, whatever each
+// of them costs. Zero (no bound) with RejectEarly off, or before a handler
+// time is measured, so nobody is refused on a guess; -1 when even the first
+// in line would wait too long.
+func (q *Queue) maxAhead(limit int, left time.Duration) int {
+	if !q.rejectEarly {
+		return 0
+	}
+	perSlot, ok := q.service.mean()
+	if !ok || perSlot <= 0 {
+		return 0
+	}
+	n := math.Floor(float64(left) * float64(q.servingLimit(limit)) / float64(perSlot))
+	switch {
+	case !(n < math.MaxInt32):
+		return 0
+	case n < 1:
+		return -1
+	}
+	return int(n)
+}
+
+// tooFarBack applies maxAhead's bound for a Backend that is not a
+// FastBackend, from its Stats: the waiters of a's priority or higher. An
+// arrival that finds a free slot and nobody waiting would not wait, so no
+// bound refuses it (Arrival.MaxAhead's rule).
+func (q *Queue) tooFarBack(a Arrival, left time.Duration) bool {
+	b := q.backend.Stats()
+	if b.Queued == 0 && b.Running < b.Limit {
+		return false
+	}
+	m := q.maxAhead(b.Limit, left)
+	return m < 0 || m > 0 && aheadIn(b, a) >= m
+}
+
+// aheadIn is the number of waiters of a Backend other than the in-memory
+// one that would be served before a: those of a's priority or higher (the
+// in-memory one also counts the turns of flows exactly).
+func aheadIn(b BackendStats, a Arrival) int {
+	if b.QueuedByPriority == nil {
+		return b.Queued
+	}
+	n := 0
+	for _, p := range b.QueuedByPriority {
+		if p.Priority >= a.Priority {
+			n += p.Queued
+		}
+	}
+	return n
+}
+
+// drainTime is how long limit slots take to serve n requests of perSlot
+// each, saturating instead of overflowing.
+func drainTime(n int, perSlot time.Duration, limit int) time.Duration {
+	d := float64(n) * float64(perSlot) / float64(max(limit, 1))
+	if !(d < math.MaxInt64) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(d)
+}
+
+// retryAfterNow is the Retry-After for a request turned away now, in whole
+// seconds, at least one: how long the slots take to serve the queue at the
+// measured slot time, and never more than QueueTimeout, by which time
+// every waiter now has left. Config.RetryAfter until a timed request has
+// finished.
+func (q *Queue) retryAfterNow() string {
+	perSlot, ok := q.service.mean()
+	if !ok {
+		return q.retryAfter
+	}
+	l := q.load()
+	secs := math.Ceil(drainTime(l.queued+1, perSlot, q.servingLimit(l.limit)).Seconds())
+	if q.timeout > 0 {
+		// Whole seconds, rounded down: a header above QueueTimeout would
+		// send clients back later than every waiter has gone.
+		secs = min(secs, math.Floor(q.timeout.Seconds()))
+	}
+	return strconv.Itoa(int(max(secs, 1)))
+}
+
+// servingLimit is the limit the slots serve at, for estimates: the Backend's
+// limit, or with Adaptive the limit outside probes (a probe holds MinLimit
+// for a few samples only).
+func (q *Queue) servingLimit(limit int) int {
+	if q.adaptive != nil {
+		return int(q.adaptive.steady.Load())
+	}
+	return limit
+}
+
+// drainMeter measures how fast requests finish, from samples of the
+// backend's completed count taken when someone asks (never on the fast
+// path).
+type drainMeter struct {
+	mu      sync.Mutex
+	samples [drainWindow / drainSpacing]drainSample // ring, guarded by mu
+	next    int
+	n       int
+}
+
+type drainSample struct {
+	at   time.Time
+	done uint64
+}
+
+const (
+	drainWindow = 10 * time.Second
+	// drainSpacing spreads the ring's samples over the whole window: closer
+	// samples would push the older ones out and shorten it.
+	drainSpacing = drainWindow / 16
+)
+
+// rate returns finished requests per second over about the last ten
+// seconds, and false until a request has finished.
+func (m *drainMeter) rate(now time.Time, done uint64) (float64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n == 0 || now.Sub(m.samples[(m.next+len(m.samples)-1)%len(m.samples)].at) >= drainSpacing {
+		m.samples[m.next] = drainSample{at: now, done: done}
+		m.next = (m.next + 1) % len(m.samples)
+		m.n = min(m.n+1, len(m.samples))
+	}
+	// The base is the oldest sample within the window, or else the newest
+	// sample older than it: a rate over a longer span is still a rate.
+	var base *drainSample
+	for k := 1; k <= m.n; k++ {
+		s := &m.samples[(m.next+len(m.samples)-k)%len(m.samples)]
+		if s.done > done || !s.at.Before(now) {
+			continue
+		}
+		base = s
+		if now.Sub(s.at) > drainWindow {
+			break
+		}
+	}
+	if done == 0 {
+		return 0, false
+	}
+	if base == nil {
+		return 0, true
+	}
+	return float64(done-base.done) / now.Sub(base.at).Seconds(), true
+}
+
+// serviceMeter estimates the slot time of a request, its handler time ×
+// the slots it held (one without Config.Cost), from every request that went
+// through Acquire (those that waited, and with Config.Cost every request of
+// cost above 1) and one in serviceEvery of the others. Each sample stands
+// for the requests its path timed it among (serviceEvery for the fast path,
+// one for Acquire) and weighs as many: unweighted, heavy requests, all
+// timed, would outweigh light ones served at once serviceEvery to one, and
+// RejectEarly would refuse a queue of light ones that fits. Limit over it is
+// the rate the slots can serve requests of the mix seen at, whatever the
+// demand was. It is a per-request average, not a per-second one, so an idle
+// period changes nothing: the first burst after it is judged by the handler
+// times seen last.
+type serviceMeter struct {
+	mu   sync.Mutex
+	sum  float64 // seconds × requests stood for, of the samples, decayed; guarded by mu
+	reqs float64 // requests the samples stand for, decayed as sum is; guarded by mu
+	n    int     // samples so far, up to serviceWeight; guarded by mu
+}
+
+// serviceWeight: the estimate is the weighted mean of the first samples,
+// then an exponentially weighted one that takes 1/serviceWeight off the
+// weight of the older samples at each new one. With samples of one weight it
+// is their mean, then an average that gives a new sample 1/serviceWeight.
+const serviceWeight = 16
+
+// sample adds the handler time d of one timed request that held slots slots
+// and stands for of requests (its path timed one in of).
+func (m *serviceMeter) sample(d time.Duration, slots, of int) {
+	x := max(d, 0).Seconds() * float64(slots)
+	w := float64(max(of, 1))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n < serviceWeight {
+		m.n++
+	} else {
+		m.sum -= m.sum / serviceWeight
+		m.reqs -= m.reqs / serviceWeight
+	}
+	m.sum += w * x
+	m.reqs += w
+}
+
+// mean returns the estimated slot time of a request, and false until a
+// timed request has finished.
+func (m *serviceMeter) mean() (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n == 0 {
+		return 0, false
+	}
+	return time.Duration(m.sum / m.reqs * float64(time.Second)), true
+}

@@ -1,0 +1,147 @@
+package ginqueue
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Outcomes and the responses they get: the status, the hook and the headers
+// of a request that is not served.
+
+// StatusClientClosedRequest is the status recorded for a request whose
+// client hung up while it waited, so access logs can tell it apart; no body
+// is written, and the status line goes only to a connection that is already
+// gone. It is nginx's 499.
+const StatusClientClosedRequest = 499
+
+// Outcome is what became of one request that passed through a Queue.
+type Outcome uint8
+
+// The outcomes. Each has its own counter in Stats and its own default
+// response.
+const (
+	// OutcomeServed: the request got a slot and ran the rest of the chain.
+	OutcomeServed Outcome = iota
+	// OutcomeQueueFull: no free slot and no waiting place (the queue or the
+	// flow's share of it full, a place given to a higher priority, a wait
+	// RejectEarly expects past QueueTimeout or the client's deadline, a
+	// client deadline RejectEarly finds passed on arrival, or a Backend that
+	// cannot answer); 503.
+	OutcomeQueueFull
+	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
+	// request context's own deadline (a timeout middleware in front, say) or
+	// the client's (Config.Deadline) passed while it waited, with or without
+	// a QueueTimeout, or the client's had passed on arrival (without
+	// RejectEarly); 408, or Config.QueueTimeoutStatus.
+	OutcomeQueueTimeout
+	// OutcomeCanceled: the client hung up while waiting (its request context
+	// was canceled); no body is written, 499 is recorded. Over HTTP/1.x,
+	// Go's server notices a client that left only once the request body has
+	// been read to its end, so a waiting request with an unread body (a POST
+	// or PUT with content) is not canceled: it keeps its place until its turn
+	// (its handler then runs, and fails reading the body) or its timeout.
+	// HTTP/2 cancels it at once. Reading small bodies before the throttle
+	// (a middleware ahead of it) makes their hang-ups visible too.
+	OutcomeCanceled
+	// OutcomeClosed: the Queue was closed before the request got a slot; 503.
+	OutcomeClosed
+)
+
+// String returns the outcome's name as used in metric labels: "served",
+// "queue_full", "queue_timeout", "canceled" or "closed".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeServed:
+		return "served"
+	case OutcomeQueueFull:
+		return "queue_full"
+	case OutcomeQueueTimeout:
+		return "queue_timeout"
+	case OutcomeCanceled:
+		return "canceled"
+	case OutcomeClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// serverTiming renders a queue wait as a Server-Timing value in ms.
+func serverTiming(wait time.Duration) string {
+	if wait == 0 {
+		return "queue;dur=0"
+	}
+	return "queue;dur=" + strconv.FormatFloat(float64(wait)/float64(time.Millisecond), 'f', 3, 64)
+}
+
+// reject answers a request that got no slot, after waiting wait.
+func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
+	o := outcomeOf(c.Request.Context(), err)
+	q.counts[o].Add(1)
+	c.Abort()
+	switch o {
+	case OutcomeCanceled:
+		// Nobody is listening: record the status for access logs only.
+		c.Status(StatusClientClosedRequest)
+	case OutcomeQueueTimeout:
+		q.respond(c, q.onTimeout, q.timeoutCode)
+	case OutcomeClosed:
+		q.respond(c, q.onClosed, http.StatusServiceUnavailable)
+	default:
+		q.respond(c, q.onFull, http.StatusServiceUnavailable)
+	}
+	if q.onOutcome != nil {
+		q.onOutcome(c, o, wait)
+	}
+}
+
+// respond answers with status and a Retry-After header, or runs hook with
+// both preset: a hook that writes nothing then answers with the default
+// (gin writes the preset status once the chain returns), so a rejected
+// request never looks served; one that sets its own status or writes a body
+// wins. A response an earlier middleware wrote is left alone: a later status
+// would be ignored.
+func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
+	if !c.Writer.Written() {
+		c.Header("Retry-After", q.retryAfterNow())
+		if hook == nil {
+			c.AbortWithStatus(status)
+			return
+		}
+		c.Status(status)
+	}
+	if hook != nil {
+		hook(c)
+	}
+}
+
+// outcomeOf maps an Acquire error for a request whose context is ctx to its
+// outcome. What the Backend says wins over any cause its error wraps: a
+// remote Backend whose own call timed out wraps context.DeadlineExceeded,
+// and that is an unavailable backend (queue full), not a queue timeout. Only
+// ErrQueueTimeout or the request's own context makes a queue timeout.
+func outcomeOf(ctx context.Context, err error) Outcome {
+	switch {
+	case errors.Is(err, ErrClosed):
+		return OutcomeClosed
+	case errors.Is(err, ErrQueueFull):
+		return OutcomeQueueFull
+	case errors.Is(err, ErrQueueTimeout):
+		return OutcomeQueueTimeout
+	}
+	switch cerr := ctx.Err(); {
+	case cerr == nil:
+		// The request is still there: the Backend failed it some other way.
+		return OutcomeQueueFull
+	case errors.Is(cerr, context.DeadlineExceeded):
+		// A deadline on the request's context (a timeout middleware, say)
+		// that passes in the queue is a queue timeout: the client is still
+		// there and gets its queue-timeout response.
+		return OutcomeQueueTimeout
+	}
+	return OutcomeCanceled
+}

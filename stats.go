@@ -1,0 +1,136 @@
+package ginqueue
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// What a Queue reports: Stats, its JSON and the status handler.
+
+// Stats is a snapshot of a Queue. Running and Limit count slots, everything
+// else requests: without Config.Cost a request holds one slot, so the two are
+// the same. Counters only grow, from the Queue's creation. Without
+// Config.Cost, Served is never below Running; with it, Running is never
+// above the slots granted to the requests counted in Served. Queued,
+// QueuedByPriority (which always adds up to Queued) and OldestWait come from
+// one view of the queue, as it was at the latest change the in-memory Backend
+// has completed. Reading it never waits for the queue's lock.
+type Stats struct {
+	Running int // slots held by running requests now (Config.Cost each, else 1)
+	Queued  int // requests waiting now
+	Limit   int // slots in all
+	// QueuedByPriority splits Queued by priority, highest first; nil when
+	// nobody waits.
+	QueuedByPriority []PriorityCount
+
+	Served       uint64 // requests that got their slots (counted when they take them, not when they finish)
+	QueueFull    uint64 // requests answered queue full
+	QueueTimeout uint64 // requests answered queue timeout
+	Canceled     uint64 // requests whose client hung up while waiting
+	Closed       uint64 // requests answered because the Queue was closed
+
+	// OldestWait is how long the oldest waiter has waited so far; zero when
+	// nobody waits.
+	OldestWait time.Duration
+	// WaitP50, WaitP90 and WaitP99 are percentiles of the queue waits of the
+	// requests served in the last minute, those that ran at once counting as
+	// zero; on a log scale, within about 10%.
+	WaitP50, WaitP90, WaitP99 time.Duration
+	// DrainRate is how many requests finished per second, over about the
+	// last ten seconds (or since the previous look, when nobody looked for
+	// longer); zero until one has finished. It is what was delivered, which
+	// is the demand when nobody waits; Retry-After and RejectEarly use the
+	// measured slot time (handler time × slots held) instead.
+	DrainRate float64
+	// NoLoadLatency is the handler time the adaptive limit measured with
+	// few requests in flight; zero without Config.Adaptive or until measured.
+	NoLoadLatency time.Duration
+
+	// Unavailable is the Backend's BackendStats.Unavailable: set while it
+	// cannot reach the store it shares with other replicas and applies its
+	// fallback policy; always false for the in-memory Backend. promqueue's
+	// gauge ginqueue_backend_unavailable reads it.
+	Unavailable bool
+	// Outages is the Backend's BackendStats.Outages: how many times it
+	// turned Unavailable since it started; it only grows, and is zero for
+	// the in-memory Backend. promqueue's counter
+	// ginqueue_backend_outages_total reads it.
+	Outages uint64
+}
+
+// Stats returns a snapshot of the Queue's slots, queue, counters and waits.
+func (q *Queue) Stats() Stats {
+	b := q.backend.Stats()
+	now := time.Now()
+	st := Stats{
+		Running:          b.Running,
+		Queued:           b.Queued,
+		Limit:            b.Limit,
+		QueuedByPriority: b.QueuedByPriority,
+		Served:           b.Served,
+		QueueFull:        q.counts[OutcomeQueueFull].Load(),
+		QueueTimeout:     q.counts[OutcomeQueueTimeout].Load(),
+		Canceled:         q.counts[OutcomeCanceled].Load(),
+		Closed:           q.counts[OutcomeClosed].Load(),
+		OldestWait:       b.OldestWait,
+		Unavailable:      b.Unavailable,
+		Outages:          b.Outages,
+	}
+	fast, finished := q.progress()
+	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, fast)
+	st.DrainRate, _ = q.drain.rate(now, finished)
+	if q.adaptive != nil {
+		st.NoLoadLatency = q.adaptive.noLoadLatency()
+	}
+	return st
+}
+
+// WaitHistogram returns the distribution of queue waits of the requests
+// served since the Queue was built; those that ran at once are in the first
+// bucket. It is what the promqueue collector exports.
+func (q *Queue) WaitHistogram() WaitHistogram {
+	fast, _ := q.progress()
+	return q.waits.histogram(fast)
+}
+
+// StatusHandler returns a handler that writes Stats as JSON, for an
+// operations route. Durations are in seconds.
+func (q *Queue) StatusHandler() gin.HandlerFunc {
+	return func(c *gin.Context) { c.JSON(http.StatusOK, q.Stats()) }
+}
+
+// MarshalJSON writes Stats with snake_case names and durations in seconds.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	type byPriority struct {
+		Priority int `json:"priority"`
+		Queued   int `json:"queued"`
+	}
+	split := make([]byPriority, len(s.QueuedByPriority))
+	for i, p := range s.QueuedByPriority {
+		split[i] = byPriority(p)
+	}
+	return json.Marshal(struct {
+		Running          int          `json:"running"`
+		Queued           int          `json:"queued"`
+		Limit            int          `json:"limit"`
+		QueuedByPriority []byPriority `json:"queued_by_priority"`
+		Served           uint64       `json:"served"`
+		QueueFull        uint64       `json:"queue_full"`
+		QueueTimeout     uint64       `json:"queue_timeout"`
+		Canceled         uint64       `json:"canceled"`
+		Closed           uint64       `json:"closed"`
+		OldestWait       float64      `json:"oldest_wait_seconds"`
+		WaitP50          float64      `json:"wait_p50_seconds"`
+		WaitP90          float64      `json:"wait_p90_seconds"`
+		WaitP99          float64      `json:"wait_p99_seconds"`
+		DrainRate        float64      `json:"drain_rate_per_second"`
+		NoLoadLatency    float64      `json:"no_load_latency_seconds"`
+		Unavailable      bool         `json:"unavailable"`
+		Outages          uint64       `json:"outages"`
+	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed,
+		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate,
+		s.NoLoadLatency.Seconds(), s.Unavailable, s.Outages})
+}

@@ -1,0 +1,315 @@
+package ginqueue
+
+import (
+	"context"
+)
+
+// Waiters: a request that cannot take its slots at once parks on a waiter,
+// and is granted, timed out, evicted or closed out under the mutex, in the
+// order of the wait room.
+
+// waiterState is the fate of a waiter. It leaves waiting exactly once.
+type waiterState uint8
+
+const (
+	waiting waiterState = iota
+	granted
+	timedOut
+	closedOut
+	evicted // gave its place to an arrival of higher priority
+	gone    // its client had left when its fate came: the outcome is ctx.Err()
+)
+
+// waiter is one request parked in the queue. It holds no gin state: the
+// request's own goroutine keeps the gin.Context and waits on ready.
+type waiter struct {
+	inAll, inLevel, inFlow links // see waitroom
+	flow                   *flow
+	ctx                    context.Context // the request's; nil while pooled
+	arrived                int64           // nanoseconds since dispatcher.epoch
+	ready                  chan struct{}   // capacity 1: one wake-up per use
+	state                  waiterState     // guarded by dispatcher.mu until the wake-up is received
+	// cost is the slots asked for (at least 1) while it waits, and once
+	// granted the slots granted (clamped to the limit). Guarded like state;
+	// it does not change while the waiter is in the room, which counts the
+	// waiters whose cost is above 1.
+	cost int
+}
+
+// Acquire implements Backend. It applies a.MaxAhead, and grants a.Cost slots
+// (at least 1, at most the limit at the grant), carried in the Ticket.
+//
+// A slot it takes at once counts as a grant through Acquire, never as a
+// fast one (Counts.Fast): the caller records the wait of what Acquire
+// grants, so a fast count too would count the request twice.
+func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
+	if n := d.tryAcquireN(max(a.Cost, 1)); n != 0 {
+		return Ticket{Cost: int(n)}, nil
+	}
+	return d.acquireSlow(ctx, a)
+}
+
+// acquireSlow is Acquire when the fast path failed: take the slots under mu
+// if they are free and nobody waits, else wait for them, unless a.MaxAhead
+// refuses.
+func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error) {
+	cost := max(a.Cost, 1)
+	d.lock()
+	if d.closed {
+		d.unlock()
+		return Ticket{}, ErrClosed
+	}
+	for d.room.n == 0 {
+		d.at(stepSlowLoad)
+		st := d.state.Load()
+		if st&slowBit == 0 {
+			// Announce that we may park; the word we set the bit in tells
+			// whether a slot is free (see the note on state).
+			d.at(stepSlowMark)
+			if !d.state.CompareAndSwap(st, st|slowBit) {
+				continue // a fast path or a release moved: look again
+			}
+		}
+		if n := fits(st, cost); n != 0 {
+			// The slots are free and nobody waits: take them. Only
+			// releases can change state now, and they only free slots.
+			d.at(stepSlowTake)
+			d.state.Add(n)
+			d.unlock()
+			d.served(n)
+			return Ticket{Cost: int(n)}, nil
+		}
+		break
+	}
+	if err := ctx.Err(); err != nil {
+		// The client left before it could queue: take no place, and take
+		// none from anybody else.
+		d.unlock()
+		return Ticket{}, err
+	}
+	if a.MaxAhead != 0 && d.tooFarBack(a, cost) {
+		// Checked with the place taken, under one lock: a flood of
+		// arrivals cannot all see the same short queue.
+		d.unlock()
+		return Ticket{}, errRejectedEarly
+	}
+	// With a waiter of cost above 1 in the room, free slots can wait for
+	// it at the head: this arrival (or the eviction that makes its place)
+	// may change the head, so look again once it is in.
+	heavy := d.room.heavy > 0
+	if !d.makeRoom(a) {
+		d.unlock()
+		return Ticket{}, ErrQueueFull
+	}
+	w := d.newWaiter(ctx, cost)
+	d.push(w, a)
+	if heavy || d.room.heavy > 0 {
+		d.grantLocked()
+	}
+	d.unlock()
+
+	select {
+	case <-w.ready:
+		var t Ticket
+		err := w.err()
+		if err == nil {
+			t.Cost = w.cost
+			d.served(uint64(w.cost))
+		}
+		w.ctx = nil
+		d.waiters.Put(w)
+		return t, err
+	case <-ctx.Done():
+	}
+
+	d.lock()
+	defer d.unlock()
+	err := ctx.Err()
+	switch w.state {
+	case waiting:
+		heavy := d.room.heavy > 0
+		d.room.remove(w)
+		if heavy {
+			d.grantLocked() // w may have held the line
+		}
+	case granted:
+		// The grant and the hang-up came in the same instant. Nobody will run
+		// on these slots: give them back (they were never counted as
+		// served) and hand them to the next waiter.
+		<-w.ready
+		d.at(stepRelease)
+		d.state.Add(-uint64(w.cost))
+		d.grantLocked()
+	default:
+		// Timed out, evicted or closed first: that outcome stands.
+		<-w.ready
+		err = w.err()
+	}
+	w.ctx = nil
+	d.waiters.Put(w)
+	return Ticket{}, err
+}
+
+// tooFarBack reports whether a.MaxAhead refuses a (not 0): -1 if it would
+// wait at all, n > 0 if n or more would be served before it, in the order
+// of the moment (under CoDel's LIFO while the queue stands, newest first). One that
+// would be granted at once, first in line with its slots free (a higher
+// priority than a heavy head that waits for slots, say), is never refused.
+// Requires d.mu.
+func (d *dispatcher) tooFarBack(a Arrival, cost int) bool {
+	lifo := false
+	if c := d.codel; c != nil && c.lifo {
+		lifo = d.standing(d.now())
+	}
+	ahead := d.room.ahead(a.Priority, a.Flow, lifo)
+	if ahead == 0 && fits(d.state.Load(), cost) != 0 {
+		return false
+	}
+	return a.MaxAhead < 0 || ahead >= a.MaxAhead
+}
+
+// newWaiter takes a waiter from the pool, arrived now, asking for cost slots.
+// A waiter goes back to the pool only when its wake-up, if any, has been
+// received and it is on no list, so a pooled waiter is referenced by nobody.
+// Requires d.mu.
+func (d *dispatcher) newWaiter(ctx context.Context, cost int) *waiter {
+	w, _ := d.waiters.Get().(*waiter)
+	if w == nil {
+		w = &waiter{ready: make(chan struct{}, 1)}
+	}
+	w.ctx = ctx
+	w.state = waiting
+	w.cost = cost
+	w.arrived = d.now()
+	return w
+}
+
+// wake gives a waiter that has left the room its fate. The send never blocks:
+// ready has room for one, and a waiter is woken once per use. A waiter whose
+// client has already left is not timed out, evicted or closed: that is not
+// why it leaves. Requires d.mu.
+func (d *dispatcher) wake(w *waiter, st waiterState) {
+	if st != granted && w.ctx.Err() != nil {
+		st = gone
+	}
+	w.state = st
+	w.ready <- struct{}{}
+}
+
+// err is the result of a woken waiter.
+func (w *waiter) err() error {
+	switch w.state {
+	case granted:
+		return nil
+	case timedOut:
+		return ErrQueueTimeout
+	case evicted:
+		return ErrQueueFull
+	case gone:
+		return w.ctx.Err()
+	default:
+		return ErrClosed
+	}
+}
+
+// grantLocked wakes head waiters, in order, while the head's slots are free,
+// and tells a drainer when none is held. A head whose slots are not all free
+// holds the line: nobody behind it is granted. A waiter past its deadline is
+// timed out, not granted. Under CoDel with LIFO, while the queue stands, the
+// head is the newest waiter of the flow whose turn it is. Requires d.mu.
+func (d *dispatcher) grantLocked() {
+	now := int64(-1) // read the clock once, and only if a waiter is granted or LIFO may apply
+	for d.room.n > 0 {
+		lifo := false
+		if c := d.codel; c != nil && c.lifo {
+			if now < 0 {
+				now = d.now()
+			}
+			lifo = d.standing(now)
+		}
+		n := d.grantable(d.room.peek(lifo))
+		if n == 0 {
+			break
+		}
+		// The maximum wait before w leaves the room: with w the last waiter,
+		// the room would look empty, and the queue not standing.
+		var maxWait int64
+		if d.timer != nil {
+			if now < 0 {
+				now = d.now()
+			}
+			maxWait = d.maxWait(now)
+		}
+		var w *waiter // the waiter peek returned
+		if lifo {
+			w = d.room.newest()
+		} else {
+			w = d.room.next()
+		}
+		if w.ctx.Err() != nil {
+			// Its client left and it has not noticed yet: the slot goes to
+			// the next waiter instead.
+			d.wake(w, gone)
+			continue
+		}
+		if d.timer != nil {
+			if now-w.arrived >= maxWait {
+				// Its deadline passed and the timer has not fired yet (a
+				// loaded machine, or CoDel's maximum wait shrank this instant):
+				// it gets its 408, not the slot.
+				d.wake(w, timedOut)
+				continue
+			}
+		}
+		d.at(stepGrantTake)
+		d.state.Add(n) // the slots go to w
+		w.cost = int(n)
+		d.wake(w, granted)
+	}
+	if d.idle != nil && running(d.state.Load()) == 0 {
+		close(d.idle)
+		d.idle = nil
+	}
+}
+
+// makeRoom reports whether a waiting place can be found for a, giving it
+// the place of the newest waiter of the lowest lower priority if the queue is
+// full. Requires d.mu.
+func (d *dispatcher) makeRoom(a Arrival) bool {
+	if d.limits.MaxQueuePerFlow > 0 && d.room.flowLen(a.Priority, a.Flow) >= d.limits.MaxQueuePerFlow {
+		return false
+	}
+	if d.room.n < d.limits.MaxQueue {
+		return true
+	}
+	v := d.room.victim(a.Priority)
+	if v == nil {
+		return false
+	}
+	d.finish(v, evicted)
+	return true
+}
+
+// push queues w and arms the timer if it was idle. Requires d.mu.
+func (d *dispatcher) push(w *waiter, a Arrival) {
+	if d.codel != nil && d.room.n == 0 {
+		d.busySince = w.arrived
+	}
+	d.room.push(w, a.Priority, a.Flow)
+	if d.timer != nil && d.timerAt == 0 {
+		d.arm(d.wakeAt(w.arrived))
+	}
+}
+
+// finish removes a waiting w and wakes it with its fate. Requires d.mu.
+func (d *dispatcher) finish(w *waiter, st waiterState) {
+	d.room.remove(w)
+	d.wake(w, st)
+}
+
+// grantable returns the slots w is granted now, or 0 if they are not free.
+// Requires d.mu: the limit cannot move before they are added.
+func (d *dispatcher) grantable(w *waiter) uint64 {
+	d.at(stepGrantRead)
+	return fits(d.state.Load(), w.cost)
+}
