@@ -14,18 +14,15 @@ import (
 // serviceEvery: one in this many requests served at once is timed.
 const serviceEvery = 16
 
-// loadCounts is the Backend's slots and queue now.
-type loadCounts struct{ running, queued, limit int }
-
-// load reads the Backend's counts, cheaply for the in-memory one (no split
-// by priority, no allocation).
-func (q *Queue) load() loadCounts {
+// load reads the Backend's slots and queue now (Running, Queued and Limit
+// of Counts), cheaply for the in-memory one (no split by priority, no
+// allocation).
+func (q *Queue) load() Counts {
 	if q.fast != nil {
-		c := q.fast.Counts()
-		return loadCounts{running: c.Running, queued: c.Queued, limit: c.Limit}
+		return q.fast.Counts()
 	}
 	b := q.backend.Stats()
-	return loadCounts{running: b.Running, queued: b.Queued, limit: b.Limit}
+	return Counts{Running: b.Running, Queued: b.Queued, Limit: b.Limit}
 }
 
 // progress is how many requests were served without waiting (by the fast
@@ -118,7 +115,7 @@ func (q *Queue) retryAfterNow() string {
 		return q.retryAfter
 	}
 	l := q.load()
-	secs := math.Ceil(drainTime(l.queued+1, perSlot, q.servingLimit(l.limit)).Seconds())
+	secs := math.Ceil(drainTime(l.Queued+1, perSlot, q.servingLimit(l.Limit)).Seconds())
 	if q.timeout > 0 {
 		// Whole seconds, rounded down: a header above QueueTimeout would
 		// send clients back later than every waiter has gone.

@@ -111,7 +111,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 		// and the next ones are not yet granted), and would hold the limit.
 		q.adaptive = newLimiter(*cfg.Adaptive, cfg.MaxConcurrent, ls, func() int {
 			l := q.load()
-			return l.running + l.queued
+			return l.Running + l.Queued
 		})
 	}
 	q.handler = q.serve
