@@ -1,0 +1,286 @@
+package redisqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// waiter is one lease id waiting in the Redis queue for a grant.
+type waiter struct {
+	id   uint64
+	prio int // its Arrival's, for Stats
+	cost int // the slots it asks for, at least 1
+	// granted is the slots granted (its cost clamped to the limit), set
+	// before ready is closed with state granted; zero means one.
+	granted int
+	since   time.Time     // when it arrived, for Stats
+	ready   chan struct{} // closed when state leaves waiting
+	state   waitState     // guarded by Backend.mu until ready is closed
+	// queued is set, under Backend.mu, once Redis answered that the id is
+	// queued. Only then may the safety net call it lost: before, the
+	// acquire call may still be on its way.
+	queued bool
+}
+
+type waitState uint8
+
+const (
+	waiting    waitState = iota
+	granted              // a slot is held under this id; it is in Backend.held
+	lost                 // Redis no longer knows the id: enqueue again
+	closedOut            // Close answered it
+	evictedOut           // an arrival of higher priority took its place in Redis
+	abandoned            // its request left; a leave is under way
+)
+
+// Acquire implements ginqueue.Backend. It returns ginqueue.ErrQueueFull
+// (for a waiter whose place in the full global queue an arrival of higher
+// priority took, an error wrapping it), ginqueue.ErrQueueTimeout (after
+// Limits.QueueTimeout, measured here), ginqueue.ErrClosed, ctx.Err() when
+// ctx ends first, or while Redis is down what OnRedisDown says: a local
+// grant (FailOpen) or an error wrapping ErrUnavailable and
+// ginqueue.ErrQueueFull (FailClosed). A request never waits longer than
+// QueueTimeout plus one CallTimeout.
+//
+// With Limits.Weighted the request asks for a.Cost slots (below 1, one);
+// Redis grants them, clamped to the fleet's limit at that moment, once they
+// are free and no waiter ahead of it in the global order waits, and the
+// Ticket's Cost says how many it got.
+func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	var deadline time.Time
+	if b.limits.QueueTimeout > 0 {
+		deadline = time.Now().Add(b.limits.QueueTimeout)
+	}
+	if err := ctx.Err(); err != nil {
+		return ginqueue.Ticket{}, err
+	}
+	prio := prioKey(a.Priority)
+	cost := 1
+	if b.limits.Weighted {
+		cost = min(max(a.Cost, 1), ginqueue.MaxLimit)
+	}
+	for {
+		b.mu.Lock()
+		switch {
+		case b.closed || !b.started:
+			b.mu.Unlock()
+			return ginqueue.Ticket{}, ginqueue.ErrClosed
+		case b.conflict != nil:
+			err := b.conflict
+			b.mu.Unlock()
+			return ginqueue.Ticket{}, fmt.Errorf("%w (%w)", err, ginqueue.ErrQueueFull)
+		case b.down.Load():
+			b.mu.Unlock()
+			t, err, again := b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
+			if again {
+				continue
+			}
+			return t, err
+		}
+		// Register before the call: the grant notice can beat the reply.
+		w := &waiter{id: b.nextID.Add(1), prio: a.Priority, cost: cost, since: time.Now(), ready: make(chan struct{})}
+		b.waiters[w.id] = w
+		downCh := b.downCh
+		b.mu.Unlock()
+
+		res, err := b.callIn(b.stopCtx, acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio, cost)
+		var outcome, slots, fleet int64
+		if err == nil {
+			outcome, slots, fleet, err = b.acquireReply(res)
+		}
+		if err != nil {
+			// The script may have run: undo it in the background.
+			b.abandon(w)
+			b.mu.Lock()
+			closed := b.closed
+			b.mu.Unlock()
+			if closed {
+				// Close answered it, and ended the call.
+				return ginqueue.Ticket{}, ginqueue.ErrClosed
+			}
+			// This request gets OnRedisDown now; the replica turns to it
+			// only after Options.FailureThreshold failures in a row.
+			t, err, again := b.fallback(ctx, a, deadline, err)
+			if again {
+				continue
+			}
+			return t, err
+		}
+		// Close may have answered it while the call was on its way, and
+		// given its id back before the script ran: then what the script
+		// granted or queued is given back now. (Not any other state: a
+		// grant notice can beat the reply.)
+		closed := false
+		b.mu.Lock()
+		switch outcome {
+		case 0:
+			w.queued = true
+			closed = w.state == closedOut
+		case 1:
+			if w.state == waiting {
+				w.granted = int(slots)
+				b.grantLocked(w)
+			}
+			closed = w.state == closedOut
+		case -1:
+			if w.state == waiting {
+				w.state = abandoned
+				delete(b.waiters, w.id)
+			}
+		}
+		// What the fleet held after the script, this grant included.
+		b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots
+		b.mu.Unlock()
+		if outcome == -1 {
+			return ginqueue.Ticket{}, ginqueue.ErrQueueFull
+		}
+		if closed {
+			b.leave(w.id, w.cost)
+		}
+		t, err, again := b.wait(ctx, w, deadline, downCh)
+		if !again {
+			if err == nil {
+				b.served.Add(1)
+				b.servedSlots.Add(uint64(t.Cost))
+			}
+			return t, err
+		}
+		if err != nil {
+			t, err, again := b.fallback(ctx, a, deadline, err)
+			if again {
+				continue
+			}
+			return t, err
+		}
+		// Lost by Redis (restarted, flushed): enqueue again with a new id.
+	}
+}
+
+// acquireReply reads the acquire script's reply, {outcome, limit, slots
+// granted, slots held in the fleet}, and notes the limit.
+func (b *Backend) acquireReply(res any) (outcome, slots, fleet int64, err error) {
+	r, _ := res.([]any)
+	if len(r) == 4 {
+		outcome, ok1 := r[0].(int64)
+		limit, ok2 := r[1].(int64)
+		slots, ok3 := r[2].(int64)
+		fleet, ok4 := r[3].(int64)
+		if ok1 && ok2 && ok3 && ok4 {
+			b.limit.Store(limit)
+			return outcome, slots, fleet, nil
+		}
+	}
+	return 0, 0, 0, fmt.Errorf("redisqueue: unexpected acquire reply %v", res)
+}
+
+// wait waits for w's grant. again reports that Acquire must go on: with
+// err == nil to enqueue again, with err != nil to apply OnRedisDown.
+func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downCh <-chan struct{}) (t ginqueue.Ticket, err error, again bool) {
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		tm := time.NewTimer(time.Until(deadline))
+		defer tm.Stop()
+		expired = tm.C
+	}
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		if !b.abandon(w) {
+			// Granted in the same instant as the hang-up: nobody will run on
+			// the slot, so give it back (it was never counted as served).
+			b.release(ginqueue.Ticket{ID: w.id})
+		}
+		return ginqueue.Ticket{}, ctx.Err(), false
+	case <-expired:
+		if !b.abandon(w) {
+			// Granted in the same instant as the deadline: serve it.
+			return b.ticket(w), nil, false
+		}
+		if b.opts.OnRedisDown == FailClosed && !b.answering() {
+			// Redis stopped answering while it waited (a pause, a failover
+			// not yet marked down): that, not the queue, is why no grant
+			// came. FailClosed answers it as unavailable.
+			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("no answer from Redis while the request waited")}, false
+		}
+		return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+	case <-downCh:
+		if !b.abandon(w) {
+			return b.ticket(w), nil, false
+		}
+		return ginqueue.Ticket{}, errors.New("safety-net call failed"), true
+	}
+	// ready is closed, so w.state is final and safe to read.
+	switch w.state {
+	case granted:
+		return b.ticket(w), nil, false
+	case lost:
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+		}
+		return ginqueue.Ticket{}, nil, true
+	case evictedOut:
+		return ginqueue.Ticket{}, errEvicted, false
+	}
+	return ginqueue.Ticket{}, ginqueue.ErrClosed, false
+}
+
+// ticket is the Ticket of w, granted.
+func (b *Backend) ticket(w *waiter) ginqueue.Ticket {
+	return ginqueue.Ticket{ID: w.id, Cost: max(w.granted, 1)}
+}
+
+// grantLocked hands w its w.granted slots (zero: one). Requires b.mu and
+// w.state == waiting.
+func (b *Backend) grantLocked(w *waiter) {
+	w.granted = max(w.granted, 1)
+	w.state = granted
+	delete(b.waiters, w.id)
+	b.held[w.id] = w.granted
+	b.slots += w.granted
+	if b.down.Load() && b.fb != nil {
+		b.reserveLocked() // a grant that came as Redis was marked down
+	}
+	close(w.ready)
+}
+
+// finishLocked ends w's wait with st, which holds nothing in Redis. Requires
+// b.mu and w.state == waiting.
+func (b *Backend) finishLocked(w *waiter, st waitState) {
+	w.state = st
+	delete(b.waiters, w.id)
+	close(w.ready)
+}
+
+// abandon takes w out of the local books and has its place or slot given
+// back in Redis, since the script may have queued or granted it. It reports false
+// if w had been granted and Close had not run: the caller holds the slot then,
+// and nothing was given back.
+func (b *Backend) abandon(w *waiter) bool {
+	b.mu.Lock()
+	switch w.state {
+	case waiting:
+		w.state = abandoned
+		delete(b.waiters, w.id)
+	case granted:
+		b.mu.Unlock()
+		return false
+	}
+	b.mu.Unlock()
+	// In the background, so that a 408 or a 499 is answered at once; the
+	// maintainer sends it within microseconds, batched with others.
+	b.mu.Lock()
+	b.pending[w.id] = w.cost
+	b.mu.Unlock()
+	b.wake()
+	return true
+}
+
+// prioKey orders priorities as strings: higher priority, smaller key.
+func prioKey(p int) string {
+	u := uint64(int64(p)) ^ (1 << 63)
+	return fmt.Sprintf("%016x", ^u)
+}

@@ -1,0 +1,328 @@
+package redisqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/redis/go-redis/v9"
+)
+
+// Backend is a ginqueue.Backend whose slots and queue live in Redis and are
+// shared by every Backend of the same Name. Build it with New and give it to
+// exactly one ginqueue.Config. It is safe for concurrent use.
+//
+// A Backend runs two goroutines from Start until Close: the grant reader and
+// the maintainer (heartbeat, lease refresh, safety-net tick, retries of
+// releases and cancels, probing while Redis is down). Close stops the reader
+// at once; the maintainer stays until the last running request has released
+// its slot, so that its lease is kept, and then flushes pending releases and
+// stops.
+type Backend struct {
+	rdb     redis.UniversalClient
+	opts    Options
+	keys    []string // the keys of every script, in the order of scripts.go
+	keyArgs []any    // len(keys), then keys: the middle of an EVALSHA
+	lists   string   // prefix of the notice list keys
+	replica string   // 16 hex chars; every lease id starts with it
+	list    string   // this replica's notice list
+
+	// Fixed by Start.
+	limits ginqueue.Limits
+	decl   string // the limits as declared to other replicas
+	base   []any  // ARGV[1..5] of every script
+
+	nextID atomic.Uint64
+	served atomic.Uint64
+	// servedSlots and released count the slots of the grants counted in
+	// served and of the Releases, for Stats.
+	servedSlots atomic.Uint64
+	released    atomic.Uint64
+	limit       atomic.Int64 // the fleet's limit as last seen in a reply from Redis
+	down        atomic.Bool  // Redis is considered unreachable; see markDown
+	fails       atomic.Int32 // consecutive failed calls; see failed
+	lastOK      atomic.Int64 // when a call last got an answer (UnixNano)
+	resync      atomic.Bool  // the reader saw another server: sync at once
+	// listening is set while the reader has a connection to the server
+	// (dialled and answered), cleared when a call on it fails; while it is
+	// clear, grant notices can sit unread, and the safety net runs faster.
+	listening atomic.Bool
+
+	// Redis's state as this replica sees it, for Stats and the hook.
+	outages atomic.Uint64 // times Redis was marked down
+	hookMu  sync.Mutex    // orders markDown and markUp, and so the OnStateChange calls
+	// syncHook, set by tests before Start, runs in each sync between the
+	// list and the call, with whether Redis was marked down.
+	syncHook func(down bool)
+
+	// stopCtx ends with Close: it cancels an acquire call in flight, whose
+	// request Close has answered.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+
+	kick   chan struct{} // wakes the maintainer; capacity 1
+	redial chan struct{} // wakes a reader waiting to dial again; capacity 1
+	stop   chan struct{} // closed by Close
+	readDn chan struct{} // closed when the reader returns
+	mainDn chan struct{} // closed when the maintainer returns
+
+	mu sync.Mutex
+	// Guarded by mu.
+	started  bool
+	closed   bool
+	closedAt time.Time
+	waiters  map[uint64]*waiter // ids sent to Redis whose grant is awaited here
+	held     map[uint64]int     // ids holding slots here, not released yet → the slots granted
+	slots    int                // the sum of held's slots
+	// pending holds the ids to release or cancel, retried until Redis
+	// answers, each with the slots it holds or asked for: above 1, the
+	// script looks its cost up in Redis (see leaseArg).
+	pending  map[uint64]int
+	flushing bool          // a leave call for pending ids is in flight; see flushPending
+	downCh   chan struct{} // closed when Redis goes down; replaced when it is back
+	idle     chan struct{} // closed when held, localHeld and pending are empty; nil unless draining
+	replicas int           // live replicas Redis last reported; 0 until it answers
+	rank     int           // this replica's rank among them by id; see budgetLocked
+	conflict error         // a limits conflict found after Start
+	token    string        // the recovery this replica was last asked to sync for; see sync
+	// heard is what the last reply from Redis that said told: the slots the
+	// fleet held, and how many of them were this replica's then (its own
+	// count at that moment). The FailOpen budget starts from them.
+	heard struct{ fleet, mine int }
+
+	// The FailOpen fallback: one in-memory Backend for the Backend's life,
+	// built at the first outage, admitting while Redis is marked down. Every
+	// slot this replica runs on while down is accounted in it: its limit is
+	// the outage's budget plus one slot that blocker holds for good (so that
+	// a budget of zero needs no limit of zero), the slots of requests
+	// running on grants from Redis are reserved in it (fbReserved of them,
+	// never more than slots), and the requests it granted hold their own.
+	// Close closes it, which answers its waiters.
+	fb         fallbackBackend
+	fbBudget   int                // the current outage's budget; see budgetLocked
+	fbReserved int                // slots of fb held for slots granted by Redis
+	downCtx    context.Context    // ends when Redis is marked up: fb's waiters turn back to Redis
+	downCancel context.CancelFunc // ends downCtx
+	// localHeld is the requests running on the fallback's slots, by lease
+	// id. Each sync lists them with the holders, so that the sync that finds
+	// Redis back counts them there (as far as they fit) before any new
+	// request is granted by Redis: the fleet does not run over its limit
+	// while they end.
+	localHeld  map[uint64]*localHold
+	localSlots int           // the sum of localHeld's slots
+	runID      string        // the run id of the server the reader last saw; guarded by mu
+	reader     *redis.Client // the reader's own connection; nil when not dialled
+}
+
+// New returns a Backend that keeps its slots and queue in Redis through rdb,
+// under opts.Name. rdb must be a *redis.Client (a failover client is one) or
+// a *redis.ClusterClient, built with ContextTimeoutEnabled: true, so that
+// Options.CallTimeout can bound every call. The Backend does not close rdb.
+// New does not talk to Redis; Start (called by ginqueue.NewQueue) does. New
+// returns an error naming the bad option or client setting.
+func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
+	o, err := opts.compile()
+	if err != nil {
+		return nil, err
+	}
+	switch c := rdb.(type) {
+	case nil:
+		return nil, errors.New("redisqueue: New needs a Redis client, got nil")
+	case *redis.Client:
+		if !c.Options().ContextTimeoutEnabled {
+			built := "redis.Options (or redis.UniversalOptions)"
+			if c.Options().Addr == "FailoverClient" { // how go-redis names a Sentinel client
+				built = "redis.FailoverOptions (or redis.UniversalOptions with a MasterName)"
+			}
+			return nil, fmt.Errorf("redisqueue: the client needs ContextTimeoutEnabled: true in the %s it was built from, "+
+				"or Options.CallTimeout could not bound its calls", built)
+		}
+	case *redis.ClusterClient:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errors.New("redisqueue: the client needs ContextTimeoutEnabled: true in the redis.ClusterOptions " +
+				"(or the redis.UniversalOptions or redis.FailoverOptions) it was built from, or Options.CallTimeout could not bound its calls")
+		}
+	default:
+		return nil, fmt.Errorf("redisqueue: New supports *redis.Client and *redis.ClusterClient, got %T", rdb)
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	b := &Backend{
+		rdb:       rdb,
+		opts:      o,
+		replica:   hex.EncodeToString(rnd[:]),
+		kick:      make(chan struct{}, 1),
+		redial:    make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		readDn:    make(chan struct{}),
+		mainDn:    make(chan struct{}),
+		waiters:   map[uint64]*waiter{},
+		held:      map[uint64]int{},
+		localHeld: map[uint64]*localHold{},
+		pending:   map[uint64]int{},
+		downCh:    make(chan struct{}),
+	}
+	b.stopCtx, b.stopCancel = context.WithCancel(context.Background())
+	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
+	b.lists = prefix + "g:"
+	b.list = b.lists + b.replica
+	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d", "ev"} {
+		b.keys = append(b.keys, prefix+k)
+	}
+	b.keys = append(b.keys, b.list, prefix+"l", prefix+"u", prefix+"f")
+	b.keyArgs = append(b.keyArgs, len(b.keys))
+	for _, k := range b.keys {
+		b.keyArgs = append(b.keyArgs, k)
+	}
+	return b, nil
+}
+
+var _ ginqueue.Backend = (*Backend)(nil)
+
+// Start implements ginqueue.Backend. It declares l to the other replicas of
+// the Name and returns an error wrapping ErrConflict if a live one declared
+// other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
+// and OnRedisDown applies until it does; the declaration is then checked
+// when Redis answers. Start may be called once. It refuses l.CoDel
+// (Config.CoDel) and l.MaxQueuePerFlow: see errCoDel and errPerFlow. With l.Weighted (ginqueue.Config.Cost) the
+// scripts count each request's Arrival.Cost in slots, across the fleet.
+func (b *Backend) Start(l ginqueue.Limits) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if l.CoDel != nil {
+		return errCoDel
+	}
+	if l.MaxQueuePerFlow > 0 {
+		return errPerFlow
+	}
+	b.mu.Lock()
+	if b.started || b.closed {
+		b.mu.Unlock()
+		return errors.New("redisqueue: Start called twice, or after Close; a Backend serves one Queue")
+	}
+	b.started = true
+	b.limits = l
+	b.decl = fmt.Sprintf("MaxConcurrent=%d MaxQueue=%d", l.MaxConcurrent, l.MaxQueue)
+	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists,
+		b.opts.liveTTL().Milliseconds(), b.opts.TickInterval.Milliseconds()}
+	b.limit.Store(int64(l.MaxConcurrent))
+	b.mu.Unlock()
+
+	err := b.sync(true)
+	if errors.Is(err, ErrConflict) {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		b.stopCancel()
+		close(b.stop)
+		close(b.readDn)
+		close(b.mainDn)
+		return err
+	}
+	go b.read()
+	go b.maintain()
+	return nil
+}
+
+// Drain implements ginqueue.Backend: it returns once every slot granted here
+// (by Redis or by the FailOpen fallback) was released and every release
+// reached Redis (or was given up after Close), or with ctx.Err().
+func (b *Backend) Drain(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		if len(b.held) == 0 && len(b.localHeld) == 0 && len(b.pending) == 0 {
+			b.mu.Unlock()
+			return nil
+		}
+		if b.idle == nil {
+			b.idle = make(chan struct{})
+		}
+		idle := b.idle
+		b.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close implements ginqueue.Backend. Waiters get ginqueue.ErrClosed and
+// their queue places are given back, the FailOpen fallback's waiters too; a
+// request whose acquire call is on its way gets it when the call returns
+// (within CallTimeout); new arrivals get ginqueue.ErrClosed. Running
+// requests, on slots from Redis or from the fallback, keep their slots (and
+// leases) until they Release. Close
+// returns once the reader has stopped and, if nothing is held here, the
+// maintainer too; otherwise the maintainer stops after the last Release.
+// Close does not close the Redis client. It may be called more than once.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.closedAt = time.Now()
+	if !b.started {
+		b.mu.Unlock()
+		return nil
+	}
+	for id, w := range b.waiters {
+		w.state = closedOut
+		close(w.ready)
+		delete(b.waiters, id)
+		b.pending[id] = w.cost
+	}
+	r := b.reader
+	b.reader = nil
+	fb := b.fb
+	b.mu.Unlock()
+	b.stopCancel() // an acquire call in flight: its request is answered
+	if fb != nil {
+		_ = fb.Close() // answers the fallback's waiters
+	}
+	close(b.stop)
+	if r != nil {
+		_ = r.Close() // unblocks BLPOP
+	}
+	<-b.readDn
+	b.mu.Lock()
+	idle := len(b.held) == 0 && len(b.localHeld) == 0
+	b.mu.Unlock()
+	if idle {
+		<-b.mainDn
+	}
+	return nil
+}
+
+// leaseID is the Redis member of id: the replica, then id in base 36.
+func (b *Backend) leaseID(id uint64) string {
+	return b.replica + strconv.FormatUint(id, 36)
+}
+
+// leaseArg is the script argument of id when it holds or asks for slots:
+// its lease id, with "*" and slots when they are above 1, so that the
+// scripts look up the cost of such an id alone.
+func (b *Backend) leaseArg(id uint64, slots int) string {
+	if slots > 1 {
+		return b.leaseID(id) + "*" + strconv.Itoa(slots)
+	}
+	return b.leaseID(id)
+}
+
+// wake nudges the maintainer without blocking.
+func (b *Backend) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,186 @@
+package redisqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// localBit marks the ID of a Ticket granted by the local fallback
+// (FailOpen); the rest of the ID is a lease id of this replica's, under
+// which Redis counts the request once it answers again (see localHold).
+// Redis ids never reach it.
+const localBit = 1 << 63
+
+// fallbackBackend is what the FailOpen fallback needs of the in-memory
+// Backend.
+type fallbackBackend interface {
+	ginqueue.FastBackend
+	ginqueue.LimitSetter
+}
+
+// localHold is a request running on the FailOpen fallback's slots.
+type localHold struct {
+	slots   int  // how many
+	inRedis bool // a sync counted it in Redis: its release leaves there too
+}
+
+// openFallbackLocked opens the FailOpen fallback for an outage: it builds it
+// at the first, sets its limit to the outage's budget (plus the blocker's
+// slot) and reserves in it the slots of the requests running on grants from
+// Redis. Requires b.mu.
+func (b *Backend) openFallbackLocked() {
+	if b.fb == nil {
+		n := max(b.replicas, 1)
+		queue := b.opts.LocalQueue
+		if queue == 0 {
+			queue = (b.limits.MaxQueue + n - 1) / n
+		}
+		fb := ginqueue.NewMemoryBackend().(fallbackBackend)
+		// Deadlines are enforced by fallback, so that the whole wait, Redis
+		// part included, stays within QueueTimeout.
+		_ = fb.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: queue, Weighted: b.limits.Weighted})
+		fb.TryAcquire() // the blocker, for good
+		b.fb = fb
+	}
+	b.fbBudget = b.budgetLocked()
+	_ = b.fb.SetLimit(min(b.fbBudget, ginqueue.MaxLimit-1) + 1)
+	b.downCtx, b.downCancel = context.WithCancel(context.Background())
+	b.reserveLocked()
+}
+
+// budgetLocked is the slots this replica may run while Redis is down, those
+// of its requests still running on grants from Redis included: the slots it
+// held when Redis last told it how many the fleet held, plus its part of the
+// slots free then; but no more than its share of the fleet's limit (the
+// limit split among the live replicas). Options.LocalLimit, when set, is the
+// budget. If what each replica last heard is still true (each hears it at
+// least every tick), the budgets add up to at most the fleet's limit: every
+// slot held then stays with the replica that held it (up to its share),
+// every free one goes to one replica. The share bounds what a replica that
+// heard too late, or that is cut off from Redis alone while the others take
+// its slots back, runs beyond the limit. Requires b.mu.
+func (b *Backend) budgetLocked() int {
+	if b.opts.LocalLimit > 0 {
+		return b.opts.LocalLimit
+	}
+	fleet := int(b.limit.Load())
+	if b.replicas == 0 {
+		return fleet // Redis never answered
+	}
+	return min(b.splitLocked(fleet), b.heard.mine+b.splitLocked(max(0, fleet-b.heard.fleet)))
+}
+
+// split is this replica's part of n slots among the live replicas last
+// reported: n/r, and one more for the first n%r by id, so that the parts add
+// up to n. Requires b.mu.
+func (b *Backend) splitLocked(n int) int {
+	r := max(b.replicas, 1)
+	p := n / r
+	if b.rank%r < n%r {
+		p++
+	}
+	return p
+}
+
+// reserveLocked reserves in the fallback, while Redis is down, the slots
+// granted by Redis that are not reserved yet, as far as they fit. Requires
+// b.mu.
+func (b *Backend) reserveLocked() {
+	for b.fbReserved < b.slots && b.fb.TryAcquire() != 0 {
+		b.fbReserved++
+	}
+}
+
+// fallback applies OnRedisDown to a request that Redis could not serve.
+// again reports that the request is to go to Redis again instead: it was
+// waiting in the fallback when Redis was marked up, or the call failed
+// without Redis being marked down (then after a pause: the maintainer's
+// probe tells within a call timeout).
+func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline time.Time, cause error) (_ ginqueue.Ticket, _ error, again bool) {
+	if b.opts.OnRedisDown == FailClosed {
+		return ginqueue.Ticket{}, &unavailableError{cause: cause}, false
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ginqueue.Ticket{}, ginqueue.ErrClosed, false
+	}
+	if !b.down.Load() {
+		// One failed call: until the replica marks Redis down (or finds
+		// it answering), nothing is admitted on its own.
+		b.mu.Unlock()
+		t := time.NewTimer(retryPause)
+		defer t.Stop()
+		var expired <-chan time.Time
+		if !deadline.IsZero() {
+			d := time.NewTimer(time.Until(deadline))
+			defer d.Stop()
+			expired = d.C
+		}
+		select {
+		case <-ctx.Done():
+			return ginqueue.Ticket{}, ctx.Err(), false
+		case <-expired:
+			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+		case <-t.C:
+			return ginqueue.Ticket{}, errRetry, true
+		}
+	}
+	fb, dctx, budget := b.fb, b.downCtx, b.fbBudget
+	b.mu.Unlock()
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopUp := context.AfterFunc(dctx, cancel)
+	defer stopUp()
+	if !deadline.IsZero() {
+		var cancelD context.CancelFunc
+		lctx, cancelD = context.WithDeadline(lctx, deadline)
+		defer cancelD()
+	}
+	if cost := min(max(a.Cost, 1), int(b.limit.Load())); budget < 1 || b.limits.Weighted && cost > budget {
+		// It could never run within this replica's budget: say so now
+		// rather than at its QueueTimeout.
+		return ginqueue.Ticket{}, &unavailableError{cause: fmt.Errorf(
+			"a request of %d slots while this replica may run %d on its own until Redis answers", cost, budget)}, false
+	}
+	t, err := fb.Acquire(lctx, a)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return ginqueue.Ticket{}, ctx.Err(), false
+		case dctx.Err() != nil && (deadline.IsZero() || time.Now().Before(deadline)) && !errors.Is(err, ginqueue.ErrClosed):
+			return ginqueue.Ticket{}, errRetry, true // Redis is back
+		case lctx.Err() != nil:
+			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+		}
+		return ginqueue.Ticket{}, err, false
+	}
+	slots := max(t.Cost, 1)
+	id := b.nextID.Add(1)
+	b.mu.Lock()
+	if dctx.Err() != nil {
+		// Granted as Redis was marked up: the sync that counts this
+		// replica's own grants may have gone, so this one goes to Redis.
+		b.mu.Unlock()
+		fb.Release(t)
+		return ginqueue.Ticket{}, errRetry, true
+	}
+	b.localHeld[id] = &localHold{slots: slots}
+	b.localSlots += slots
+	b.mu.Unlock()
+	b.served.Add(1)
+	b.servedSlots.Add(uint64(slots))
+	return ginqueue.Ticket{ID: localBit | id, Cost: t.Cost}, nil, false
+}
+
+// errRetry is fallback's answer when the request is to go through Redis
+// again: Redis answers again, or was not marked down yet.
+var errRetry = errors.New("redisqueue: try Redis again")
+
+// retryPause is how long a request whose call failed waits before it tries
+// Redis again, while Redis is not marked down.
+const retryPause = 10 * time.Millisecond

@@ -1,0 +1,95 @@
+package redisqueue
+
+import (
+	"context"
+	"time"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/redis/go-redis/v9"
+)
+
+// failed counts a failed call, err. Options.FailureThreshold failures in a
+// row, with no successful call between them, mark Redis down; before that, a
+// probe is made at once, so that a Redis that is really gone is marked down
+// within FailureThreshold call timeouts even with no other traffic, and one
+// slow call under a burst does not turn the whole replica to OnRedisDown.
+func (b *Backend) failed(err error) {
+	if c, ok := b.rdb.(*redis.ClusterClient); ok {
+		// A dead master sends no MOVED: without a reload the client would
+		// keep dialing it until its periodic refresh, a minute later.
+		c.ReloadState(context.Background())
+	}
+	if int(b.fails.Add(1)) >= b.opts.FailureThreshold {
+		b.markDown(err)
+		return
+	}
+	b.wake()
+}
+
+// markDown records that Redis did not answer: new arrivals and waiters turn
+// to OnRedisDown until the maintainer's probe gets an answer. Under FailOpen
+// the fallback opens with this outage's budget, and the slots of the
+// requests running here on grants from Redis are reserved in it.
+func (b *Backend) markDown(cause error) {
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
+	if b.down.Swap(true) {
+		return
+	}
+	b.outages.Add(1)
+	b.mu.Lock()
+	close(b.downCh)
+	if b.opts.OnRedisDown == FailOpen && !b.closed {
+		b.openFallbackLocked()
+	}
+	b.mu.Unlock()
+	b.wake()
+	if h := b.opts.OnStateChange; h != nil {
+		h(true, cause)
+	}
+}
+
+// markUp records that Redis answered again. The fallback's waiters turn back
+// to Redis, and its reservations are given back: Redis counts those slots.
+func (b *Backend) markUp() {
+	if !b.down.Load() {
+		return
+	}
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
+	if !b.down.Load() {
+		return
+	}
+	b.mu.Lock()
+	b.downCh = make(chan struct{})
+	b.down.Store(false)
+	if b.downCancel != nil {
+		b.downCancel() // before the reservations go, so that no waiter takes them
+		b.downCancel = nil
+	}
+	free := b.fbReserved
+	b.fbReserved = 0
+	fb := b.fb
+	b.mu.Unlock()
+	for range free {
+		fb.Release(ginqueue.Ticket{})
+	}
+	if h := b.opts.OnStateChange; h != nil {
+		h(false, nil)
+	}
+}
+
+// answering reports whether Redis answers: no failed call since the last
+// answer and, if that answer is older than CallTimeout (the server may have
+// frozen since, with no call made to notice), a probe answers now. At most
+// one CallTimeout.
+func (b *Backend) answering() bool {
+	if b.fails.Load() > 0 || b.down.Load() {
+		return false
+	}
+	if time.Since(time.Unix(0, b.lastOK.Load())) <= b.opts.CallTimeout {
+		return true
+	}
+	_, err := b.call(probeScript)
+	return err == nil
+}

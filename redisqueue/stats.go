@@ -1,0 +1,109 @@
+package redisqueue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/redis/go-redis/v9"
+)
+
+// Stats implements ginqueue.Backend with this replica's view: Running counts
+// the slots held by the requests of this process (local fallback included),
+// Queued its waiting requests,
+// Limit is the fleet's limit as last seen: MaxConcurrent until SetLimit
+// moves it, then the value of the last acquire, sync or SetLimit reply from
+// Redis (a change made on another replica shows here at this replica's next
+// acquire or sync, within a TickInterval). GlobalStats asks Redis for the
+// fleet's.
+func (b *Backend) Stats() ginqueue.BackendStats {
+	now := time.Now()
+	released := b.released.Load() // before servedSlots: never more than it
+	byPrio := map[int]int{}
+	var oldest time.Time
+	b.mu.Lock()
+	s := ginqueue.BackendStats{
+		Running: b.slots + b.localSlots,
+		Queued:  len(b.waiters),
+		Limit:   int(b.limit.Load()),
+		Served:  b.served.Load(),
+	}
+	for _, w := range b.waiters {
+		byPrio[w.prio]++
+		if oldest.IsZero() || w.since.Before(oldest) {
+			oldest = w.since
+		}
+	}
+	fb := b.fb
+	b.mu.Unlock()
+	s.Unavailable = b.down.Load()
+	s.Outages = b.outages.Load()
+	if !oldest.IsZero() {
+		s.OldestWait = now.Sub(oldest)
+	}
+	if fb != nil {
+		ls := fb.Stats()
+		s.Queued += ls.Queued
+		s.OldestWait = max(s.OldestWait, ls.OldestWait)
+		for _, p := range ls.QueuedByPriority {
+			byPrio[p.Priority] += p.Queued
+		}
+	}
+	// A grant counts as served once Acquire returns it: until then its slots
+	// are held but not yet served, and Running must never exceed the slots
+	// of the requests in Served.
+	servedSlots := b.servedSlots.Load()
+	s.Running = min(s.Running, int(servedSlots-min(servedSlots, released)))
+	if s.Queued > 0 {
+		s.QueuedByPriority = make([]ginqueue.PriorityCount, 0, len(byPrio))
+		for p, n := range byPrio {
+			s.QueuedByPriority = append(s.QueuedByPriority, ginqueue.PriorityCount{Priority: p, Queued: n})
+		}
+		slices.SortFunc(s.QueuedByPriority, func(a, b ginqueue.PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) })
+	}
+	return s
+}
+
+// GlobalStats is the fleet's view of one Name, as Redis holds it.
+type GlobalStats struct {
+	Running  int // slots held, by every replica (with Config.Cost, a request holds its cost)
+	Queued   int // waiters, on every replica
+	Replicas int // replicas whose heartbeat is live (a dead one lingers for up to the liveness lease and a tick)
+	Limit    int // the fleet's limit: what SetLimit set, or this replica's MaxConcurrent if it was never set
+}
+
+// GlobalStats asks Redis for the slots held and the waiters of the whole
+// fleet. Leases that expired but were not yet swept still count. It returns
+// the Redis error, if any; it is safe for concurrent use.
+func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
+	var h, q, r *redis.IntCmd
+	var l *redis.SliceCmd
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		h = p.ZCard(ctx, b.keys[0])
+		q = p.ZCard(ctx, b.keys[1])
+		r = p.ZCard(ctx, b.keys[5])
+		l = p.HMGet(ctx, b.keys[9], "n", "x")
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return GlobalStats{}, err
+	}
+	// The slots held are the holders plus the slots beyond one of those
+	// with a cost (see scripts.go).
+	limit, extra := b.limits.MaxConcurrent, 0
+	if v := l.Val(); len(v) == 2 {
+		if s, ok := v[0].(string); ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				limit = n
+			}
+		}
+		if s, ok := v[1].(string); ok {
+			extra, _ = strconv.Atoi(s)
+		}
+	}
+	return GlobalStats{Running: int(h.Val()) + extra, Queued: int(q.Val()), Replicas: int(r.Val()), Limit: limit}, nil
+}
