@@ -3,8 +3,7 @@ package redisqueue_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -14,43 +13,12 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
 	"github.com/ginqueue/ginqueue/redisqueue"
+	"github.com/redis/go-redis/v9"
 )
 
 // The FailOpen fallback is one in-memory Backend for the Backend's life:
 // every slot this replica runs on while Redis is down is accounted in it,
 // and Close and Drain walk it like the rest.
-
-// pause makes the test's own Redis answer nothing for d.
-func pause(t *testing.T, srv *redisServer, d time.Duration) {
-	t.Helper()
-	ctl := newClient(t, srv.addr())
-	if err := ctl.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// outage marks Redis down on b (a request's call fails), and returns once b
-// has found it back, after the pause of d.
-func outage(t *testing.T, srv *redisServer, b *redisqueue.Backend, d time.Duration) {
-	t.Helper()
-	pause(t, srv, d)
-	eventually(t, d, "Redis not marked down", func() bool {
-		if !b.Stats().Unavailable {
-			c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			if tk, err := b.Acquire(c, ginqueue.Arrival{}); err == nil {
-				b.Release(tk)
-			}
-			cancel()
-		}
-		return b.Stats().Unavailable
-	})
-	eventually(t, d+2*time.Second, "Redis not marked up again", func() bool { return !b.Stats().Unavailable })
-}
-
-func fallbackOptions(t *testing.T) redisqueue.Options {
-	return redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 2 * time.Second,
-		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
-}
 
 // A request granted by Redis that runs through two outages: once it ends,
 // the Backend is idle (a second outage's fallback once kept a slot of the
@@ -143,43 +111,6 @@ func TestCloseAnswersTheFallbacksWaiters(t *testing.T) {
 		if c := <-codes; c != http.StatusOK {
 			t.Errorf("a running request answered %d", c)
 		}
-	}
-}
-
-// Under FailClosed, Close while an acquire call is in flight answers the
-// request as closed when the call returns (within CallTimeout), not as
-// unavailable.
-func TestCloseDuringAnAcquireCallIsClosed(t *testing.T) {
-	needRedis(t)
-	t.Parallel()
-	srv := startRedis(t)
-	o := fallbackOptions(t)
-	o.CallTimeout, o.OnRedisDown = 500*time.Millisecond, redisqueue.FailClosed
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
-	if tk, err := b.Acquire(context.Background(), ginqueue.Arrival{}); err != nil { // warm the connection
-		t.Fatal(err)
-	} else {
-		b.Release(tk)
-	}
-	pause(t, srv, time.Second)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := b.Acquire(context.Background(), ginqueue.Arrival{})
-		errc <- err
-	}()
-	time.Sleep(50 * time.Millisecond) // the call is on its way
-	closed := time.Now()
-	go func() { _ = b.Close() }()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, ginqueue.ErrClosed) || errors.Is(err, ginqueue.ErrQueueFull) {
-			t.Errorf("Acquire answered %v at Close, want ErrClosed", err)
-		}
-		if d := time.Since(closed); d > o.CallTimeout {
-			t.Errorf("answered %v after Close, want within CallTimeout %v", d, o.CallTimeout)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Acquire not answered")
 	}
 }
 
@@ -293,77 +224,6 @@ func TestSecondOutageKeepsTheLimit(t *testing.T) {
 	srv.start()
 }
 
-// OnStateChange tells each change, in order, and Stats shows it.
-func TestOnStateChange(t *testing.T) {
-	needRedis(t)
-	t.Parallel()
-	srv := startRedis(t)
-	o := fallbackOptions(t)
-	type change struct {
-		down bool
-		err  error
-	}
-	changes := make(chan change, 8)
-	o.OnStateChange = func(down bool, err error) { changes <- change{down, err} }
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
-	outage(t, srv, b, 300*time.Millisecond)
-	if c := <-changes; !c.down || c.err == nil {
-		t.Errorf("first change %+v, want down with the error that tipped it", c)
-	}
-	if c := <-changes; c.down || c.err != nil {
-		t.Errorf("second change %+v, want up", c)
-	}
-	select {
-	case c := <-changes:
-		t.Errorf("a third change %+v", c)
-	default:
-	}
-	if s := b.Stats(); s.Unavailable || s.Outages != 1 {
-		t.Errorf("Stats after the outage: Unavailable %v, Outages %d; want false, 1", s.Unavailable, s.Outages)
-	}
-}
-
-// A FailClosed fleet admits nothing on its own: after a pause in which a
-// replica died, the survivor's grants are not held back for it.
-func TestFailClosedFleetIsNotHeldBackForADeadReplica(t *testing.T) {
-	needRedis(t)
-	t.Parallel()
-	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second,
-		TickInterval: 500 * time.Millisecond, FailureThreshold: 1, OnRedisDown: redisqueue.FailClosed}
-	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4, QueueTimeout: 5 * time.Second}
-	survivor := startBackends2(t, srv.addr(), l, o)
-	doomedClient := newClient(t, srv.addr())
-	doomed, err := redisqueue.New(doomedClient, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := doomed.Start(l); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	eventually(t, 2*time.Second, "the replicas did not see each other", func() bool {
-		s, err := survivor.GlobalStats(ctx)
-		return err == nil && s.Replicas == 2
-	})
-	pause(t, srv, 600*time.Millisecond)
-	_ = doomedClient.Close() // it dies during the pause, without a goodbye
-	_ = doomed.Close()
-	time.Sleep(700 * time.Millisecond) // the pause ends
-	start := time.Now()
-	var tk ginqueue.Ticket
-	eventually(t, 3*time.Second, "no grant after the pause", func() bool {
-		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		tk, err = survivor.Acquire(c, ginqueue.Arrival{})
-		return err == nil
-	})
-	if d := time.Since(start); d > 400*time.Millisecond {
-		t.Errorf("the first grant came %v after the pause ended, want well within the liveness lease (1.5 s)", d)
-	}
-	survivor.Release(tk)
-}
-
 // A cost that cannot run within the replica's budget while Redis is down is
 // refused at once, as unavailable: it does not run on fewer slots than its
 // cost.
@@ -400,195 +260,137 @@ func TestWeightedAboveTheBudgetIsRefusedWhileDown(t *testing.T) {
 	srv.start()
 }
 
-// SetLimit reaches every replica at once, not at its next tick.
-func TestSetLimitReachesTheFleetAtOnce(t *testing.T) {
-	needRedis(t)
-	t.Parallel()
-	o := redisqueue.Options{Name: newName(t), TickInterval: time.Second, LeaseTTL: 10 * time.Second}
-	bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4}, o)
-	time.Sleep(50 * time.Millisecond) // both readers listen
-	if err := bs[0].SetLimit(1); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	eventually(t, 2*time.Second, "the other replica did not learn the limit", func() bool { return bs[1].Stats().Limit == 1 })
-	if d := time.Since(start); d > 200*time.Millisecond {
-		t.Errorf("the other replica learnt the limit %v after SetLimit, want at once (its tick is %v)", d, o.TickInterval)
-	}
-}
-
-// A write to the limit's hash after Redis lost it (a flush) gives it a TTL
-// again.
-func TestWeightedWritesKeepTheLimitsTTL(t *testing.T) {
+// Under FailOpen the replicas' local limits add up to the fleet's limit
+// (4 on 3 replicas: 2, 1 and 1, by replica id), and a request that still
+// runs on a slot granted by Redis counts against its replica's local limit
+// until it ends.
+func TestFailOpenLocalLimitsAddUpToTheFleets(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), TickInterval: 3 * time.Second, LeaseTTL: 10 * time.Second}
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
-	ctl := newClient(t, srv.addr())
-	ctx := context.Background()
-	if err := ctl.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 600 * time.Millisecond,
+		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
+	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 30, QueueTimeout: 10 * time.Second}
+	var bs []*redisqueue.Backend
+	for range 3 {
+		bs = append(bs, startBackends2(t, srv.addr(), l, o))
 	}
-	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Release(tk)
-	if keys, err := keysWithoutTTL(ctx, ctl, o.Name); err != nil || len(keys) > 0 {
-		t.Errorf("keys without a TTL after a flush and a weighted grant: %v (%v)", keys, err)
-	}
-}
-
-// A Backend closed while Redis is down says so when Redis answers its
-// goodbye.
-func TestClosedWhileDownReportsRedisBack(t *testing.T) {
-	needRedis(t)
-	t.Parallel()
-	srv := startRedis(t)
-	o := fallbackOptions(t)
-	ups := make(chan bool, 4)
-	o.OnStateChange = func(down bool, _ error) { ups <- down }
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
-	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.stop()
-	eventually(t, 2*time.Second, "Redis not marked down", func() bool { return b.Stats().Unavailable })
-	b.Release(tk) // retried in the background: the goodbye waits for it
-	closed := make(chan struct{})
-	go func() { _ = b.Close(); close(closed) }()
-	srv.start()
-	<-closed
-	if b.Stats().Unavailable {
-		t.Error("Unavailable still set after the goodbye got its answer")
-	}
-	if d := <-ups; !d {
-		t.Fatal("the first change was not down")
-	}
-	select {
-	case d := <-ups:
-		if d {
-			t.Error("a second down, want up")
-		}
-	case <-time.After(time.Second):
-		t.Error("OnStateChange never said Redis was back")
-	}
-}
-
-// cutProxy forwards TCP to a server until cut: then it closes every
-// connection and refuses new ones (as a partition would), until healed.
-type cutProxy struct {
-	l     net.Listener
-	to    string
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-}
-
-func newCutProxy(t *testing.T, to string) *cutProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{l: l, to: to}
-	t.Cleanup(func() { _ = l.Close(); p.setCut(true) })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			cut := p.cut
-			p.mu.Unlock()
-			if cut {
-				_ = c.Close()
-				continue
-			}
-			s, err := net.Dial("tcp", to)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
-			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *cutProxy) addr() string { return p.l.Addr().String() }
-
-func (p *cutProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.conns = nil
-	}
-}
-
-// Redis restarted empty while two FailOpen replicas ran requests on their
-// own: the first back is not granted beside what the other still runs
-// uncounted, until the other has registered again.
-func TestRestartedEmptyWaitsForTheReplicasItLost(t *testing.T) {
-	needRedis(t)
-	t.Parallel()
-	srv := startRedis(t)
-	o := fallbackOptions(t)
-	o.LeaseTTL = 3 * time.Second
-	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}
-	a := startBackends2(t, srv.addr(), l, o)
-	proxy := newCutProxy(t, srv.addr())
-	b := startBackends2(t, proxy.addr(), l, o)
 	ctx := context.Background()
 	eventually(t, 2*time.Second, "the replicas did not see each other", func() bool {
-		s, err := a.GlobalStats(ctx)
-		return err == nil && s.Replicas == 2
+		s, err := bs[0].GlobalStats(ctx)
+		return err == nil && s.Replicas == 3
 	})
-	time.Sleep(3 * o.TickInterval) // each has heard there are 2
+	time.Sleep(o.LeaseTTL) // every replica has synced since: each knows there are 3
+	redisHeld, err := bs[0].Acquire(ctx, ginqueue.Arrival{})
+	if err != nil || redisqueue.GrantedLocally(redisHeld) {
+		t.Fatalf("before the outage: %v, granted locally %v", err, redisqueue.GrantedLocally(redisHeld))
+	}
 	srv.stop()
-	local := func(r *redisqueue.Backend) ginqueue.Ticket {
-		t.Helper()
-		var tk ginqueue.Ticket
-		eventually(t, 2*time.Second, "no grant on the replica's own", func() bool {
+	// grab takes local slots on b until one does not come within 50 ms.
+	grab := func(b *redisqueue.Backend) []ginqueue.Ticket {
+		var ts []ginqueue.Ticket
+		for {
 			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			defer cancel()
-			var err error
-			tk, err = r.Acquire(c, ginqueue.Arrival{})
-			if err == nil && !redisqueue.GrantedLocally(tk) {
-				t.Fatal("granted by a Redis that is stopped")
+			tk, err := b.Acquire(c, ginqueue.Arrival{})
+			cancel()
+			if err != nil {
+				return ts
 			}
-			return err == nil
-		})
-		return tk
+			if !redisqueue.GrantedLocally(tk) {
+				t.Fatal("a grant from Redis while it is stopped")
+			}
+			ts = append(ts, tk)
+		}
 	}
-	ta, tb := local(a), local(b) // a budget of 1 each
-	proxy.setCut(true)
-	srv.start() // empty
-	eventually(t, 2*time.Second, "a did not find Redis back", func() bool { return !a.Stats().Unavailable })
-	c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	if tk, err := a.Acquire(c, ginqueue.Arrival{}); err == nil {
-		t.Fatalf("granted (locally %v) beside a's and b's requests admitted on their own: 3 over a limit of 2",
-			redisqueue.GrantedLocally(tk))
+	var held [3][]ginqueue.Ticket
+	total := 0
+	for i, b := range bs {
+		held[i] = grab(b)
+		total += len(held[i])
 	}
-	proxy.setCut(false)
-	eventually(t, 3*time.Second, "b did not find Redis back", func() bool { return !b.Stats().Unavailable })
-	eventually(t, 2*time.Second, "b's request admitted on its own not counted", func() bool {
-		s, err := a.GlobalStats(ctx)
-		return err == nil && s.Running == 2
-	})
-	a.Release(ta)
-	b.Release(tb)
-	eventually(t, 3*time.Second, "slots or places leaked in Redis", func() bool { return globalIdle(a) })
+	if total != l.MaxConcurrent-1 {
+		t.Errorf("the local limits admitted %d (%d, %d, %d) besides the request running on a slot from Redis, want %d in all",
+			total, len(held[0]), len(held[1]), len(held[2]), l.MaxConcurrent-1)
+	}
+	// Its end frees a local slot on its replica.
+	bs[0].Release(redisHeld)
+	if more := grab(bs[0]); len(more) != 1 {
+		t.Errorf("after the request on a slot from Redis ended, its replica admitted %d more locally, want 1", len(more))
+	} else {
+		held[0] = append(held[0], more...)
+	}
+	for i, b := range bs {
+		for _, tk := range held[i] {
+			b.Release(tk)
+		}
+	}
+	srv.start()
+}
+
+// TestFailClosedCallTimeoutIs503: under FailClosed, requests whose Redis
+// calls time out during a pause are answered 503 and counted queue full,
+// with their hook and outcome, not 408: the error wraps the call's own
+// context.DeadlineExceeded (the requests behind the paused one time out
+// waiting for the pool's only connection), and the backend's timeout is not
+// the request's.
+func TestFailClosedCallTimeoutIs503(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true,
+		DialTimeout: 200 * time.Millisecond, MaxRetries: -1, PoolSize: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond,
+		LeaseTTL: 10 * time.Second, TickInterval: 2 * time.Second, OnRedisDown: redisqueue.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	outcomes := map[ginqueue.Outcome]int{}
+	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: time.Minute, Backend: b,
+		OnOutcome: func(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) {
+			mu.Lock()
+			outcomes[o]++
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() }) // before the client: cleanups run last-in first-out
+	e := gin.New()
+	e.GET("/", q.Handler(), func(c *gin.Context) { c.Status(http.StatusOK) })
+	get := func() int {
+		w := &statusRecorder{}
+		req, _ := http.NewRequest(http.MethodGet, "/", nil)
+		e.ServeHTTP(w, req)
+		return w.status()
+	}
+	if code := get(); code != http.StatusOK { // warms the pool's connection
+		t.Fatalf("before the pause: %d, want 200", code)
+	}
+
+	ctl := newClient(t, srv.addr())
+	if err := ctl.Do(context.Background(), "CLIENT", "PAUSE", 500, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	codes := make(chan int, n)
+	for range n {
+		go func() { codes <- get() }()
+	}
+	got := map[int]int{}
+	for range n {
+		got[<-codes]++
+	}
+	if want := map[int]int{http.StatusServiceUnavailable: n}; !maps.Equal(got, want) {
+		t.Errorf("during the pause: statuses %v, want %v", got, want)
+	}
+	if st := q.Stats(); st.QueueFull != n || st.QueueTimeout != 0 {
+		t.Errorf("counted %d queue full and %d queue timeout, want %d and 0", st.QueueFull, st.QueueTimeout, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[ginqueue.Outcome]int{ginqueue.OutcomeServed: 1, ginqueue.OutcomeQueueFull: n}; !maps.Equal(outcomes, want) {
+		t.Errorf("OnOutcome saw %v, want %v", outcomes, want)
+	}
 }

@@ -3,89 +3,14 @@ package redisqueue_test
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/ginqueue/ginqueue"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
-
-// holder is a request that acquires on b, reports its index on granted
-// (or its error on errs) and holds its slot until release is closed.
-type holder struct {
-	release chan struct{}
-}
-
-func hold(b *redisqueue.Backend, a ginqueue.Arrival, i int, granted chan<- int, errs chan<- error) *holder {
-	h := &holder{release: make(chan struct{})}
-	go func() {
-		tk, err := b.Acquire(context.Background(), a)
-		if err != nil {
-			errs <- err
-			return
-		}
-		granted <- i
-		<-h.release
-		b.Release(tk)
-	}()
-	return h
-}
-
-// expectGrants receives len(want) grants, in any order, within d, and fails
-// on an error or a grant not in want.
-func expectGrants(t *testing.T, granted <-chan int, errs <-chan error, d time.Duration, want ...int) {
-	t.Helper()
-	left := map[int]bool{}
-	for _, i := range want {
-		left[i] = true
-	}
-	timeout := time.After(d)
-	for len(left) > 0 {
-		select {
-		case i := <-granted:
-			if !left[i] {
-				t.Fatalf("arrival %d was granted; want %v first", i, want)
-			}
-			delete(left, i)
-		case err := <-errs:
-			t.Fatal(err)
-		case <-timeout:
-			t.Fatalf("after %v, arrivals %v still not granted", d, left)
-		}
-	}
-}
-
-// fleetIs waits until Redis shows running holders and queued waiters under
-// b's Name. A release script either grants or does not, atomically, so
-// running and queued seen together say whether it admitted anyone.
-func fleetIs(t *testing.T, b *redisqueue.Backend, running, queued int) {
-	t.Helper()
-	var s redisqueue.GlobalStats
-	eventually(t, 2*time.Second, "", func() bool {
-		var err error
-		s, err = b.GlobalStats(context.Background())
-		return err == nil && s.Running <= running
-	})
-	if s.Running != running || s.Queued != queued {
-		t.Fatalf("fleet: %d running, %d queued; want %d and %d", s.Running, s.Queued, running, queued)
-	}
-}
-
-// limitsAre waits until every backend's Stats().Limit is n.
-func limitsAre(t *testing.T, n int, bs ...*redisqueue.Backend) {
-	t.Helper()
-	for i, b := range bs {
-		eventually(t, 3*time.Second, "replica "+strconv.Itoa(i)+" does not report limit "+strconv.Itoa(n), func() bool {
-			return b.Stats().Limit == n
-		})
-	}
-}
 
 // TestSetLimitMovesTheFleet: two replicas, limit 1, waiters on both.
 // Raising the limit on A grants the next waiters in the global order at
@@ -165,6 +90,40 @@ func TestSetLimitMovesTheFleet(t *testing.T) {
 	expectGrants(t, granted, errs, 500*time.Millisecond, 3)
 	close(hs[3].release)
 	eventually(t, 2*time.Second, "slots or places left in Redis", func() bool { return globalIdle(a) })
+}
+
+// expectGrants receives len(want) grants, in any order, within d, and fails
+// on an error or a grant not in want.
+func expectGrants(t *testing.T, granted <-chan int, errs <-chan error, d time.Duration, want ...int) {
+	t.Helper()
+	left := map[int]bool{}
+	for _, i := range want {
+		left[i] = true
+	}
+	timeout := time.After(d)
+	for len(left) > 0 {
+		select {
+		case i := <-granted:
+			if !left[i] {
+				t.Fatalf("arrival %d was granted; want %v first", i, want)
+			}
+			delete(left, i)
+		case err := <-errs:
+			t.Fatal(err)
+		case <-timeout:
+			t.Fatalf("after %v, arrivals %v still not granted", d, left)
+		}
+	}
+}
+
+// limitsAre waits until every backend's Stats().Limit is n.
+func limitsAre(t *testing.T, n int, bs ...*redisqueue.Backend) {
+	t.Helper()
+	for i, b := range bs {
+		eventually(t, 3*time.Second, "replica "+strconv.Itoa(i)+" does not report limit "+strconv.Itoa(n), func() bool {
+			return b.Stats().Limit == n
+		})
+	}
 }
 
 func TestSetLimitRefusesBadValues(t *testing.T) {
@@ -266,47 +225,19 @@ func TestSetLimitWithRedisDown(t *testing.T) {
 	}
 }
 
-// Stats keeps the Queue's promises with this backend too: the split by
-// priority adds up to Queued, OldestWait is the oldest local waiter's, and
-// Served is never below Running.
-func TestStatsSplitAndOldestWait(t *testing.T) {
+// SetLimit reaches every replica at once, not at its next tick.
+func TestSetLimitReachesTheFleetAtOnce(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	release := make(chan struct{})
-	prio := func(c *gin.Context) int { p, _ := strconv.Atoi(c.Query("p")); return p }
-	r := newReplica(t, redisAddr, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second, Priority: prio},
-		redisqueue.Options{Name: newName(t)}, func(c *gin.Context) { <-release })
-	done := make(chan int, 3)
-	for _, p := range []string{"0", "0", "7"} {
-		go func() {
-			w := httptest.NewRecorder()
-			r.e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?p="+p, nil))
-			done <- w.Code
-		}()
-		time.Sleep(50 * time.Millisecond)
+	o := redisqueue.Options{Name: newName(t), TickInterval: time.Second, LeaseTTL: 10 * time.Second}
+	bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4}, o)
+	time.Sleep(50 * time.Millisecond) // both readers listen
+	if err := bs[0].SetLimit(1); err != nil {
+		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "two waiters", func() bool { return r.q.Stats().Queued == 2 })
-	st := r.q.Stats()
-	sum := 0
-	for _, p := range st.QueuedByPriority {
-		sum += p.Queued
-	}
-	if sum != st.Queued || len(st.QueuedByPriority) == 0 || st.QueuedByPriority[0].Priority < st.QueuedByPriority[len(st.QueuedByPriority)-1].Priority {
-		t.Fatalf("Queued %d, split %v", st.Queued, st.QueuedByPriority)
-	}
-	if st.OldestWait <= 0 {
-		t.Fatalf("OldestWait %v with two waiters", st.OldestWait)
-	}
-	if uint64(st.Running) > st.Served {
-		t.Fatalf("Running %d above Served %d", st.Running, st.Served)
-	}
-	close(release)
-	for range 3 {
-		if code := <-done; code != http.StatusOK {
-			t.Fatalf("status %d", code)
-		}
-	}
-	if st := r.q.Stats(); st.QueuedByPriority != nil || st.Queued != 0 {
-		t.Fatalf("after: %+v", st)
+	start := time.Now()
+	eventually(t, 2*time.Second, "the other replica did not learn the limit", func() bool { return bs[1].Stats().Limit == 1 })
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("the other replica learnt the limit %v after SetLimit, want at once (its tick is %v)", d, o.TickInterval)
 	}
 }

@@ -4,16 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,80 +97,6 @@ func newName(t testing.TB) string {
 	return "test-" + hex.EncodeToString(b[:])
 }
 
-// replica is one service instance: its own client, Backend, Queue and
-// gin engine.
-type replica struct {
-	rdb *redis.Client
-	b   *redisqueue.Backend
-	q   *ginqueue.Queue
-	e   *gin.Engine
-	// timeouts counts the Acquire errors of b that wrap
-	// ginqueue.ErrQueueTimeout.
-	timeouts atomic.Int64
-}
-
-// countTimeouts is a Backend that counts its Acquire's queue timeouts.
-type countTimeouts struct {
-	*redisqueue.Backend
-	n *atomic.Int64
-}
-
-func (b countTimeouts) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
-	t, err := b.Backend.Acquire(ctx, a)
-	if errors.Is(err, ginqueue.ErrQueueTimeout) {
-		b.n.Add(1)
-	}
-	return t, err
-}
-
-// newReplica builds a replica whose route "/" runs h behind the Queue. The
-// test closes the Queue at its end.
-func newReplica(t testing.TB, addr string, cfg ginqueue.Config, o redisqueue.Options, h gin.HandlerFunc) *replica {
-	t.Helper()
-	r := &replica{rdb: newClient(t, addr)}
-	var err error
-	r.b, err = redisqueue.New(r.rdb, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Backend = countTimeouts{Backend: r.b, n: &r.timeouts}
-	r.q, err = ginqueue.NewQueue(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Cleanups run last-in first-out: the Queue closes before its client.
-	t.Cleanup(func() { _ = r.q.Close() })
-	r.e = gin.New()
-	r.e.GET("/", r.q.Handler(), h)
-	return r
-}
-
-// get serves one request on r and returns its status.
-func (r *replica) get() int {
-	w := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
-	r.e.ServeHTTP(w, req)
-	return w.Code
-}
-
-// eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// globalIdle reports whether nothing is held or queued under b's Name.
-func globalIdle(b *redisqueue.Backend) bool {
-	s, err := b.GlobalStats(context.Background())
-	return err == nil && s.Running == 0 && s.Queued == 0
-}
-
 // freePort returns a TCP port nobody listens on now.
 func freePort(t testing.TB) int {
 	t.Helper()
@@ -233,6 +155,33 @@ func (s *redisServer) stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
+}
+
+// pause makes the test's own Redis answer nothing for d.
+func pause(t *testing.T, srv *redisServer, d time.Duration) {
+	t.Helper()
+	ctl := newClient(t, srv.addr())
+	if err := ctl.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// outage marks Redis down on b (a request's call fails), and returns once b
+// has found it back, after the pause of d.
+func outage(t *testing.T, srv *redisServer, b *redisqueue.Backend, d time.Duration) {
+	t.Helper()
+	pause(t, srv, d)
+	eventually(t, d, "Redis not marked down", func() bool {
+		if !b.Stats().Unavailable {
+			c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			if tk, err := b.Acquire(c, ginqueue.Arrival{}); err == nil {
+				b.Release(tk)
+			}
+			cancel()
+		}
+		return b.Stats().Unavailable
+	})
+	eventually(t, d+2*time.Second, "Redis not marked up again", func() bool { return !b.Stats().Unavailable })
 }
 
 // quiet drops go-redis's internal log lines.

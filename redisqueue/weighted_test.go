@@ -68,19 +68,6 @@ func none(t *testing.T, out <-chan grant, d time.Duration) {
 	}
 }
 
-// held acquires cost slots on b at once (they are free) and checks the
-// Ticket.
-func held(t *testing.T, b *redisqueue.Backend, cost, slots int) ginqueue.Ticket {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: cost})
-	if err != nil || tk.Cost != slots {
-		t.Fatalf("Acquire of cost %d: Ticket %+v, %v; want %d slots", cost, tk, err, slots)
-	}
-	return tk
-}
-
 // Three replicas serve a mix of cost-1 and cost-4 requests under one limit
 // of 6: the slots held by running requests, and those held in Redis, never
 // exceed it, and everyone is served.
@@ -382,4 +369,27 @@ func TestWeightedFailOpenCountsCostsLocally(t *testing.T) {
 		t.Fatal("granted locally with Redis back")
 	}
 	b.Release(tk)
+}
+
+// A write to the limit's hash after Redis lost it (a flush) gives it a TTL
+// again.
+func TestWeightedWritesKeepTheLimitsTTL(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t)
+	o := redisqueue.Options{Name: newName(t), TickInterval: 3 * time.Second, LeaseTTL: 10 * time.Second}
+	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
+	ctl := newClient(t, srv.addr())
+	ctx := context.Background()
+	if err := ctl.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(tk)
+	if keys, err := keysWithoutTTL(ctx, ctl, o.Name); err != nil || len(keys) > 0 {
+		t.Errorf("keys without a TTL after a flush and a weighted grant: %v (%v)", keys, err)
+	}
 }

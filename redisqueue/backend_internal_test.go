@@ -18,6 +18,7 @@ type delayAcquire struct {
 }
 
 func (h delayAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (h delayAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if a := cmd.Args(); len(a) > 1 && a[1] == h.sha {
@@ -26,6 +27,7 @@ func (h delayAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
+
 func (h delayAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }

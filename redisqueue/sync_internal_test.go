@@ -2,84 +2,15 @@ package redisqueue
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ginqueue/ginqueue"
+	"github.com/redis/go-redis/v9"
 )
-
-// internalBackend starts a Backend of a fresh Name on the test Redis, or
-// skips when none answers.
-func internalBackend(t *testing.T, l ginqueue.Limits) (*Backend, *redis.Client) {
-	t.Helper()
-	addr := "127.0.0.1:6379"
-	if a := os.Getenv("REDIS_ADDR"); a != "" {
-		addr = a
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no Redis at %s: %v", addr, err)
-		}
-		t.Skipf("no Redis at %s", addr)
-	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	b, err := New(rdb, Options{Name: "internal-" + hex.EncodeToString(rnd[:])})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(l); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b, rdb
-}
-
-// A grant that lands in the same instant as its waiter's hang-up is given
-// back: the Backend must not go on counting a slot nobody holds (Shutdown
-// would wait for it, and the lease would be refreshed for ever).
-func TestGrantRacingHangUpIsGivenBack(t *testing.T) {
-	b, _ := internalBackend(t, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	leaked := 0
-	for range 200 {
-		b.mu.Lock()
-		w := &waiter{id: b.nextID.Add(1), ready: make(chan struct{})}
-		b.waiters[w.id] = w
-		b.grantLocked(w) // the grant notice, as the client hangs up
-		b.mu.Unlock()
-		_, err, _ := b.wait(ctx, w, time.Time{}, nil)
-		if err == nil {
-			b.Release(ginqueue.Ticket{ID: w.id}) // it saw its grant: it ran
-			continue
-		}
-		b.mu.Lock()
-		if _, ok := b.held[w.id]; ok {
-			leaked++
-		}
-		b.mu.Unlock()
-	}
-	if leaked > 0 {
-		t.Fatalf("%d hung-up waiters left a slot counted as held", leaked)
-	}
-	drain, cancelDrain := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancelDrain()
-	if err := b.Drain(drain); err != nil {
-		t.Fatalf("Drain: %v; held %d", err, len(b.held))
-	}
-}
 
 // A replica knows which slots it holds: a lease of its own in Redis that it
 // neither holds nor waits for (a release acknowledged by a master that then
@@ -117,29 +48,6 @@ func TestSyncReconcilesPhantomLeases(t *testing.T) {
 	delete(b.waiters, inflight.id)
 	b.mu.Unlock()
 	_ = rdb.ZRem(ctx, h, b.leaseID(inflight.id))
-}
-
-// New names the options type the user built when a setting is missing.
-func TestNewNamesTheOptionsTypeUsed(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		rdb  redis.UniversalClient
-		want string
-	}{
-		{"plain", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "redis.Options (or redis.UniversalOptions)"},
-		{"universal single", redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}}), "redis.UniversalOptions"},
-		{"sentinel", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}}), "redis.FailoverOptions"},
-		{"universal sentinel", redis.NewUniversalClient(&redis.UniversalOptions{MasterName: "m", Addrs: []string{"127.0.0.1:1"}}), "redis.FailoverOptions (or redis.UniversalOptions"},
-		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), "redis.ClusterOptions"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			defer tt.rdb.Close()
-			_, err := New(tt.rdb, Options{Name: "x"})
-			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
-				t.Fatalf("got %v, want an error naming %q and ContextTimeoutEnabled", err, tt.want)
-			}
-		})
-	}
 }
 
 // The reconcile races the acquires: an Acquire that registers its waiter
@@ -214,6 +122,111 @@ func TestReleaseRacingSyncLeavesNoGhost(t *testing.T) {
 				t.Fatalf("round %d: a released slot is still held in Redis 200 ms after its release", i)
 			}
 			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// A request admitted on this replica's own after its probe listed what it
+// runs, and before the probe's answer marks Redis up, is counted before
+// Redis grants anybody: the probe does not count as this replica's full
+// list, the sync right after it does.
+func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
+	addr := ownRedis(t)
+	o := Options{Name: "late", CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
+		TickInterval: 200 * time.Millisecond, FailureThreshold: 1} // a liveness lease of 600 ms
+	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}
+	start := func(o Options, hook func(bool)) *Backend {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		b, err := New(rdb, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.syncHook = hook
+		if err := b.Start(l); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	var a *Backend
+	var late atomic.Pointer[ginqueue.Ticket]
+	var paused, delayed atomic.Bool
+	window := make(chan struct{})
+	a = start(o, func(down bool) {
+		switch {
+		case down && paused.Load() && late.Load() == nil:
+			// The probe that will find Redis back: its list is taken, and
+			// a request is admitted on a's own before it is sent.
+			c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if tk, err := a.Acquire(c, ginqueue.Arrival{}); err == nil {
+				late.Store(&tk)
+			}
+		case !down && late.Load() != nil && !delayed.Swap(true):
+			// The sync with the full list comes late.
+			close(window)
+			time.Sleep(200 * time.Millisecond) // well within the liveness lease
+		}
+	})
+	ob := o
+	ob.FailureThreshold = 1000 // never marked down: it syncs with a full list at once
+	other := start(ob, nil)
+	ctl := redis.NewClient(&redis.Options{Addr: addr})
+	defer ctl.Close()
+	ctx := context.Background()
+	for s, _ := a.GlobalStats(ctx); s.Replicas != 2; s, _ = a.GlobalStats(ctx) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := ctl.Do(ctx, "CLIENT", "PAUSE", 500, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused.Store(true)
+	c, cancel := context.WithTimeout(ctx, 60*time.Millisecond)
+	if tk, err := a.Acquire(c, ginqueue.Arrival{}); err == nil { // its call fails: Redis is marked down on a
+		a.Release(tk) // admitted on its own
+	}
+	cancel()
+	select {
+	case <-window:
+	case <-time.After(3 * time.Second):
+		t.Fatalf("no late local grant, or Redis not marked up on a: %+v", a.Stats())
+	}
+	// While a's full list is on its way: two requests on the other replica.
+	got := make(chan ginqueue.Ticket, 2)
+	for range 2 {
+		go func() {
+			c, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if tk, err := other.Acquire(c, ginqueue.Arrival{}); err == nil {
+				got <- tk
+			}
+		}()
+	}
+	var tks []ginqueue.Ticket
+	timeout := time.After(1200 * time.Millisecond)
+	for len(tks) < 2 {
+		select {
+		case tk := <-got:
+			tks = append(tks, tk)
+			continue
+		case <-timeout:
+		}
+		break
+	}
+	if len(tks) > 1 {
+		t.Fatalf("both granted beside a's request admitted on its own: 3 over a limit of 2")
+	}
+	a.Release(*late.Load())
+	for _, tk := range tks {
+		other.Release(tk)
+	}
+	if len(tks) == 1 {
+		// the other one gets the slot a's request gave back, or timed out
+		select {
+		case tk := <-got:
+			other.Release(tk)
+		case <-time.After(time.Second):
 		}
 	}
 }

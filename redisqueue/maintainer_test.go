@@ -1,0 +1,34 @@
+package redisqueue_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/redisqueue"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// A client its owner closed right after Close (a common shutdown order)
+// will never answer: the maintainer stops at once instead of retrying the
+// goodbye until LeaseTTL.
+func TestMaintainerStopsWhenTheClientIsClosed(t *testing.T) {
+	needRedis(t)
+	defer goleak.VerifyNone(t)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 2}); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	_ = rdb.Close()
+	b.Release(tk) // its release and the goodbye find the client closed
+}
