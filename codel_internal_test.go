@@ -1,11 +1,11 @@
+// CoDel in the dispatcher, in fake time: maximum waits, the timer, grants under LIFO.
+
 package ginqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,29 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// Internal tests of CoDel in the dispatcher, in fake time: the maximum wait a
-// waiter gets, when the timer fires, and the order of grants under LIFO.
-
-// parked is what one Acquire came back with, and after how long.
-type parked struct {
-	err    error
-	waited time.Duration
-}
-
-// park runs an Acquire of a in its own goroutine and waits until it has
-// parked or returned, so arrivals have a known order; its result comes back
-// on the channel.
-func park(d *dispatcher, ctx context.Context, a Arrival) <-chan parked {
-	out := make(chan parked, 1)
-	t0 := time.Now()
-	go func() {
-		_, err := d.Acquire(ctx, a)
-		out <- parked{err, time.Since(t0)}
-	}()
-	synctest.Wait()
-	return out
-}
 
 // holdAll takes every slot of d, so that arrivals queue.
 func holdAll(t *testing.T, d *dispatcher, n int) {
@@ -217,6 +194,37 @@ func TestCoDelGrantChecksTheEffectiveDeadline(t *testing.T) {
 	})
 }
 
+// TestCoDelGrantChecksTheEffectiveDeadline with the due waiter the last one
+// in the room: grantLocked removes it before it asks for the maximum wait, so the
+// room looks empty, the queue "not standing", and the waiter gets Interval
+// instead of Target. It waited 99 ms of a 5 ms maximum wait and must time out.
+func TestCoDelLastWaiterGetsTheStandingBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
+		holdAll(t, d, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		first := park(d, ctx, Arrival{}) // the queue is busy from 0 ms
+		time.Sleep(3 * time.Millisecond)
+		old := park(d, context.Background(), Arrival{})
+		time.Sleep(time.Millisecond)
+		cancel()
+		assert.ErrorIs(t, (<-first).err, context.Canceled)
+		time.Sleep(95 * time.Millisecond)
+		d.mu.Lock()
+		d.timer.Stop() // the timer is late (a loaded machine), as in TestCoDelGrantChecksTheEffectiveDeadline
+		d.mu.Unlock()
+		time.Sleep(3 * time.Millisecond) // 102 ms: the queue has stood for 2 ms
+		d.Release(Ticket{})
+		synctest.Wait()
+		r := <-old
+		assert.ErrorIs(t, r.err, ErrQueueTimeout, "waited 99 ms of a 5 ms maximum wait in a standing queue")
+		assert.Equal(t, 99*time.Millisecond, r.waited)
+		if r.err == nil {
+			d.Release(Ticket{})
+		}
+	})
+}
+
 // While the queue stands, LIFO grants the newest waiter of the highest
 // priority first, and within a priority the newest of the flow whose turn it
 // is; once the queue has emptied, the same arrivals are served first in
@@ -301,6 +309,100 @@ func TestCoDelLIFO(t *testing.T) {
 	}
 }
 
+// Under CoDel's LIFO, while the queue stands, the head is the newest waiter:
+// a cost-4 newest waiter holds the line as an oldest one does, nobody is
+// granted past it, and it is granted its 4 slots, not the 1 that would fit
+// the waiter before it.
+func TestLIFOHeadHoldsTheLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 8, QueueTimeout: time.Minute,
+			CoDel: &CoDel{Target: 10 * time.Millisecond, Interval: 10 * time.Millisecond, LIFO: true}})
+		for range 4 {
+			require.NotZero(t, d.TryAcquire())
+		}
+		first := acquireCost(d, context.Background(), Arrival{Cost: 1}) // the queue is busy from now on
+		time.Sleep(8 * time.Millisecond)
+		light := acquireCost(d, context.Background(), Arrival{Cost: 1})
+		time.Sleep(time.Millisecond)
+		heavy := acquireCost(d, context.Background(), Arrival{Cost: 4})
+		time.Sleep(time.Millisecond) // 10 ms: the queue stands, the first waiter is dropped
+		synctest.Wait()
+		assert.ErrorIs(t, (<-first).err, ErrQueueTimeout)
+
+		d.Release(Ticket{})
+		synctest.Wait()
+		assert.True(t, pending(light), "a waiter passed the newest, heavy head")
+		assert.True(t, pending(heavy))
+		for range 3 {
+			d.Release(Ticket{})
+		}
+		h := <-heavy
+		require.NoError(t, h.err)
+		assert.Equal(t, 4, h.t.Cost)
+		assert.True(t, pending(light))
+		d.Release(h.t)
+		l := <-light
+		require.NoError(t, l.err)
+		d.Release(l.t)
+		assert.Equal(t, BackendStats{Limit: 4, Served: 6}, d.Stats())
+	})
+}
+
+// With QueueTimeout at or below Target (so CoDel's two maximum waits are equal,
+// short == long), wakeAt arms no timer for the moment the queue starts
+// standing. Under LIFO that moment changes the head, though: here a cost-4
+// FIFO head holds two free slots, and at 100 ms the standing queue's head
+// becomes the newest waiter, of cost 1, whose slot is free. Nobody runs
+// grantLocked then, so it waits with its slot free until the next event
+// (a filler's timeout at 110 ms): the "no head waits while its slots are
+// free" invariant FuzzSchedule checks.
+func TestCoDelLIFOHeadChangeWithEqualBudgets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 20, QueueTimeout: 30 * time.Millisecond, Weighted: true,
+			CoDel: &CoDel{Target: 50 * time.Millisecond, Interval: 100 * time.Millisecond, LIFO: true}})
+		holdAll(t, d, 4)
+		t0 := time.Now()
+		at := func(ms int) { time.Sleep(time.Duration(ms)*time.Millisecond - time.Since(t0)) }
+		var fillers []<-chan parked
+		var heavy, light <-chan acquired
+		for _, ms := range []int{0, 20, 40, 60, 80, 85, 90, 92, 95} {
+			at(ms)
+			switch ms {
+			case 92:
+				d.Release(Ticket{})
+				d.Release(Ticket{}) // 2 of 4 free: not enough for the head
+			case 85:
+				heavy = acquireCost(d, context.Background(), Arrival{Cost: 4}) // FIFO head of priority 0
+			case 90:
+				light = acquireCost(d, context.Background(), Arrival{Cost: 1}) // the newest of priority 0
+			default:
+				// Lower-priority fillers keep the queue from emptying; each
+				// times out after 30 ms.
+				fillers = append(fillers, park(d, context.Background(), Arrival{Priority: -1}))
+			}
+		}
+		at(100) // the queue has not emptied for 100 ms: it stands, LIFO
+		synctest.Wait()
+		d.mu.Lock()
+		standing := d.standing(d.now())
+		d.mu.Unlock()
+		assert.True(t, standing)
+		if !assert.False(t, pending(light), "at 100 ms the LIFO head (cost 1) has a free slot but is not granted") {
+			at(110)
+			synctest.Wait()
+			t.Logf("granted only at 110 ms: pending=%v", pending(light))
+		}
+		at(200)
+		for _, f := range fillers {
+			<-f
+		}
+		if r := <-light; r.err == nil {
+			d.Release(r.t)
+		}
+		<-heavy
+	})
+}
+
 // Limits.Validate checks CoDel, naming the Limits field; Start fills in the
 // defaults of a CoDel given to it directly.
 func TestCoDelLimitsValidate(t *testing.T) {
@@ -336,152 +438,4 @@ func TestCoDelLimitsValidate(t *testing.T) {
 			assert.Equal(t, &codel{long: int64(want.Interval), short: int64(want.Target), interval: int64(want.Interval)}, d.codel)
 		})
 	}
-}
-
-// FuzzCoDel plays a schedule of arrivals, hang-ups, releases and time
-// passing against a dispatcher with any CoDel and QueueTimeout. A CoDel that
-// Validate refuses is refused by Start with the same error, naming a
-// Limits.CoDel field. Otherwise: every arrival has exactly one outcome; a
-// waiter times out no sooner than the short maximum wait and no later than the
-// long one, and is granted before the long one; nobody waits while a slot is
-// free; without LIFO, grants within a priority and flow follow arrival order.
-func FuzzCoDel(f *testing.F) {
-	ms := int64(time.Millisecond)
-	sched := []byte{0, 0, 0, 1, 0, 2, 4, 30, 0, 1, 2, 0, 4, 200, 0, 0, 4, 255, 2, 1, 3, 1, 4, 90}
-	f.Add(int64(0), int64(0), int64(0), false, sched)                                         // defaults
-	f.Add(5*ms, 100*ms, int64(time.Second), true, sched)                                      // LIFO
-	f.Add(10*ms, 10*ms, int64(0), true, sched)                                                // Target == Interval
-	f.Add(int64(1), int64(1), int64(0), false, sched)                                         // 1 ns
-	f.Add(int64(1), int64(1), int64(1), true, sched)                                          // 1 ns, capped at 1 ns
-	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), true, sched)      // centuries
-	f.Add(int64(math.MaxInt64/2), int64(math.MaxInt64), int64(2*ms), false, sched)            // centuries, capped
-	f.Add(5*ms, 100*ms, int64(ms), true, sched)                                               // QueueTimeout below Target
-	f.Add(int64(-1), int64(0), int64(0), false, sched)                                        // refused
-	f.Add(200*ms, int64(0), int64(0), false, sched)                                           // refused: above the default Interval
-	f.Add(int64(math.MinInt64), int64(math.MinInt64), int64(math.MinInt64), false, []byte{0}) // refused
-	f.Fuzz(func(t *testing.T, target, interval, timeout int64, lifo bool, data []byte) {
-		cd := CoDel{Target: time.Duration(target), Interval: time.Duration(interval), LIFO: lifo}
-		l := Limits{MaxConcurrent: 1, MaxQueue: 6, QueueTimeout: time.Duration(timeout), CoDel: &cd}
-		if len(data) > 0 {
-			l.MaxConcurrent += int(data[0] % 3)
-		}
-		if err := l.Validate(); err != nil {
-			if !strings.HasPrefix(err.Error(), "ginqueue: Limits.") {
-				t.Fatalf("error does not name a Limits field: %v", err)
-			}
-			if err2 := NewMemoryBackend().Start(l); err2 == nil || err2.Error() != err.Error() {
-				t.Fatalf("Start disagrees with Validate: %v vs %v", err2, err)
-			}
-			return
-		}
-		synctest.Test(t, func(t *testing.T) { playCoDel(t, l, data) })
-	})
-}
-
-func playCoDel(t *testing.T, l Limits, data []byte) {
-	d := NewMemoryBackend().(*dispatcher)
-	if err := d.Start(l); err != nil {
-		t.Fatalf("start %+v: %v", l, err)
-	}
-	c := newCoDel(l.CoDel.withDefaults(), l.QueueTimeout)
-	long, short := time.Duration(c.long), time.Duration(c.short)
-	type arrival struct {
-		prio       int
-		flow       string
-		cancel     context.CancelFunc
-		out        <-chan parked
-		done, hold bool
-		granted    int // the grant's rank among all grants; 0 if never
-	}
-	var arrivals []*arrival
-	grants := 0
-	collect := func() {
-		synctest.Wait()
-		for i, a := range arrivals {
-			select {
-			case r := <-a.out:
-				switch {
-				case r.err == nil:
-					grants++
-					a.hold, a.granted = true, grants
-					if r.waited >= long {
-						t.Fatalf("arrival %d granted after %v, past the long maximum wait %v", i, r.waited, long)
-					}
-				case errors.Is(r.err, ErrQueueTimeout):
-					a.done = true
-					if r.waited < short || r.waited > long {
-						t.Fatalf("arrival %d timed out after %v, outside [%v, %v]", i, r.waited, short, long)
-					}
-				default:
-					a.done = true
-				}
-			default:
-			}
-		}
-		holders, waiting := 0, 0
-		for _, a := range arrivals {
-			if a.hold {
-				holders++
-			} else if !a.done {
-				waiting++
-			}
-		}
-		if st := d.Stats(); st.Running != holders || st.Queued != waiting {
-			t.Fatalf("stats %+v, but %d hold and %d wait", st, holders, waiting)
-		}
-		if waiting > 0 && holders < l.MaxConcurrent {
-			t.Fatalf("%d wait while %d of %d slots are held", waiting, holders, l.MaxConcurrent)
-		}
-	}
-	release := func(i int) bool {
-		for k := range arrivals {
-			if a := arrivals[(i+k)%len(arrivals)]; a.hold {
-				a.hold, a.done = false, true
-				d.Release(Ticket{})
-				return true
-			}
-		}
-		return false
-	}
-	for step := 1; step+1 < len(data); step += 2 {
-		op, arg := data[step]%4, data[step+1]
-		switch op {
-		case 0: // an arrival
-			ctx, cancel := context.WithCancel(context.Background())
-			a := &arrival{prio: int(arg % 2), flow: string(rune('a' + arg>>1%2)), cancel: cancel}
-			a.out = park(d, ctx, Arrival{Priority: a.prio, Flow: a.flow})
-			arrivals = append(arrivals, a)
-		case 1: // a holder finishes
-			release(int(arg))
-		case 2: // a client hangs up
-			if len(arrivals) > 0 {
-				arrivals[int(arg)%len(arrivals)].cancel()
-			}
-		case 3: // time passes
-			time.Sleep(time.Duration(arg) * time.Millisecond)
-		}
-		collect()
-	}
-	for release(0) {
-		collect()
-	}
-	for _, a := range arrivals {
-		a.cancel()
-	}
-	collect()
-	last := map[string]int{}
-	for i, a := range arrivals {
-		if !a.done {
-			t.Fatalf("arrival %d has no outcome", i)
-		}
-		if a.granted == 0 || l.CoDel.LIFO {
-			continue
-		}
-		k := fmt.Sprint(a.prio, a.flow)
-		if a.granted < last[k] {
-			t.Fatalf("arrival %d of class %s was granted before an earlier one", i, k)
-		}
-		last[k] = a.granted
-	}
-	_ = d.Close()
 }

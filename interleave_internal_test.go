@@ -63,12 +63,6 @@ type sched struct {
 	free  bool // the schedule is over: nobody pauses any more
 }
 
-// slots is the number of slots held and the limit.
-func (d *dispatcher) slots() (run, limit int64) {
-	st := d.state.Load()
-	return running(st), limitOf(st)
-}
-
 // goid is the current goroutine's id, parsed from its stack header.
 func goid() uint64 {
 	var buf [64]byte

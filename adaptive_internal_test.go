@@ -1,3 +1,5 @@
+// The adaptive limiter alone, sample by sample.
+
 package ginqueue
 
 import (
@@ -9,6 +11,82 @@ import (
 	"testing"
 	"time"
 )
+
+// playWindows feeds samples of d until n more windows have ended (each ends
+// with one SetLimit).
+func playWindows(l *limiter, s *fakeSetter, d time.Duration, n int) {
+	for from := len(s.args); len(s.args)-from < n; {
+		l.sample(l.begin(), d)
+	}
+}
+
+// roundedLimit is the limiter's limit as the Backend gets it.
+func roundedLimit(l *limiter) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(math.Round(l.limit))
+}
+
+// How no-load latency moves, window by window, with a Window of 10 samples
+// (a probe's size too) and every slot in use.
+func TestLimiterNoLoadLatency(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  AdaptiveConfig
+		run  func(t *testing.T, l *limiter, s *fakeSetter)
+	}{
+		{"faster handlers are measured by a probe, the limit kept", AdaptiveConfig{MaxLimit: 100, Window: 10}, func(t *testing.T, l *limiter, s *fakeSetter) {
+			playWindows(l, s, 5*time.Millisecond, 1+3) // the opening probe, three windows
+			before, from := roundedLimit(l), len(s.args)
+			playWindows(l, s, time.Millisecond, 2)
+			if got := s.args[from:]; got[0] != 1 || got[1] != before {
+				t.Errorf("limits %v, want a probe at 1, then %d again", got, before)
+			}
+			if got := l.noLoadLatency(); got != time.Millisecond {
+				t.Errorf("no-load latency %v, want 1ms", got)
+			}
+		}},
+		// After the window that follows the probe (which moves nothing):
+		// 20 → 12.2 → 7.9 → 5.3 → 3.8 → 2.9 → 2.5 (rounded 2, the floor) in 6
+		// windows, each at most halving; the 8th, at the floor, measures.
+		{"gradient: a probe of 200 µs cache hits, measured again at the floor", AdaptiveConfig{MaxLimit: 100, Window: 10}, func(t *testing.T, l *limiter, s *fakeSetter) {
+			playWindows(l, s, 200*time.Microsecond, 1)
+			playWindows(l, s, 5*time.Millisecond, 8)
+			if got := l.noLoadLatency(); got != 5*time.Millisecond {
+				t.Errorf("no-load latency %v after 8 windows of 5 ms, want 5ms; limits %v", got, s.args)
+			}
+			playWindows(l, s, 5*time.Millisecond, 10)
+			if got := roundedLimit(l); got < 4 { // 2.46 + 10 × 0.2
+				t.Errorf("limit %d 10 windows after the floor, want at least 4; limits %v", got, s.args)
+			}
+		}},
+		// 20 × 0.9ⁿ rounds to 1 (below 1.5) for n = 25; the 26th window measures.
+		{"aimd: a probe of 200 µs cache hits, measured again at the floor", AdaptiveConfig{MaxLimit: 100, Window: 10, Algorithm: AIMD}, func(t *testing.T, l *limiter, s *fakeSetter) {
+			playWindows(l, s, 200*time.Microsecond, 1)
+			playWindows(l, s, 5*time.Millisecond, 26)
+			if got := l.noLoadLatency(); got != 5*time.Millisecond {
+				t.Errorf("no-load latency %v after 26 windows of 5 ms, want 5ms; limits %v", got, s.args)
+			}
+			playWindows(l, s, 5*time.Millisecond, 10)
+			if got := roundedLimit(l); got < 11 {
+				t.Errorf("limit %d 10 windows after the floor, want at least 11; limits %v", got, s.args)
+			}
+		}},
+		// Every other window is a probe; the other 20 each add at least 0.2.
+		{"ProbeEvery 1: the window before each probe still moves the limit", AdaptiveConfig{MaxLimit: 100, Window: 10, ProbeEvery: 1}, func(t *testing.T, l *limiter, s *fakeSetter) {
+			playWindows(l, s, 5*time.Millisecond, 1+40)
+			if got := roundedLimit(l); got < 24 {
+				t.Errorf("limit %d after 40 windows, want at least 20 + 20 × 0.2 = 24", got)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &fakeSetter{}
+			l := newLimiter(tt.cfg, 20, s, func() int { return s.args[len(s.args)-1] })
+			tt.run(t, l, s)
+		})
+	}
+}
 
 // Handler times that do not depend on load at all, with an ordinary spread
 // (exponential, or log-normal with σ 0.5 or 0.8, mean about 5 ms), every

@@ -1,3 +1,5 @@
+// RejectEarly's and Retry-After's estimates: who is ahead, slot time, drain rate.
+
 package ginqueue
 
 import (
@@ -28,62 +30,6 @@ func TestAheadInOtherBackends(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, aheadIn(tc.b, Arrival{Priority: tc.prio}), "priority %d of %+v", tc.prio, tc.b)
 	}
-}
-
-// Flows take turns: an arrival has ahead of it its own flow's waiters and,
-// from each other flow, one more than that or all that flow has.
-func TestAheadInTheWaitroom(t *testing.T) {
-	r := newWaitroom()
-	push := func(prio int, flow string, n int) {
-		for range n {
-			r.push(&waiter{}, prio, flow)
-		}
-	}
-	push(0, "A", 5) // the cursor is on A, then B
-	push(0, "B", 1)
-	push(2, "C", 2)
-	for _, tc := range []struct {
-		prio int
-		flow string
-		want int
-	}{
-		{3, "A", 0},         // above everyone
-		{2, "C", 2},         // behind its own flow
-		{2, "D", 1},         // a new flow at 2: one turn of C
-		{1, "A", 2},         // a level of its own: only the higher one
-		{0, "new", 2 + 2},   // one turn of A and of B
-		{0, "B", 2 + 1 + 2}, // B's second: its own 1, two turns of A (before it)
-		{0, "A", 2 + 5 + 1}, // A's sixth: its own 5, all of B
-		{0, "new", 2 + 2},   // a new flow: one turn of each
-	} {
-		assert.Equal(t, tc.want, r.ahead(tc.prio, tc.flow, false), "priority %d flow %q", tc.prio, tc.flow)
-	}
-	// Newest first (CoDel's LIFO): an arrival is its flow's next, so a flow
-	// between the cursor and its own gets one turn before it, one after none.
-	for _, tc := range []struct {
-		prio int
-		flow string
-		want int
-	}{
-		{2, "C", 0},     // its flow's next, at the highest priority
-		{0, "A", 2},     // the cursor's flow: only the higher priority
-		{0, "B", 2 + 1}, // one turn of A first
-		{0, "new", 2 + 2},
-	} {
-		assert.Equal(t, tc.want, r.ahead(tc.prio, tc.flow, true), "newest first: priority %d flow %q", tc.prio, tc.flow)
-	}
-	// Flows after the arrival's own in the round get as many turns as it has
-	// waiters, not one more: with the cursor on A (one waiter) and B, C
-	// behind it with three each, A's second waits for A's first and one of
-	// each of B and C.
-	r = newWaitroom()
-	push(0, "A", 1)
-	push(0, "B", 3)
-	push(0, "C", 3)
-	assert.Equal(t, 1+1+1, r.ahead(0, "A", false))
-	assert.Equal(t, 3+1+3, r.ahead(0, "B", false), "B's fourth: its own 3, A's only one, C's three (each of C's turns comes before it)")
-	assert.Equal(t, 1, r.ahead(0, "B", true), "newest first: one turn of A, none of C")
-	assert.Equal(t, 1+1, r.ahead(0, "C", true), "newest first: one turn of A and of B")
 }
 
 // The handler-time estimate is a mean per request: nothing but samples move
@@ -156,5 +102,22 @@ func TestServiceEstimateOfAMixOfPaths(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// The drain rate covers about ten seconds however often it is asked: a burst
+// of 100 finished requests 5 s ago still counts.
+func TestDrainRateCoversItsWindow(t *testing.T) {
+	var m drainMeter
+	t0 := time.Unix(0, 0)
+	m.rate(t0, 0)
+	done := uint64(100) // a burst in the first second
+	for at := time.Second; at <= 5*time.Second; at += 100 * time.Millisecond {
+		rate, ok := m.rate(t0.Add(at), done)
+		require.True(t, ok)
+		if at == 5*time.Second {
+			assert.InDelta(t, 140.0/5, rate, 1e-9, "the base must still be the sample at the start")
+		}
+		done++ // then 10 a second
 	}
 }

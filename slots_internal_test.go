@@ -1,0 +1,128 @@
+// The slot word, the fast path, Counts and Release.
+
+package ginqueue
+
+import (
+	"context"
+	"math"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// In the instant between a release and its hand-off, the freed slot belongs
+// to the head waiter: an arrival on the fast path must not take it.
+func TestFastPathNeverOvertakesWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
+		_, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+		waiter := acquireAsync(d, context.Background())
+		synctest.Wait()
+
+		d.finished.Add(1) // the first half of Release: the slot is free
+		d.state.Add(^uint64(0))
+		assert.Zero(t, d.TryAcquire(), "an arrival overtook the waiter")
+		d.mu.Lock()
+		d.grantLocked() // the second half
+		d.settle()
+		d.mu.Unlock()
+		assert.NoError(t, <-waiter)
+		assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+	})
+}
+
+// The fields of the state word stay apart at the bounds: a limit of 1<<30
+// with a thousand holders, lowered to 1 and raised back.
+func TestStateWordAtTheBounds(t *testing.T) {
+	d := startDispatcher(t, Limits{MaxConcurrent: MaxLimit, MaxQueue: MaxLimit, QueueTimeout: 1})
+	for range 1000 {
+		require.NotZero(t, d.TryAcquire(), "fast path refused below the limit")
+	}
+	require.NoError(t, d.SetLimit(1))
+	run, limit := d.slots()
+	assert.Equal(t, [2]int64{1000, 1}, [2]int64{run, limit})
+	assert.Zero(t, d.TryAcquire(), "admitted past a lowered limit")
+	require.NoError(t, d.SetLimit(MaxLimit))
+	assert.Error(t, d.SetLimit(MaxLimit+1))
+	for range 1000 {
+		d.Release(Ticket{})
+	}
+	run, limit = d.slots()
+	assert.Equal(t, [2]int64{0, MaxLimit}, [2]int64{run, limit})
+	assert.Equal(t, BackendStats{Limit: MaxLimit, Served: 1000}, d.Stats())
+}
+
+// A cost below 1 is 1; one above the limit is the limit, at the grant, on the
+// lock-free path as on the slow one and for a waiter granted later; the
+// Ticket carries what was granted and Release gives exactly that back.
+func TestCostIsClampedAtTheGrant(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		cost, want int
+	}{
+		{"zero", 0, 1},
+		{"negative", -5, 1},
+		{"one", 1, 1},
+		{"three", 3, 3},
+		{"the limit", 4, 4},
+		{"limit+10", 14, 4},
+		{"MaxInt", math.MaxInt, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 4})
+				tk, err := d.Acquire(context.Background(), Arrival{Cost: tt.cost})
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, max(tk.Cost, 1), "granted at once")
+				assert.Equal(t, BackendStats{Running: tt.want, Limit: 4, Served: 1}, d.Stats())
+				d.Release(tk)
+				run, _ := d.slots()
+				assert.Zero(t, run, "Release gave back what was granted")
+
+				// The same cost when a slot is held: it waits for its clamped
+				// slots (and is granted them once they are free).
+				require.NotZero(t, d.TryAcquire())
+				got := acquireCost(d, context.Background(), Arrival{Cost: tt.cost})
+				assert.Equal(t, tt.want == 4, pending(got), "waits only if it needs every slot")
+				d.Release(Ticket{})
+				r := <-got
+				require.NoError(t, r.err)
+				assert.Equal(t, tt.want, max(r.t.Cost, 1))
+				assert.Equal(t, tt.want, d.Stats().Running)
+				d.Release(r.t)
+				assert.Equal(t, BackendStats{Limit: 4, Served: 3}, d.Stats())
+			})
+		})
+	}
+}
+
+// Stats and Counts count slots in Running and Limit, requests in Queued,
+// Served, Fast and Finished.
+func TestStatsCountSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 6, MaxQueue: 4})
+		require.NotZero(t, d.TryAcquire())
+		require.NotZero(t, d.TryAcquire())
+		three, err := d.Acquire(context.Background(), Arrival{Cost: 3})
+		require.NoError(t, err)
+		heavy := acquireCost(d, context.Background(), Arrival{Cost: 4})
+		assert.Equal(t, 5, d.Stats().Running)
+		assert.Equal(t, 1, d.Stats().Queued)
+		assert.Equal(t, uint64(3), d.Stats().Served)
+		assert.Equal(t, Counts{Running: 5, Queued: 1, Limit: 6, Fast: 2}, d.Counts())
+
+		d.Release(Ticket{})
+		d.Release(three)
+		r := <-heavy
+		require.NoError(t, r.err)
+		assert.Equal(t, BackendStats{Running: 5, Limit: 6, Served: 4}, d.Stats())
+		assert.Equal(t, Counts{Running: 5, Limit: 6, Fast: 2, Finished: 2}, d.Counts())
+		d.Release(Ticket{})
+		d.Release(r.t)
+		assert.Equal(t, BackendStats{Limit: 6, Served: 4}, d.Stats())
+		assert.Equal(t, Counts{Limit: 6, Fast: 2, Finished: 4}, d.Counts())
+	})
+}
