@@ -12,29 +12,20 @@ import (
 type Algorithm uint8
 
 const (
-	// Gradient compares the recent handler latency with the no-load latency
-	// and scales the limit by their ratio, plus a little headroom:
+	// Gradient scales the limit by how much slower than no-load the recent
+	// handler times are, plus a little headroom, once per window:
 	//
-	//	gradient = clamp(Tolerance × noLoad⁺ / recent⁻, 0.5, 1)
+	//	gradient = clamp(Tolerance × noLoad / recent, 0.5, 1)
 	//	limit    = limit × gradient + max(1, √limit / 2)
 	//
-	// where noLoad⁺ is the no-load latency plus two standard errors of its
-	// measure and recent⁻ the window's mean less two of its own (see
-	// AdaptiveConfig): spread in handler times is not taken for load. While
-	// recent latency stays within Tolerance × noLoad the limit grows by the
-	// headroom each window; when it rises, the limit shrinks in proportion,
-	// at most by half per window. Growth is smoothed (a fifth of the step per
-	// window), a fall is not. The headroom of at least one slot holds a limit
-	// that keeps falling at 2, so Gradient's floor is max(MinLimit, 2),
-	// within MaxLimit. A limit that is less than half used (slots running
-	// and requests waiting, against the limit) does not grow. It
-	// is the idea of Netflix's Gradient2 and Envoy's adaptive concurrency.
+	// so the limit falls by at most half per window, and a rise is smoothed
+	// to a fifth of the step. Its floor is max(MinLimit, 2), within
+	// MaxLimit. It is the idea of Netflix's Gradient2 and Envoy's adaptive
+	// concurrency; see docs/adaptive.md.
 	Gradient Algorithm = iota
-	// AIMD adds one slot per window while recent latency stays within
-	// Tolerance × noLoad (compared as Gradient does, allowing for spread),
-	// and multiplies the limit by Backoff, taking at least one slot, when it
-	// does not; its floor is MinLimit. A limit that is less than half used
-	// (as for Gradient) does not grow.
+	// AIMD adds one slot per window while recent handler times stay within
+	// Tolerance × noLoad, and multiplies the limit by Backoff, taking at
+	// least one slot, when they do not. Its floor is MinLimit.
 	AIMD
 )
 
@@ -47,70 +38,42 @@ func (a Algorithm) String() string {
 }
 
 // AdaptiveConfig makes the limit follow the measured handler latency: fewer
-// requests in flight when handlers slow down, more when they keep up. The
-// zero value is usable: Gradient between 1 and 1000 slots.
-//
-// Samples are the handler times of served requests (the rest of the chain
-// after the throttle), those that panic included; 408, 503 and canceled
-// requests are not samples. They are read in whole microseconds, capped at
-// 2^24 µs (about 16.8 s), and a window whose mean is under 1 µs (instant
-// 204s or 401s) counts as 1 µs, so no ratio of latencies divides by zero.
-// Every comparison of latencies allows for the noise of a window's mean:
-// a window is slow only when its mean less two standard errors is above
-// Tolerance × (no-load latency plus two standard errors of its measure),
-// so handler times that merely spread (exponential, log-normal) do not
-// drive the limit down. Every Window samples the limit is recomputed; it always stays within
-// [MinLimit, MaxLimit], and a computed limit that is not a finite number
-// leaves it where it is.
-//
-// The no-load latency is measured, never inferred from load:
-//   - by a probe, which holds the limit at MinLimit for one short window (10
-//     samples) and then restores it: at the start, after every ProbeEvery
-//     windows, and at once after a window faster than no-load latency /
-//     Tolerance beyond its noise (a burst of instant errors, or handlers
-//     that got faster). Such a window is a reason to measure, not a
-//     measurement: taken as the no-load latency it would make every normal
-//     window after it look slow. The window after a probe, the first
-//     requests to finish once the limit is restored (the short ones), moves
-//     nothing;
-//   - by any window run while the limit is at its floor (see Gradient and
-//     AIMD), where few requests are in flight, as in a probe;
-//   - by the first window after Queue.SetLimit cut the opening probe short.
-//
-// Nothing else moves it, down or up. A windowed minimum of recent windows
-// would rise under sustained overload, when every window is slow, and the
-// limit would grow with the very latency it should react to. So a no-load
-// latency that is too low (a probe that caught a burst of instant responses,
-// or handlers that became slower at every load) makes the windows look slow
-// and the limit fall: AIMD's always reaches its floor, and Gradient's does
-// within a few windows when they look at least about twice Tolerance too
-// slow; there it is measured again and the limit climbs back. A Gradient
-// limit told that latency is only a little above Tolerance × noLoad settles
-// lower instead, until the next probe.
+// slots when handlers slow down, more when they keep up. Every Window
+// samples (the handler times of served requests) the limit is recomputed
+// from how the window compares with the no-load latency, within
+// [MinLimit, MaxLimit]; a limit that is less than half used does not grow.
+// The no-load latency (Stats.NoLoadLatency) is measured by a probe that
+// holds the limit at MinLimit for 10 samples: at the start, every
+// ProbeEvery windows, and after a window much faster than it. The zero
+// value is usable: Gradient between 1 and 1000 slots. How the limit moves,
+// and why, is in docs/adaptive.md.
 type AdaptiveConfig struct {
 	// MinLimit is the lowest limit, and the one no-load latency is measured
-	// at. Zero means 1.
+	// at. Zero means 1. It must be in [0, MaxLimit] (the constant) and not
+	// above the MaxLimit field.
 	MinLimit int
-	// MaxLimit is the highest limit. Zero means 1000.
+	// MaxLimit is the highest limit. Zero means 1000. It must be in
+	// [0, MaxLimit] (the constant).
 	MaxLimit int
 	// Algorithm is Gradient (the zero value) or AIMD.
 	Algorithm Algorithm
 	// Tolerance is how much slower than no-load a window may be before the
-	// limit backs off. Zero means 1.1; below 1 is refused.
+	// limit backs off. Zero means 1.1; below 1, or not finite, is refused.
 	Tolerance float64
 	// Backoff is AIMD's multiplicative decrease. Zero means 0.9; it must be
 	// in (0, 1).
 	Backoff float64
 	// Window is the number of samples per update. Zero means the current
-	// limit, within [10, 200].
+	// limit, within [10, 200]. It must be in [0, 32768].
 	Window int
 	// ProbeEvery is the number of windows between two probes of the no-load
 	// latency: the last of them moves the limit, then the probe starts. Zero
-	// means 1000.
+	// means 1000; negative is refused.
 	ProbeEvery int
 }
 
-// validate checks a against the limit it starts from.
+// validate reports the first field of a that cannot work, naming it as a
+// field of Config.Adaptive.
 func (a AdaptiveConfig) validate() error {
 	switch {
 	case a.MinLimit < 0 || a.MinLimit > MaxLimit:
@@ -216,7 +179,8 @@ const (
 // tagOf is the tag of a generation's window in acc.
 func tagOf(gen uint64) uint64 { return gen << accTagShift }
 
-// newLimiter starts at limit and opens with a probe of no-load latency.
+// newLimiter starts at start, within [MinLimit, MaxLimit], and opens with
+// a probe of no-load latency.
 func newLimiter(cfg AdaptiveConfig, start int, target LimitSetter, busy func() int) *limiter {
 	l := &limiter{cfg: cfg.withDefaults(), target: target, busy: busy}
 	l.floor = l.cfg.MinLimit
@@ -371,8 +335,9 @@ func (l *limiter) startProbe() {
 	_ = l.target.SetLimit(l.cfg.MinLimit)
 }
 
-// newGen drops the samples of requests granted so far: they ran under a
-// limit that no longer says anything (around a probe). Requires l.mu.
+// newGen drops the samples of requests granted so far: they ran under the
+// limit before a probe began or ended, which says nothing of the limit
+// after it. Requires l.mu.
 func (l *limiter) newGen() {
 	l.acc.Store(tagOf(l.gen.Add(1)))
 	l.sq.Store(0)
