@@ -10,18 +10,13 @@ import (
 // dispatcher runs it.
 
 // CoDel is controlled-delay queueing as Facebook runs it ("Fail at Scale",
-// ACM Queue, 2015): a queue that empties now and then is absorbing bursts and
-// may hold a waiter for up to Interval; a queue that has not emptied for a
-// whole Interval is standing, only adds delay, and holds a waiter only for
-// Target. Both are capped by Config.QueueTimeout (when it is not zero). A
-// waiter dropped this way is a queue timeout like any other: ErrQueueTimeout,
-// Config.OnQueueTimeout, the QueueTimeout counter and QueueTimeoutStatus.
-//
-// The maximum wait is the same for every waiter at any moment, and it is the
-// queue's state now that decides it: when the queue starts standing, every
-// waiter that has already waited Target leaves at once. The zero value is
-// usable: Target 5 ms, Interval 100 ms, first in first out. NewQueue reads
-// it once and copies it, like the rest of the Config.
+// ACM Queue, 2015). While the queue empties now and then, a waiter may wait
+// up to Interval; once it has gone a whole Interval without emptying (it
+// stands), a waiter may wait only Target, and every waiter that has waited
+// Target leaves at once. Both are capped by Config.QueueTimeout when it is
+// not zero. A waiter dropped so is a queue timeout like any other. The zero
+// value is usable: Target 5 ms, Interval 100 ms, first in first out. The
+// reasoning and how to pick the two are in docs/configuration.md (CoDel).
 type CoDel struct {
 	// Target is how long a waiter may wait while the queue stands. Zero
 	// means 5 ms. Negative, or above Interval, is refused.
@@ -32,12 +27,10 @@ type CoDel struct {
 	// stands. Zero means 100 ms. Negative is refused.
 	Interval time.Duration
 
-	// LIFO serves the newest waiter first while the queue stands: at the
+	// LIFO grants the newest waiter first while the queue stands: at the
 	// highest priority waiting, the newest waiter of the flow whose turn it
-	// is. A client that has just arrived is the likeliest one still to be
-	// there, while the oldest are close to their deadline. As soon as the
-	// queue empties, waiters are served first in first out again. False
-	// means first in first out always.
+	// is. Whenever the queue does not stand, waiters are granted first in
+	// first out. False means first in first out always.
 	LIFO bool
 }
 
@@ -78,9 +71,9 @@ func byDefault(v time.Duration) string {
 	return ""
 }
 
-// codel is Limits.CoDel as the dispatcher uses it: the two maximum waits a waiter
-// can have, in nanoseconds, each already capped by QueueTimeout, so at any
-// moment one of them is every waiter's maximum wait.
+// codel is Limits.CoDel as the dispatcher uses it: the two maximum waits a
+// waiter can have, in nanoseconds, each already capped by QueueTimeout, so
+// at any moment one of them is every waiter's maximum wait.
 type codel struct {
 	long     int64 // while the queue absorbs a burst: Interval, capped
 	short    int64 // while it stands: Target, capped; never above long

@@ -16,23 +16,15 @@ import (
 
 // DeadlineHeader is a Config.Deadline that reads how long the client is
 // prepared to wait from the request header name, counted from when the
-// request reaches the Queue. The value is a number of seconds as
-// strconv.ParseFloat reads it ("2.5", "30", "1e-3") or a Go duration as
-// time.ParseDuration reads it ("2500ms", "1m", "1h30m"); spaces around it
-// are ignored, and of several values the first counts.
-//
-// A value of zero ("0", "0s") means the client has no time left: the request
-// is answered at once, without running (see Config.Deadline). Every other
-// value that is not a usable wait means no deadline from the header, so the
-// request waits as if the client had sent none (up to QueueTimeout, or its
-// context's deadline): a missing or empty header, a value that parses as
-// neither form, a negative value, NaN, an infinity, and a value too large
-// for a time.Duration (about 292 years, such as "1e400"), which could only
-// have meant "no hurry" anyway. A client can therefore shorten its own wait
-// but never lengthen it past QueueTimeout, nor make anyone else's longer.
-//
-// A request without the header costs a map lookup and allocates nothing. The
-// function is safe for concurrent use.
+// request reaches the Queue: seconds as strconv.ParseFloat reads them
+// ("2.5", "1e-3") or a duration as time.ParseDuration reads it ("2500ms").
+// Of several values the first counts; spaces around it are ignored. Zero
+// ("0", "0s") means no time left: the request is answered at once, without
+// running. Any other value that is not a usable wait (missing, empty,
+// negative, NaN, infinite, unparsable, or beyond a time.Duration) means no
+// deadline from the header. A request without the header allocates
+// nothing. The function is safe for concurrent use. docs/configuration.md
+// (Client deadlines) lists the values.
 func DeadlineHeader(name string) func(*gin.Context) time.Time {
 	key := textproto.CanonicalMIMEHeaderKey(name) // once, so a lookup never allocates
 	return func(c *gin.Context) time.Time {
@@ -81,7 +73,7 @@ var (
 	errPastDeadlineEarly = fmt.Errorf("%w: the client's deadline had passed on arrival", ErrQueueFull)
 )
 
-// bindDeadline gives c the client's deadline, the earlier of its request
+// bindDeadline gives c the request's deadline, the earlier of its request
 // context's and Config.Deadline's, before it waits: when Config.Deadline's is
 // the earlier, c.Request is replaced by a copy whose context ends then, and
 // the request it replaced and the context's cancel func are returned, for
@@ -131,7 +123,7 @@ func unbindDeadline(c *gin.Context, r *http.Request, cancel context.CancelFunc) 
 
 // timeLeft is the longest RejectEarly lets a request whose context is ctx
 // wait, from now: QueueTimeout, or with Config.Deadline the time left until
-// the context's deadline (bindDeadline made it the client's) when that is
+// the context's deadline (bindDeadline made it the request's) when that is
 // sooner; zero or less when that time has run out. Without RejectEarly it is
 // QueueTimeout, unused.
 func (q *Queue) timeLeft(ctx context.Context, now time.Time) time.Duration {

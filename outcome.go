@@ -13,42 +13,37 @@ import (
 // Outcomes and the responses they get: the status, the hook and the headers
 // of a request that is not served.
 
-// StatusClientClosedRequest is the status recorded for a request whose
-// client hung up while it waited, so access logs can tell it apart; no body
-// is written, and the status line goes only to a connection that is already
-// gone. It is nginx's 499.
+// StatusClientClosedRequest is nginx's 499, the status recorded for a
+// request whose client hung up while it waited, so access logs can tell it
+// apart. No body is written.
 const StatusClientClosedRequest = 499
 
-// Outcome is what became of one request that passed through a Queue.
+// Outcome is what became of one request that passed through a Queue. Its
+// String is the name used in metric labels.
 type Outcome uint8
 
 // The outcomes. Each has its own counter in Stats and its own default
 // response.
 const (
-	// OutcomeServed: the request got a slot and ran the rest of the chain.
+	// OutcomeServed: the request was granted its slots and ran the rest of
+	// the chain.
 	OutcomeServed Outcome = iota
-	// OutcomeQueueFull: no free slot and no waiting place (the queue or the
-	// flow's share of it full, a place given to a higher priority, a wait
-	// RejectEarly expects past QueueTimeout or the client's deadline, a
-	// client deadline RejectEarly finds passed on arrival, or a Backend that
-	// cannot answer); 503.
+	// OutcomeQueueFull: 503. No free slot and no place (the queue or its
+	// flow's share of it full, or its place given to a higher priority);
+	// with RejectEarly, an expected wait past its time left, or a deadline
+	// passed on arrival; or a Backend that cannot answer.
 	OutcomeQueueFull
-	// OutcomeQueueTimeout: waited QueueTimeout without a slot, or the
-	// request context's own deadline (a timeout middleware in front, say) or
-	// the client's (Config.Deadline) passed while it waited, with or without
-	// a QueueTimeout, or the client's had passed on arrival (without
-	// RejectEarly); 408, or Config.QueueTimeoutStatus.
+	// OutcomeQueueTimeout: 408, or Config.QueueTimeoutStatus. It waited
+	// QueueTimeout (or what CoDel allowed), or its deadline passed while it
+	// waited, or (without RejectEarly) before it arrived.
 	OutcomeQueueTimeout
 	// OutcomeCanceled: the client hung up while waiting (its request context
-	// was canceled); no body is written, 499 is recorded. Over HTTP/1.x,
-	// Go's server notices a client that left only once the request body has
-	// been read to its end, so a waiting request with an unread body (a POST
-	// or PUT with content) is not canceled: it keeps its place until its turn
-	// (its handler then runs, and fails reading the body) or its timeout.
-	// HTTP/2 cancels it at once. Reading small bodies before the throttle
-	// (a middleware ahead of it) makes their hang-ups visible too.
+	// was canceled); no body is written, 499 is recorded. Over HTTP/1.x a
+	// waiting request with an unread body is not canceled: see
+	// docs/configuration.md (Browsers, Uploads).
 	OutcomeCanceled
-	// OutcomeClosed: the Queue was closed before the request got a slot; 503.
+	// OutcomeClosed: 503. The Queue was closed before the request was
+	// granted.
 	OutcomeClosed
 )
 
@@ -122,7 +117,7 @@ func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
 // outcomeOf maps an Acquire error for a request whose context is ctx to its
 // outcome. What the Backend says wins over any cause its error wraps: a
 // remote Backend whose own call timed out wraps context.DeadlineExceeded,
-// and that is an unavailable backend (queue full), not a queue timeout. Only
+// and that is an unavailable Backend (queue full), not a queue timeout. Only
 // ErrQueueTimeout or the request's own context makes a queue timeout.
 func outcomeOf(ctx context.Context, err error) Outcome {
 	switch {
