@@ -198,8 +198,8 @@ func (q *Queue) serve(c *gin.Context) {
 }
 
 // done ends a served request that is timed, or has a hook or an adaptive
-// limit: the handler time becomes a sample, the slot is released, then
-// OnOutcome runs, so a hook that panics cannot keep the slot.
+// limit: the handler time becomes a sample, the slots are released, then
+// OnOutcome runs, so a hook that panics cannot keep them.
 func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, start time.Time, of int) {
 	if !start.IsZero() {
 		took := time.Since(start)
@@ -216,7 +216,8 @@ func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, s
 	}
 }
 
-// release gives a slot back, counting it for a Backend that does not.
+// release gives t's slots back, counting the request for a Backend that
+// does not.
 func (q *Queue) release(t Ticket) {
 	if q.fast == nil {
 		q.finished.Add(1)
@@ -266,13 +267,12 @@ func (q *Queue) arrival(c *gin.Context) Arrival {
 	return a
 }
 
-// SetLimit changes the number of slots while the Queue runs. Raising it wakes
-// waiters at once; lowering it preempts nobody: running requests finish and
-// a request is admitted only once its slots (Config.Cost) fit under n beside
-// those still held. A request keeps the slots it was granted, and gives back
-// exactly those. With Config.Adaptive the algorithm goes on from n (within
-// its MinLimit and MaxLimit). It returns an error (CheckLimit's) for n < 1
-// or n > MaxLimit, or for a Backend that cannot change its limit.
+// SetLimit sets the limit to n slots while the Queue runs. Raising it grants
+// waiters at once; lowering it preempts nobody: running requests keep their
+// slots, and the next is granted once its slots fit under n beside those
+// still held. With Config.Adaptive the algorithm goes on from n, within its
+// MinLimit and MaxLimit. It returns CheckLimit's error for an n out of
+// range, or an error for a Backend that is not a LimitSetter.
 func (q *Queue) SetLimit(n int) error {
 	ls, ok := q.backend.(LimitSetter)
 	if !ok {
@@ -294,11 +294,10 @@ func (q *Queue) Close() error {
 
 // Shutdown closes the Queue, then waits until every request running on it
 // has finished, or until ctx ends, when it returns ctx.Err(); Close's error,
-// if any, first. Once it returns, every arrival is answered as closed. Call
-// it before http.Server.Shutdown: waiters are answered 503 at once instead
-// of holding the server's shutdown for up to QueueTimeout. The Backend's
-// Close runs to its end first: redisqueue's, with releases to give back to
-// a Redis that does not answer, can take up to its LeaseTTL.
+// if any, first. Call it before http.Server.Shutdown, so that waiters get
+// their 503 at once rather than holding the server's shutdown up. The
+// Backend's Close runs to its end before ctx is looked at (redisqueue's can
+// take up to its LeaseTTL).
 func (q *Queue) Shutdown(ctx context.Context) error {
 	if err := q.Close(); err != nil {
 		return err

@@ -11,13 +11,11 @@ import (
 // What a Queue reports: Stats, its JSON and the status handler.
 
 // Stats is a snapshot of a Queue. Running and Limit count slots, everything
-// else requests: without Config.Cost a request holds one slot, so the two are
-// the same. Counters only grow, from the Queue's creation. Without
+// else requests. Counters only grow, from the Queue's creation. Without
 // Config.Cost, Served is never below Running; with it, Running is never
 // above the slots granted to the requests counted in Served. Queued,
-// QueuedByPriority (which always adds up to Queued) and OldestWait come from
-// one view of the queue, as it was at the latest change the in-memory Backend
-// has completed. Reading it never waits for the queue's lock.
+// QueuedByPriority and OldestWait come from one view of the queue, so the
+// split adds up to Queued. docs/observability.md describes every field.
 type Stats struct {
 	Running int // slots held by running requests now (Config.Cost each, else 1)
 	Queued  int // requests waiting now
@@ -26,7 +24,7 @@ type Stats struct {
 	// nobody waits.
 	QueuedByPriority []PriorityCount
 
-	Served       uint64 // requests that got their slots (counted when they take them, not when they finish)
+	Served       uint64 // requests granted their slots (counted then, not when they finish)
 	QueueFull    uint64 // requests answered queue full
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
@@ -41,9 +39,8 @@ type Stats struct {
 	WaitP50, WaitP90, WaitP99 time.Duration
 	// DrainRate is how many requests finished per second, over about the
 	// last ten seconds (or since the previous look, when nobody looked for
-	// longer); zero until one has finished. It is what was delivered, which
-	// is the demand when nobody waits; Retry-After and RejectEarly use the
-	// measured slot time (handler time × slots held) instead.
+	// longer); zero until one has finished. Retry-After and RejectEarly do
+	// not use it.
 	DrainRate float64
 	// NoLoadLatency is the handler time the adaptive limit measured with
 	// few requests in flight; zero without Config.Adaptive or until measured.
@@ -51,17 +48,16 @@ type Stats struct {
 
 	// Unavailable is the Backend's BackendStats.Unavailable: set while it
 	// cannot reach the store it shares with other replicas and applies its
-	// fallback policy; always false for the in-memory Backend. promqueue's
-	// gauge ginqueue_backend_unavailable reads it.
+	// fallback policy; always false for the in-memory Backend.
 	Unavailable bool
 	// Outages is the Backend's BackendStats.Outages: how many times it
-	// turned Unavailable since it started; it only grows, and is zero for
-	// the in-memory Backend. promqueue's counter
-	// ginqueue_backend_outages_total reads it.
+	// turned Unavailable since it started; always zero for the in-memory
+	// Backend.
 	Outages uint64
 }
 
 // Stats returns a snapshot of the Queue's slots, queue, counters and waits.
+// It never waits behind waiters.
 func (q *Queue) Stats() Stats {
 	b := q.backend.Stats()
 	now := time.Now()

@@ -30,9 +30,8 @@
 // it is a metric of its own because it also reads 0 when nobody waits, and a
 // metric name cannot carry both a priority label and a total without it.
 // Every priority that has had a waiter keeps a series (at 0 when it has none,
-// so graphs do not break), so keep the set of priorities small. The split by
-// priority may lag the total by the operations in flight at the scrape (see
-// ginqueue.Stats.QueuedByPriority).
+// so graphs do not break), so keep the set of priorities small. Both come
+// from one Stats, so the split adds up to the total of the same scrape.
 package promqueue
 
 import (
