@@ -16,8 +16,8 @@ import (
 // waiter (a send on its ready channel) before it returns. That is one
 // wake-up per hand-off, where a dispatcher goroutine would cost two (the
 // releaser wakes it, it wakes the waiter), and an idle dispatcher owns no
-// goroutine at all. The decisions are still made in one place, under mu,
-// in the queue's order, never the runtime's scheduling order:
+// goroutine at all. Every decision about waiters is made under mu, in the
+// queue's order, never the runtime's scheduling order:
 //   - Acquire takes a slot at once only when one is free and nobody waits, so
 //     no arrival overtakes a waiter. That check is one CAS on state, without
 //     the mutex, which keeps an unsaturated throttle nearly free.
@@ -27,14 +27,13 @@ import (
 //     set, so nobody takes the fast path either; the slots it needs free up
 //     as holders release. Arrivals of a higher priority still go first, and
 //     a waiter that leaves the head lets grantLocked look again.
-//   - Otherwise the request parks on a waiter; every decision about waiters is
-//     made under mu, and every section under mu ends with unlock, which
-//     settles slowBit and the mirrors first.
-//   - One timer, armed for the oldest waiter's deadline, expires waiters. All
-//     waiters share QueueTimeout, so arrival order is deadline order and the
-//     timer only ever needs the head. The timer runs a function (AfterFunc),
-//     so an idle dispatcher owns no goroutine at all. CoDel keeps this: see
-//     wakeAt.
+//   - Otherwise the request parks on a waiter. Every section under mu ends
+//     with unlock, which settles slowBit and the mirrors first.
+//   - One timer, armed for the oldest waiter's expiry (its arrival plus the
+//     maximum wait), expires waiters. All waiters share one maximum wait, so
+//     arrival order is expiry order and the timer only ever needs the head;
+//     under CoDel too, see wakeAt. The timer runs a function (AfterFunc), so
+//     an idle dispatcher owns no goroutine at all.
 //
 // A waiter's fate (granted, timed out, evicted, closed) is decided once, under
 // mu, and sent on its ready channel; its goroutine reads w.state after the
@@ -94,15 +93,15 @@ type dispatcher struct {
 	closed  bool
 
 	epoch   time.Time     // times are nanoseconds since epoch (monotonic)
-	timer   *time.Timer   // AfterFunc(expire); nil when no waiter has a deadline
-	timerAt int64         // deadline the timer is armed for; 0 when disarmed
+	timer   *time.Timer   // AfterFunc(expire); nil when no waiter can expire
+	timerAt int64         // the expiry the timer is armed for; 0 when disarmed
 	idle    chan struct{} // closed when running reaches 0; nil unless draining
 	waiters sync.Pool     // of *waiter; see newWaiter
 
 	// codel is Limits.CoDel compiled; nil when off, and then busySince is
-	// neither written nor read. busySince is when the room last went from empty to not
-	// empty: while room.n > 0 the queue has not emptied since, and it
-	// stands from busySince + codel.interval on.
+	// neither written nor read. busySince is when the room last went from
+	// empty to not empty: while room.n > 0 the queue has not emptied since,
+	// and it stands from busySince + codel.interval on.
 	codel     *codel
 	busySince int64
 
@@ -112,30 +111,29 @@ type dispatcher struct {
 	step func(step)
 
 	// The waitroom as Stats and Counts read it, without mu: settle writes
-	// them under mu. pubs holds the last two publications of the room (length, oldest waiter,
-	// split by priority); pubs[pubSeq%2] is the last complete one, and the
-	// next is written into the other before pubSeq moves on to it. A reader
-	// that finds pubSeq unchanged after reading a publication has read one
-	// that nobody wrote meanwhile: the next writer of that half starts only
-	// once pubSeq has moved. So Stats gets one consistent view, as of the
-	// last section under mu, and never waits: not for mu, and not for a
-	// writer stopped halfway (it writes the other half);
-	// TestInterleavingsOfStats enumerates the orders of these reads against a
-	// publication. pubVer is room.ver as of the last publication, guarded by
-	// mu.
+	// them under mu. pubs holds the last two publications of the room
+	// (length, oldest waiter, split by priority); pubs[pubSeq%2] is the last
+	// complete one, and the next is written into the other before pubSeq
+	// moves on to it. A reader that finds pubSeq unchanged after reading a
+	// publication has read one that nobody wrote meanwhile: the next writer
+	// of that half starts only once pubSeq has moved. So Stats gets one
+	// consistent view, as of the last section under mu, and never waits: not
+	// for mu, and not for a writer stopped halfway (it writes the other
+	// half); TestInterleavingsOfStats enumerates the orders of these reads
+	// against a publication. pubVer is room.ver as of the last publication,
+	// guarded by mu.
 	pubs   [2]roomPub
 	pubSeq atomic.Uint64
 	pubVer uint64
 }
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
-// Config.Backend is nil: one process, strict FIFO within a priority and flow
-// (unless CoDel.LIFO serves a standing queue newest first), no polling. It
-// honours Limits.CoDel. It is a FastBackend and a LimitSetter. Other backends
-// may use it as a local fallback. Like every Backend it serves one Queue: a
-// second Start fails. Close and Drain work before Start too (after a NewQueue
-// that refused its Config), and a Backend closed before it started starts
-// no Queue.
+// Config.Backend is nil: one process, first in first out within a priority
+// and flow (unless CoDel.LIFO applies), no polling. It honours every Limits
+// field, and is a FastBackend and a LimitSetter; other Backends may use it
+// as a local fallback. It belongs to one Queue: a second Start fails. Close
+// and Drain work before Start too (after a NewQueue that refused its
+// Config), and one closed before it started refuses to Start.
 func NewMemoryBackend() Backend { return &dispatcher{room: newWaitroom()} }
 
 var (
@@ -193,10 +191,10 @@ func (d *dispatcher) settle() {
 	}
 }
 
-// SetLimit implements LimitSetter. Raising the limit wakes waiters at once;
-// lowering it lets running requests finish and admits nobody until the head
-// waiter's slots fit beside those still held. Tickets granted before keep
-// the cost they were granted, and Release gives back exactly that.
+// SetLimit implements LimitSetter. Raising the limit grants waiters at
+// once; lowering it lets running requests finish and grants nobody until
+// the head waiter's slots fit beside those still held. A Ticket keeps the
+// cost it was granted, and Release gives back exactly that.
 func (d *dispatcher) SetLimit(n int) error {
 	if err := CheckLimit(n); err != nil {
 		return err

@@ -9,8 +9,8 @@ import (
 // waited that long.
 
 // maxWait is how long a waiter may wait, as of now: QueueTimeout, or under
-// CoDel the maximum wait of the queue's state now. Every waiter has the same, so
-// the oldest waiter is always the first to run out. Requires d.mu.
+// CoDel the maximum wait of the queue's state now. Every waiter has the
+// same, so the oldest waiter is always the first to run out. Requires d.mu.
 func (d *dispatcher) maxWait(now int64) int64 {
 	c := d.codel
 	if c == nil {
@@ -23,16 +23,16 @@ func (d *dispatcher) maxWait(now int64) int64 {
 }
 
 // wakeAt is when the timer must fire next for the waiters queued at now:
-// the oldest waiter's deadline under the maximum wait now, or, under CoDel, the
-// moment the queue starts standing if that is sooner, since the maximum wait
-// shrinks from long to short then and every waiter's deadline moves with
-// it. That is enough for one timer: between two such moments the maximum wait is
-// fixed, so arrival order is deadline order and only the head can be due.
-// Once the queue stands, only its emptying changes the maximum wait, and that
-// lengthens it (the room is then empty: nobody to expire), so the timer
-// never fires late; it may fire early (the head left, or the room emptied
-// and filled again), and then it re-arms. Saturates: a maximum wait of centuries
-// means never, not the past. Requires d.mu and room.n > 0.
+// the oldest waiter's expiry under the maximum wait now, or, under CoDel,
+// the moment the queue starts standing if that is sooner, since the maximum
+// wait shrinks from long to short then and every waiter's expiry moves with
+// it. That is enough for one timer: between two such moments the maximum
+// wait is fixed, so arrival order is expiry order and only the head can be
+// due. Once the queue stands, only its emptying changes the maximum wait,
+// and that lengthens it (the room is then empty: nobody to expire), so the
+// timer never fires late; it may fire early (the head left, or the room
+// emptied and filled again), and then it re-arms. Saturates: a maximum wait
+// of centuries means never, not the past. Requires d.mu and room.n > 0.
 func (d *dispatcher) wakeAt(now int64) int64 {
 	at := addSat(d.room.all.first.arrived, d.maxWait(now))
 	// With LIFO the moment matters even when the maximum waits are equal: the
@@ -51,7 +51,7 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-// arm sets the timer to fire at deadline. Requires d.mu.
+// arm sets the timer to fire at deadline, a waiter's expiry. Requires d.mu.
 func (d *dispatcher) arm(deadline int64) {
 	d.timerAt = deadline
 	d.timer.Reset(time.Duration(deadline - d.now()))
@@ -59,7 +59,7 @@ func (d *dispatcher) arm(deadline int64) {
 
 func (d *dispatcher) now() int64 { return int64(time.Since(d.epoch)) }
 
-// expire answers every waiter whose deadline has passed and re-arms the timer
+// expire answers every waiter whose expiry has passed and re-arms the timer
 // for the next one. It runs in the timer's goroutine. A waiter that left the
 // queue early makes the timer fire for nothing once; it then re-arms.
 func (d *dispatcher) expire() {
@@ -71,8 +71,9 @@ func (d *dispatcher) expire() {
 	}
 	now := d.now()
 	heavy := d.room.heavy > 0
-	// One maximum wait for the whole sweep: removing waiters cannot make the queue
-	// stand or stop standing until it is empty, and then the sweep ends.
+	// One maximum wait for the whole sweep: removing waiters cannot make the
+	// queue stand or stop standing until it is empty, and then the sweep
+	// ends.
 	maxWait := d.maxWait(now)
 	for w := d.room.all.first; w != nil && now-w.arrived >= maxWait; w = d.room.all.first {
 		d.finish(w, timedOut)

@@ -151,11 +151,11 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 }
 
 // tooFarBack reports whether a.MaxAhead refuses a (not 0): -1 if it would
-// wait at all, n > 0 if n or more would be served before it, in the order
-// of the moment (under CoDel's LIFO while the queue stands, newest first). One that
-// would be granted at once, first in line with its slots free (a higher
-// priority than a heavy head that waits for slots, say), is never refused.
-// Requires d.mu.
+// wait at all, n > 0 if n or more would be granted before it, in the order
+// of grants now (under CoDel's LIFO while the queue stands, newest first).
+// One that would be granted at once, first in line with its slots free (a
+// higher priority than a heavy head that waits for slots, say), is never
+// refused. Requires d.mu.
 func (d *dispatcher) tooFarBack(a Arrival, cost int) bool {
 	lifo := false
 	if c := d.codel; c != nil && c.lifo {
@@ -214,7 +214,7 @@ func (w *waiter) err() error {
 
 // grantLocked wakes head waiters, in order, while the head's slots are free,
 // and tells a drainer when none is held. A head whose slots are not all free
-// holds the line: nobody behind it is granted. A waiter past its deadline is
+// holds the line: nobody behind it is granted. A waiter past its expiry is
 // timed out, not granted. Under CoDel with LIFO, while the queue stands, the
 // head is the newest waiter of the flow whose turn it is. Requires d.mu.
 func (d *dispatcher) grantLocked() {
@@ -254,9 +254,9 @@ func (d *dispatcher) grantLocked() {
 		}
 		if d.timer != nil {
 			if now-w.arrived >= maxWait {
-				// Its deadline passed and the timer has not fired yet (a
-				// loaded machine, or CoDel's maximum wait shrank this instant):
-				// it gets its 408, not the slot.
+				// Its expiry passed and the timer has not fired yet (a
+				// loaded machine, or CoDel's maximum wait shrank this
+				// instant): it gets its 408, not the slot.
 				d.wake(w, timedOut)
 				continue
 			}
@@ -272,8 +272,8 @@ func (d *dispatcher) grantLocked() {
 	}
 }
 
-// makeRoom reports whether a waiting place can be found for a, giving it
-// the place of the newest waiter of the lowest lower priority if the queue is
+// makeRoom reports whether a place can be found for a, giving it the place
+// of the newest waiter of the lowest priority below a's if the queue is
 // full. Requires d.mu.
 func (d *dispatcher) makeRoom(a Arrival) bool {
 	if d.limits.MaxQueuePerFlow > 0 && d.room.flowLen(a.Priority, a.Flow) >= d.limits.MaxQueuePerFlow {

@@ -16,14 +16,14 @@ import (
 //     behind the cursor, so it waits at most one turn of the others. FIFO
 //     within a flow (or, for CoDel's LIFO, newest first: see newest).
 //   - Arrival order: every waiter is also on one list in arrival order
-//     (deadline order, for the timer) and on its level's list (newest of a
+//     (expiry order, for the timer) and on its level's list (newest of a
 //     level, for eviction).
 //
 // A level or flow exists only while it has waiters, so memory is bounded by
 // the waiters, whatever keys clients send. Every method requires the
 // dispatcher's mu.
 type waitroom struct {
-	all   wlist // every waiter, in arrival order (deadline order)
+	all   wlist // every waiter, in arrival order (expiry order)
 	n     int
 	heavy int    // the waiters whose cost is above 1
 	ver   uint64 // counts pushes and removes: the split by priority changed
