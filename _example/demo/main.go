@@ -1,5 +1,5 @@
 // Command demo replays a burst against a real server: 3 slots,
-// 10 waiting places, a 5 second queue timeout and 15 requests of 300 ms sent
+// 10 waiting places, a 5 second queue timeout and 15 requests of 200 ms sent
 // together, in a known order, over HTTP on 127.0.0.1. It prints a timeline
 // of each request (waiting, running, status) and the outcome counts, and
 // exits 1 if the outcomes are not the 13 served and 2 queue full the
@@ -26,7 +26,7 @@ import (
 
 const (
 	requests = 15
-	work     = 300 * time.Millisecond
+	work     = 200 * time.Millisecond
 	tick     = 50 * time.Millisecond // one character of the timeline
 )
 
@@ -118,7 +118,7 @@ func report(rows []row, st ginqueue.Stats) error {
 		bar := strings.Repeat(" ", int(rw.sent/tick))
 		switch rw.status {
 		case http.StatusOK:
-			bar += strings.Repeat(".", int(rw.waited/tick)) + strings.Repeat("#", int(work/tick))
+			bar += strings.Repeat(".", int((rw.waited+tick/2)/tick)) + strings.Repeat("#", int(work/tick))
 		default:
 			bar += strings.Repeat(".", int((rw.finished-rw.sent)/tick)) + "x"
 		}
