@@ -16,8 +16,9 @@ import (
 )
 
 // Backend is a ginqueue.Backend whose slots and queue live in Redis and are
-// shared by every Backend of the same Name. Build it with New and give it to
-// exactly one ginqueue.Config. It is safe for concurrent use.
+// shared by every Backend of the same Name. Build it with New (the zero value
+// is not usable) and give it to exactly one ginqueue.Config. It is safe for
+// concurrent use.
 //
 // A Backend runs two goroutines from Start until Close: the grant reader and
 // the maintainer (heartbeat, lease refresh, safety-net tick, retries of
@@ -89,27 +90,27 @@ type Backend struct {
 	downCh   chan struct{} // closed when Redis goes down; replaced when it is back
 	idle     chan struct{} // closed when held, localHeld and pending are empty; nil unless draining
 	replicas int           // live replicas Redis last reported; 0 until it answers
-	rank     int           // this replica's rank among them by id; see budgetLocked
+	rank     int           // this replica's rank among them by id; see allowanceLocked
 	conflict error         // a limits conflict found after Start
 	token    string        // the recovery this replica was last asked to sync for; see sync
 	// heard is what the last reply from Redis that said told: the slots the
 	// fleet held, and how many of them were this replica's then (its own
-	// count at that moment). The FailOpen budget starts from them.
+	// count at that moment). The FailOpen allowance starts from them.
 	heard struct{ fleet, mine int }
 
 	// The FailOpen fallback: one in-memory Backend for the Backend's life,
 	// built at the first outage, admitting while Redis is marked down. Every
 	// slot this replica runs on while down is accounted in it: its limit is
-	// the outage's budget plus one slot that blocker holds for good (so that
-	// a budget of zero needs no limit of zero), the slots of requests
+	// the outage's allowance plus one slot that blocker holds for good (so that
+	// an allowance of zero needs no limit of zero), the slots of requests
 	// running on grants from Redis are reserved in it (fbReserved of them,
 	// never more than slots), and the requests it granted hold their own.
 	// Close closes it, which answers its waiters.
-	fb         fallbackBackend
-	fbBudget   int                // the current outage's budget; see budgetLocked
-	fbReserved int                // slots of fb held for slots granted by Redis
-	downCtx    context.Context    // ends when Redis is marked up: fb's waiters turn back to Redis
-	downCancel context.CancelFunc // ends downCtx
+	fb          fallbackBackend
+	fbAllowance int                // the current outage's allowance; see allowanceLocked
+	fbReserved  int                // slots of fb held for slots granted by Redis
+	downCtx     context.Context    // ends when Redis is marked up: fb's waiters turn back to Redis
+	downCancel  context.CancelFunc // ends downCtx
 	// localHeld is the requests running on the fallback's slots, by lease
 	// id. Each sync lists them with the holders, so that the sync that finds
 	// Redis back counts them there (as far as they fit) before any new
@@ -191,7 +192,8 @@ var _ ginqueue.Backend = (*Backend)(nil)
 // other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
 // and OnRedisDown applies until it does; the declaration is then checked
 // when Redis answers. Start may be called once. It refuses l.CoDel
-// (Config.CoDel) and l.MaxQueuePerFlow: see errCoDel and errPerFlow. With l.Weighted (ginqueue.Config.Cost) the
+// (Config.CoDel) and l.MaxQueuePerFlow, which no replica can honour for the
+// fleet (the README says why). With l.Weighted (ginqueue.Config.Cost) the
 // scripts count each request's Arrival.Cost in slots, across the fleet.
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
@@ -260,9 +262,9 @@ func (b *Backend) Drain(ctx context.Context) error {
 // request whose acquire call is on its way gets it when the call returns
 // (within CallTimeout); new arrivals get ginqueue.ErrClosed. Running
 // requests, on slots from Redis or from the fallback, keep their slots (and
-// leases) until they Release. Close
-// returns once the reader has stopped and, if nothing is held here, the
-// maintainer too; otherwise the maintainer stops after the last Release.
+// leases) until they Release. Close returns once the reader has stopped
+// and, if nothing is held here, the maintainer too; otherwise the maintainer
+// stops after the last Release.
 // Close does not close the Redis client. It may be called more than once.
 func (b *Backend) Close() error {
 	b.mu.Lock()

@@ -138,7 +138,7 @@ type fleetResult struct {
 	Over     []int64 // when the counter saw more than Limit (Unix ms)
 }
 
-// fleetMain is one replica of runFleetPause.
+// fleetMain is one replica of runFleet.
 func fleetMain() int {
 	var s fleetSpec
 	if err := json.Unmarshal([]byte(os.Getenv(fleetEnv)), &s); err != nil {

@@ -29,7 +29,7 @@ type localHold struct {
 }
 
 // openFallbackLocked opens the FailOpen fallback for an outage: it builds it
-// at the first, sets its limit to the outage's budget (plus the blocker's
+// at the first, sets its limit to the outage's allowance (plus the blocker's
 // slot) and reserves in it the slots of the requests running on grants from
 // Redis. Requires b.mu.
 func (b *Backend) openFallbackLocked() {
@@ -46,24 +46,24 @@ func (b *Backend) openFallbackLocked() {
 		fb.TryAcquire() // the blocker, for good
 		b.fb = fb
 	}
-	b.fbBudget = b.budgetLocked()
-	_ = b.fb.SetLimit(min(b.fbBudget, ginqueue.MaxLimit-1) + 1)
+	b.fbAllowance = b.allowanceLocked()
+	_ = b.fb.SetLimit(min(b.fbAllowance, ginqueue.MaxLimit-1) + 1)
 	b.downCtx, b.downCancel = context.WithCancel(context.Background())
 	b.reserveLocked()
 }
 
-// budgetLocked is the slots this replica may run while Redis is down, those
+// allowanceLocked is the slots this replica may run while Redis is down, those
 // of its requests still running on grants from Redis included: the slots it
 // held when Redis last told it how many the fleet held, plus its part of the
 // slots free then; but no more than its share of the fleet's limit (the
 // limit split among the live replicas). Options.LocalLimit, when set, is the
-// budget. If what each replica last heard is still true (each hears it at
-// least every tick), the budgets add up to at most the fleet's limit: every
+// allowance. If what each replica last heard is still true (each hears it at
+// least every tick), the allowances add up to at most the fleet's limit: every
 // slot held then stays with the replica that held it (up to its share),
 // every free one goes to one replica. The share bounds what a replica that
 // heard too late, or that is cut off from Redis alone while the others take
 // its slots back, runs beyond the limit. Requires b.mu.
-func (b *Backend) budgetLocked() int {
+func (b *Backend) allowanceLocked() int {
 	if b.opts.LocalLimit > 0 {
 		return b.opts.LocalLimit
 	}
@@ -130,7 +130,7 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 			return ginqueue.Ticket{}, errRetry, true
 		}
 	}
-	fb, dctx, budget := b.fb, b.downCtx, b.fbBudget
+	fb, dctx, allowance := b.fb, b.downCtx, b.fbAllowance
 	b.mu.Unlock()
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -141,11 +141,11 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 		lctx, cancelD = context.WithDeadline(lctx, deadline)
 		defer cancelD()
 	}
-	if cost := min(max(a.Cost, 1), int(b.limit.Load())); budget < 1 || b.limits.Weighted && cost > budget {
-		// It could never run within this replica's budget: say so now
+	if cost := min(max(a.Cost, 1), int(b.limit.Load())); allowance < 1 || b.limits.Weighted && cost > allowance {
+		// It could never run within this replica's allowance: say so now
 		// rather than at its QueueTimeout.
 		return ginqueue.Ticket{}, &unavailableError{cause: fmt.Errorf(
-			"a request of %d slots while this replica may run %d on its own until Redis answers", cost, budget)}, false
+			"a request of %d slots while this replica may run %d on its own until Redis answers", cost, allowance)}, false
 	}
 	t, err := fb.Acquire(lctx, a)
 	if err != nil {

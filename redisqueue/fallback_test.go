@@ -21,8 +21,8 @@ import (
 // and Close and Drain walk it like the rest.
 
 // A request granted by Redis that runs through two outages: once it ends,
-// the Backend is idle (a second outage's fallback once kept a slot of the
-// first that was never given back).
+// the Backend is idle (a second outage's fallback must not keep a slot of
+// the first that is never given back).
 func TestDrainAfterTwoOutages(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
@@ -224,7 +224,7 @@ func TestSecondOutageKeepsTheLimit(t *testing.T) {
 	srv.start()
 }
 
-// A cost that cannot run within the replica's budget while Redis is down is
+// A cost that cannot run within the replica's allowance while Redis is down is
 // refused at once, as unavailable: it does not run on fewer slots than its
 // cost.
 func TestWeightedAboveTheBudgetIsRefusedWhileDown(t *testing.T) {
@@ -250,11 +250,11 @@ func TestWeightedAboveTheBudgetIsRefusedWhileDown(t *testing.T) {
 	start := time.Now()
 	_, err = b.Acquire(ctx, ginqueue.Arrival{Cost: 3})
 	if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, ginqueue.ErrQueueFull) || time.Since(start) > 50*time.Millisecond {
-		t.Fatalf("cost 3 above a budget of 1: %v after %v, want ErrUnavailable and ErrQueueFull at once", err, time.Since(start))
+		t.Fatalf("cost 3 above an allowance of 1: %v after %v, want ErrUnavailable and ErrQueueFull at once", err, time.Since(start))
 	}
 	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 1})
 	if err != nil || !redisqueue.GrantedLocally(tk) {
-		t.Fatalf("cost 1 within the budget: %v", err)
+		t.Fatalf("cost 1 within the allowance: %v", err)
 	}
 	b.Release(tk)
 	srv.start()

@@ -28,7 +28,7 @@ func (b *Backend) failed(err error) {
 
 // markDown records that Redis did not answer: new arrivals and waiters turn
 // to OnRedisDown until the maintainer's probe gets an answer. Under FailOpen
-// the fallback opens with this outage's budget, and the slots of the
+// the fallback opens with this outage's allowance, and the slots of the
 // requests running here on grants from Redis are reserved in it.
 func (b *Backend) markDown(cause error) {
 	b.hookMu.Lock()

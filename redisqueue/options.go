@@ -12,16 +12,15 @@ import (
 type Policy uint8
 
 const (
-	// FailOpen admits requests inside this process only while Redis is
-	// down, within a budget of slots: Options.LocalLimit, or when that is
-	// zero the slots this replica held when Redis last told it how many the
-	// fleet held, plus its part of the slots free then (the free slots split
-	// among the live replicas by replica id; the whole limit when Redis has
-	// never answered), at most its share of the limit. Requests still
-	// running on slots granted by Redis count against the budget until they
-	// end. The budgets add up to at most the fleet's limit, so the fleet
-	// keeps its limit through the outage, though no longer in one global
-	// order; see the README. It is the zero value and the default.
+	// FailOpen admits requests inside this process while Redis is marked
+	// down, within an allowance of slots: Options.LocalLimit, or when that
+	// is zero a part of the fleet's limit worked out from what Redis last
+	// told this replica, so that the allowances of the fleet add up to at
+	// most its limit (the README's "When Redis is slow, paused or down"
+	// says how). Requests still running on slots granted by Redis count
+	// against it. A replica with no allowance, and a request whose cost
+	// exceeds it, is answered as under FailClosed. It is the zero value and
+	// the default.
 	FailOpen Policy = iota
 
 	// FailClosed answers every request that needs Redis with an error that
@@ -85,11 +84,9 @@ type Options struct {
 
 	// FailureThreshold is how many calls in a row must fail, with no call
 	// succeeding between them, before this replica marks Redis down and
-	// turns every request to OnRedisDown until a probe answers. After a
-	// failure short of it, the maintainer probes Redis at once, so a Redis
-	// that is gone is marked down within FailureThreshold call timeouts
-	// even without traffic, while one slow call in a burst is not enough.
-	// The request whose call failed gets OnRedisDown either way. Zero means
+	// turns every request to OnRedisDown until a probe answers (the
+	// README's "When Redis is slow, paused or down" says why). The request
+	// whose call failed gets OnRedisDown either way. Zero means
 	// DefaultFailureThreshold (3); 1 marks Redis down at the first failure.
 	// Negative is refused. A Redis that does not answer at Start is marked
 	// down at once.
@@ -97,25 +94,24 @@ type Options struct {
 
 	// TickInterval is the period of the heartbeat: every replica syncs
 	// with Redis this often, refreshing its slots and queue places and
-	// asking for the state of its waiters (which catches a lost grant
-	// notice). A replica whose heartbeat is missing for the liveness lease
-	// (3 ticks, but at least a tick and 4 call timeouts, at most LeaseTTL;
-	// 1.5 s with the defaults) while the others' go on is taken for dead:
-	// its waiters are never granted, and its slots come back to the fleet.
-	// While Redis is down, this replica probes it every 20 ms (or every
-	// tick, if shorter). Grants normally arrive by push within a
-	// millisecond, not by this tick. Zero means DefaultTickInterval (500
-	// ms). It must be at least 10 ms and at most LeaseTTL/3.
+	// catching a lost grant notice (grants arrive by push, not by this
+	// tick). A replica whose heartbeat is missing for the liveness lease (3
+	// ticks, but at least a tick and 4 call timeouts, at most LeaseTTL; 1.5
+	// s with the defaults) while the others' go on is taken for dead (the
+	// README's "How it works" says what then). While Redis is marked down,
+	// this replica probes it every 20 ms, or every tick if shorter. Zero
+	// means DefaultTickInterval (500 ms), or LeaseTTL/3 if that is shorter.
+	// It must be at least 10 ms and at most LeaseTTL/3.
 	TickInterval time.Duration
 
 	// OnRedisDown is the policy while Redis cannot be reached. The zero
 	// value is FailOpen.
 	OnRedisDown Policy
 
-	// LocalLimit overrides the FailOpen budget with a fixed number of slots
-	// (requests running on slots from Redis count against it). Zero means
-	// the budget FailOpen describes, which keeps the fleet's limit; a fixed
-	// one does not. Negative is refused. Ignored with FailClosed.
+	// LocalLimit overrides the FailOpen allowance with a fixed number of
+	// slots (requests running on slots from Redis count against it). Zero
+	// means the allowance FailOpen describes, which keeps the fleet's limit;
+	// a fixed one does not. Negative is refused. Ignored with FailClosed.
 	LocalLimit int
 
 	// LocalQueue overrides the FailOpen local queue bound. Zero means

@@ -14,12 +14,11 @@ import (
 
 // Stats implements ginqueue.Backend with this replica's view: Running counts
 // the slots held by the requests of this process (local fallback included),
-// Queued its waiting requests,
-// Limit is the fleet's limit as last seen: MaxConcurrent until SetLimit
-// moves it, then the value of the last acquire, sync or SetLimit reply from
-// Redis (a change made on another replica shows here at this replica's next
-// acquire or sync, within a TickInterval). GlobalStats asks Redis for the
-// fleet's.
+// Queued its waiting requests, Limit the fleet's limit as last seen:
+// MaxConcurrent until SetLimit moves it, then the value of the last acquire,
+// sync or SetLimit reply from Redis (a change made on another replica shows
+// here at this replica's next acquire or sync, within a TickInterval).
+// GlobalStats asks Redis for the fleet's.
 func (b *Backend) Stats() ginqueue.BackendStats {
 	now := time.Now()
 	released := b.released.Load() // before servedSlots: never more than it

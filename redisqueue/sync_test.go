@@ -235,7 +235,7 @@ func TestRestartedEmptyWaitsForTheReplicasItLost(t *testing.T) {
 		})
 		return tk
 	}
-	ta, tb := local(a), local(b) // a budget of 1 each
+	ta, tb := local(a), local(b) // an allowance of 1 each
 	proxy.setCut(true)
 	srv.start() // empty
 	eventually(t, 2*time.Second, "a did not find Redis back", func() bool { return !a.Stats().Unavailable })
