@@ -10,14 +10,6 @@ import (
 	"github.com/ginqueue/ginqueue"
 )
 
-// discardWriter is a minimal http.ResponseWriter that allocates nothing, so
-// the benchmarks measure the router and the middleware, not a recorder.
-type discardWriter struct{ h http.Header }
-
-func (w *discardWriter) Header() http.Header         { return w.h }
-func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (w *discardWriter) WriteHeader(int)             {}
-
 func benchEngine(mw ...gin.HandlerFunc) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -1,3 +1,5 @@
+// Config.Deadline and DeadlineHeader: a client's own deadline.
+
 package ginqueue_test
 
 import (
@@ -16,29 +18,6 @@ import (
 
 	"github.com/ginqueue/ginqueue"
 )
-
-// clientTimeout is the header the tests send their deadlines in.
-const clientTimeout = "X-Client-Timeout"
-
-// sendBy runs one request in a new goroutine with the clientTimeout header
-// set to wait (none if empty), and sends its result to out.
-func sendBy(r http.Handler, ctx context.Context, id int, wait string, t0 time.Time, out chan<- result) {
-	go func() {
-		req := httptest.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("/?id=%d", id), nil)
-		if wait != "" {
-			req.Header.Set(clientTimeout, wait)
-		}
-		w := httptest.NewRecorder()
-		r.ServeHTTP(w, req)
-		out <- result{id: id, code: w.Code, body: w.Body.String(), header: w.Header(), at: time.Since(t0)}
-	}()
-}
-
-// deadlineQueue is a Queue with the clientTimeout header as its Deadline.
-func deadlineQueue(t *testing.T, cfg ginqueue.Config) *ginqueue.Queue {
-	cfg.Deadline = ginqueue.DeadlineHeader(clientTimeout)
-	return mustQueue(t, cfg)
-}
 
 // DeadlineHeader reads seconds or a Go duration; zero is a deadline that has
 // already come, and a value that is not a usable wait is no deadline.
@@ -417,97 +396,4 @@ func hungUp() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx, cancel
-}
-
-// RejectEarly weighs an arrival's expected wait against the smaller of
-// QueueTimeout and the time its client has left: with 100 ms handlers on one
-// slot, a client that gives 150 ms is admitted first in line and refused at
-// once second in line, one that gives 50 ms is refused if it would wait at
-// all and runs if a slot is free; a context's deadline counts too. The same
-// with a Backend that is not a FastBackend (the rule read from Stats).
-func TestDeadlineRejectEarly(t *testing.T) {
-	backends := map[string]func() ginqueue.Backend{
-		"memory": ginqueue.NewMemoryBackend,
-		"plain":  func() ginqueue.Backend { return plainBackend{ginqueue.NewMemoryBackend()} },
-	}
-	for name, backend := range backends {
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
-					RejectEarly: true, Backend: backend()})
-				r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
-				out := make(chan result, 16)
-				sendBy(r, context.Background(), 0, "", time.Now(), out) // times the handler: 100 ms
-				require.Equal(t, http.StatusOK, (<-out).code)
-
-				soon, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-				defer cancel()
-				t0 := time.Now()
-				for _, a := range []struct {
-					id   int
-					ctx  context.Context
-					wait string
-				}{
-					{1, context.Background(), ""},      // runs
-					{2, context.Background(), "150ms"}, // first in line: 100 ms, fits
-					{3, context.Background(), "150ms"}, // second: 200 ms > 150 ms, refused
-					{4, context.Background(), "50ms"},  // any wait is too long: refused
-					{5, soon, "1m"},                    // the context's 50 ms: refused
-					{6, context.Background(), ""},      // QueueTimeout's 10 s: admitted
-					{7, context.Background(), "1m"},    // longer than QueueTimeout: QueueTimeout's
-				} {
-					sendBy(r, a.ctx, a.id, a.wait, t0, out)
-					synctest.Wait()
-				}
-				got := map[int]int{}
-				for range 3 {
-					res := <-out
-					assert.Zero(t, res.at, "request %d refused at once", res.id)
-					got[res.id] = res.code
-				}
-				assert.Equal(t, map[int]int{3: 503, 4: 503, 5: 503}, got)
-				for range 4 {
-					res := <-out
-					got[res.id] = res.code
-				}
-				assert.Equal(t, map[int]int{1: 200, 2: 200, 3: 503, 4: 503, 5: 503, 6: 200, 7: 200}, got)
-
-				sendBy(r, context.Background(), 8, "50ms", t0, out)
-				assert.Equal(t, http.StatusOK, (<-out).code, "a free slot: no wait, so the time left does not matter")
-				st := q.Stats()
-				assert.EqualValues(t, 3, st.QueueFull)
-				assert.Zero(t, st.QueueTimeout)
-			})
-		})
-	}
-	// Without Config.Deadline, RejectEarly looks at QueueTimeout only, as
-	// before: the context's deadline ends the wait as a queue timeout.
-	synctest.Test(t, func(t *testing.T) {
-		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
-			RejectEarly: true})
-		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
-		out := make(chan result, 4)
-		send(r, context.Background(), 0, time.Now(), out)
-		require.Equal(t, http.StatusOK, (<-out).code)
-		soon, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancel()
-		t0 := time.Now()
-		send(r, context.Background(), 1, t0, out)
-		synctest.Wait()
-		sendBy(r, soon, 2, "1ms", t0, out)
-		res := <-out
-		assert.Equal(t, result{id: 2, code: http.StatusRequestTimeout, at: 50 * time.Millisecond}, result{id: res.id, code: res.code, at: res.at})
-		assert.Equal(t, http.StatusOK, (<-out).code)
-	})
-}
-
-// With Config.Deadline, a request that sends no deadline and finds a free
-// slot allocates nothing more than without the Queue.
-func TestDeadlineWithoutHeaderAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts need a build without -race; `make test` runs this test in one")
-	}
-	q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
-	assertAllocatesAsBare(t, q)
-	assert.EqualValues(t, 1001, q.Stats().Served)
 }

@@ -1,13 +1,17 @@
+// The middleware end to end: New, serve, wait, SetLimit, Close and Shutdown.
+
 package ginqueue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,122 +21,9 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/ginqueue/ginqueue"
 )
-
-func TestMain(m *testing.M) {
-	gin.SetMode(gin.TestMode)
-	goleak.VerifyTestMain(m)
-}
-
-// result is what one request saw, sent back from its goroutine.
-type result struct {
-	id     int
-	code   int
-	body   string
-	header http.Header
-	at     time.Duration // when the response was complete, since the test began
-}
-
-// gate is a handler that blocks until released, so tests decide when a slot
-// frees. It counts how many run at once.
-type gate struct {
-	release chan struct{}
-	running atomic.Int64
-	maxRun  atomic.Int64
-	started chan int
-}
-
-func newGate() *gate {
-	return &gate{release: make(chan struct{}), started: make(chan int, 1024)}
-}
-
-func (g *gate) handler(c *gin.Context) {
-	n := g.running.Add(1)
-	for {
-		m := g.maxRun.Load()
-		if n <= m || g.maxRun.CompareAndSwap(m, n) {
-			break
-		}
-	}
-	id := 0
-	fmt.Sscan(c.Query("id"), &id)
-	g.started <- id
-	<-g.release
-	g.running.Add(-1)
-	c.String(http.StatusOK, "ok %d", id)
-}
-
-// open lets n held handlers finish.
-func (g *gate) open(n int) {
-	for range n {
-		g.release <- struct{}{}
-	}
-}
-
-// gated is an engine whose route, behind q and gin.Recovery, is a new gate.
-func gated(q *ginqueue.Queue) (*gate, *gin.Engine) {
-	g := newGate()
-	return g, newEngine(q.Handler(), g.handler)
-}
-
-func newEngine(mw gin.HandlerFunc, h gin.HandlerFunc) *gin.Engine {
-	r := gin.New()
-	r.Use(gin.Recovery(), mw)
-	r.GET("/", h)
-	return r
-}
-
-// send runs one request in a new goroutine and sends its result to out.
-func send(r http.Handler, ctx context.Context, id int, t0 time.Time, out chan<- result) {
-	go func() {
-		req := httptest.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("/?id=%d", id), nil)
-		w := httptest.NewRecorder()
-		r.ServeHTTP(w, req)
-		out <- result{id: id, code: w.Code, body: w.Body.String(), header: w.Header(), at: time.Since(t0)}
-	}()
-}
-
-func mustQueue(t *testing.T, cfg ginqueue.Config) *ginqueue.Queue {
-	t.Helper()
-	q, err := ginqueue.NewQueue(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = q.Close() })
-	return q
-}
-
-// Behaviour 1: a free slot and nobody waiting runs at once, with no
-// allocation beyond the bare route's.
-func TestFastPathAllocatesNothingExtra(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts need a build without -race; `make test` runs this test in one")
-	}
-	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
-	assertAllocatesAsBare(t, q)
-	st := q.Stats()
-	assert.Equal(t, 0, st.Running)
-	assert.EqualValues(t, 1001, st.Served)
-}
-
-// assertAllocatesAsBare checks that a request through q, finding a free
-// slot, allocates what the bare route does (1001 requests in all).
-func assertAllocatesAsBare(t *testing.T, q *ginqueue.Queue) {
-	t.Helper()
-	h := func(c *gin.Context) { c.Status(http.StatusNoContent) }
-	bare := gin.New()
-	bare.GET("/", h)
-	guarded := gin.New()
-	guarded.Use(q.Handler())
-	guarded.GET("/", h)
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
-	w := &discardWriter{h: http.Header{}}
-	allocs := func(r *gin.Engine) float64 {
-		return testing.AllocsPerRun(1000, func() { r.ServeHTTP(w, req) })
-	}
-	assert.Equal(t, allocs(bare), allocs(guarded))
-}
 
 // Behaviour 2: waiters are woken strictly in arrival order.
 func TestWaitersRunInArrivalOrder(t *testing.T) {
@@ -347,6 +238,35 @@ func TestShutdownHonoursContext(t *testing.T) {
 	})
 }
 
+// failingClose is a Backend whose Close fails.
+type failingClose struct{ ginqueue.Backend }
+
+var errCloseFailed = errors.New("stub: close failed")
+
+func (b failingClose) Close() error {
+	_ = b.Backend.Close()
+	return errCloseFailed
+}
+
+// Shutdown gives Close's error first, even with a ctx that has already
+// ended, and once it has returned no arrival is served: the fast path is
+// closed too.
+func TestShutdownClosesBeforeItReturns(t *testing.T) {
+	for range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, Backend: failingClose{ginqueue.NewMemoryBackend()}})
+		require.ErrorIs(t, q.Shutdown(ctx), errCloseFailed)
+
+		q = mustQueue(t, ginqueue.Config{MaxConcurrent: 4})
+		_ = q.Shutdown(ctx) // nil or ctx.Err(): nothing runs, and ctx has ended
+		w := httptest.NewRecorder()
+		newEngine(q.Handler(), func(c *gin.Context) { c.Status(http.StatusOK) }).
+			ServeHTTP(w, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil))
+		require.Equal(t, http.StatusServiceUnavailable, w.Code, "an arrival after Shutdown returned")
+	}
+}
+
 // Behaviour 9: New on each group gives independent limits; one Queue shared
 // by several groups gives one limit; nested throttles hold both limits.
 func TestGroupsSharedAndNested(t *testing.T) {
@@ -408,39 +328,6 @@ func TestGroupsSharedAndNested(t *testing.T) {
 	})
 }
 
-// Behaviour 11: bad configuration is refused, naming the field and value.
-func TestBadConfigIsRefused(t *testing.T) {
-	tests := []struct {
-		name string
-		cfg  ginqueue.Config
-		want string
-	}{
-		{"zero value", ginqueue.Config{}, "Config.MaxConcurrent must be at least 1, got 0"},
-		{"negative concurrency", ginqueue.Config{MaxConcurrent: -3}, "got -3"},
-		{"huge concurrency", ginqueue.Config{MaxConcurrent: 1 << 31}, "Config.MaxConcurrent must be at most"},
-		{"negative queue", ginqueue.Config{MaxConcurrent: 1, MaxQueue: -1}, "Config.MaxQueue must not be negative, got -1"},
-		{"huge queue", ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1 << 31}, "Config.MaxQueue must be at most"},
-		{"negative timeout", ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: -time.Second}, "Config.QueueTimeout must not be negative, got -1s"},
-		{"negative retry", ginqueue.Config{MaxConcurrent: 1, RetryAfter: -1}, "Config.RetryAfter must not be negative"},
-		{"timeout status 200", ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: 200}, "Config.QueueTimeoutStatus must be 0 or in [400, 599], got 200"},
-		{"timeout status 399", ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: 399}, "Config.QueueTimeoutStatus must be 0 or in [400, 599], got 399"},
-		{"timeout status 600", ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: 600}, "Config.QueueTimeoutStatus must be 0 or in [400, 599], got 600"},
-		{"negative timeout status", ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: -408}, "got -408"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.cfg.Validate()
-			require.Error(t, err)
-			assert.True(t, strings.HasPrefix(err.Error(), "ginqueue: "), err.Error())
-			assert.Contains(t, err.Error(), tt.want)
-			_, err = ginqueue.NewQueue(tt.cfg)
-			assert.Error(t, err)
-			assert.PanicsWithError(t, err.Error(), func() { ginqueue.New(tt.cfg) })
-		})
-	}
-	assert.NoError(t, ginqueue.DefaultConfig().Validate())
-}
-
 // Skip exempts requests; the hooks replace the default responses.
 func TestSkipAndHooks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -485,6 +372,122 @@ func TestSkipAndHooks(t *testing.T) {
 		st := q.Stats()
 		assert.EqualValues(t, 1, st.Served, "skipped requests are not counted")
 	})
+}
+
+// Raising the limit wakes several waiters at once; lowering it preempts
+// nobody and admits nobody until running is below the new limit.
+func TestSetLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: time.Minute})
+		g, r := gated(q)
+		out := make(chan result, 8)
+		burst(r, 5, 0, out)
+		assert.Equal(t, 0, <-g.started)
+		require.NoError(t, q.SetLimit(4))
+		synctest.Wait()
+		assert.ElementsMatch(t, []int{1, 2, 3}, []int{<-g.started, <-g.started, <-g.started}, "three woken at once")
+		assert.Equal(t, ginqueue.Stats{Running: 4, Queued: 1, Limit: 4, Served: 4,
+			QueuedByPriority: []ginqueue.PriorityCount{{0, 1}}}, q.Stats())
+
+		require.NoError(t, q.SetLimit(2))
+		assert.Equal(t, 4, q.Stats().Running, "nobody is preempted")
+		g.open(2) // running 2: still not below 2
+		synctest.Wait()
+		assert.Equal(t, 1, q.Stats().Queued)
+		g.open(1) // running 1 < 2: the waiter goes
+		assert.Equal(t, 4, <-g.started)
+		g.open(2)
+		for range 5 {
+			assert.Equal(t, http.StatusOK, (<-out).code)
+		}
+		assert.ErrorContains(t, q.SetLimit(0), "ginqueue: limit must be in [1, ")
+	})
+}
+
+// The Queue counts a cost below 1 as 1; the Backend grants a cost above the
+// limit as the whole limit, so the request runs alone. Running counts slots,
+// Served requests.
+func TestCostIsClampedByTheQueue(t *testing.T) {
+	for _, tt := range []struct {
+		cost  string
+		slots int
+	}{{"0", 1}, {"-5", 1}, {"1", 1}, {"3", 3}, {"14", 4}, {strconv.Itoa(math.MaxInt), 4}} {
+		t.Run("cost "+tt.cost, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Minute, Cost: byQueryCost})
+				g := newGate()
+				r := newEngine(q.Handler(), g.handler)
+				out := make(chan int, 2)
+				get := func(target string) {
+					go func() {
+						w := httptest.NewRecorder()
+						r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, target, nil))
+						out <- w.Code
+					}()
+					synctest.Wait()
+				}
+				get("/?c=" + tt.cost)
+				<-g.started
+				assert.Equal(t, tt.slots, q.Stats().Running)
+				get("/?c=1") // runs beside it only if a slot is left
+				st := q.Stats()
+				if tt.slots == 4 {
+					assert.Equal(t, [2]int{4, 1}, [2]int{st.Running, st.Queued}, "running, queued")
+				} else {
+					<-g.started
+					assert.Equal(t, [2]int{tt.slots + 1, 0}, [2]int{st.Running, st.Queued}, "running, queued")
+				}
+				g.open(2)
+				for range 2 {
+					assert.Equal(t, http.StatusOK, <-out)
+				}
+				st = q.Stats()
+				assert.Equal(t, [2]int{0, 2}, [2]int{st.Running, int(st.Served)}, "running, served")
+			})
+		})
+	}
+}
+
+// Served responses carry the queue wait as Server-Timing, set before the
+// handler writes.
+func TestServerTiming(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute, ServerTiming: true})
+		seen := make(chan string, 2)
+		r := newEngine(q.Handler(), func(c *gin.Context) {
+			seen <- c.Writer.Header().Get("Server-Timing")
+			time.Sleep(250 * time.Millisecond)
+			c.Status(http.StatusOK)
+		})
+		out := make(chan result, 2)
+		burst(r, 2, 0, out)
+		first, second := <-out, <-out
+		assert.Equal(t, "queue;dur=0", first.header.Get("Server-Timing"))
+		assert.Equal(t, "queue;dur=250.000", second.header.Get("Server-Timing"))
+		assert.Equal(t, "queue;dur=0", <-seen, "set before the handler runs")
+		assert.Equal(t, "queue;dur=250.000", <-seen)
+
+		plain := newEngine(mustQueue(t, ginqueue.Config{MaxConcurrent: 1}).Handler(), sleeper(0))
+		w := httptest.NewRecorder()
+		plain.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		assert.Empty(t, w.Header().Get("Server-Timing"), "off by default")
+	})
+}
+
+// The preset Server-Timing of a request that did not wait is never written
+// into by a handler that adds its own entry.
+func TestServerTimingPresetIsNotShared(t *testing.T) {
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, ServerTiming: true})
+	r := newEngine(q.Handler(), func(c *gin.Context) {
+		c.Writer.Header().Add("Server-Timing", "db;dur=1")
+		c.Writer.Header()["Server-Timing"][1] = "db;dur=2" // a handler that edits in place
+		c.Status(http.StatusOK)
+	})
+	for range 3 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		assert.Equal(t, []string{"queue;dur=0", "db;dur=2"}, w.Header().Values("Server-Timing"))
+	}
 }
 
 // The seed lesson's scenario: 3 slots, 10 places, 5 s timeout, 15 requests

@@ -1,3 +1,5 @@
+// The wait room through the Queue: priorities, flows taking turns, extreme keys.
+
 package ginqueue_test
 
 import (
@@ -6,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -18,28 +19,6 @@ import (
 
 	"github.com/ginqueue/ginqueue"
 )
-
-// byQuery reads the priority and flow of a test request from its query.
-func byQueryPriority(c *gin.Context) int { p, _ := strconv.Atoi(c.Query("p")); return p }
-func byQueryFlow(c *gin.Context) string  { return c.Query("flow") }
-
-// sendAt runs GET /?id=..&p=..&flow=.. in its own goroutine and waits until
-// it has settled (running or parked), so arrivals have a known order.
-func sendAt(r http.Handler, id, prio int, flow string, out chan<- result) {
-	go func() {
-		w := httptest.NewRecorder()
-		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, fmt.Sprintf("/?id=%d&p=%d&flow=%s", id, prio, flow), nil))
-		out <- result{id: id, code: w.Code}
-	}()
-	synctest.Wait()
-}
-
-func priorityQueue(t *testing.T, maxQueue, perFlow int) *ginqueue.Queue {
-	return mustQueue(t, ginqueue.Config{
-		MaxConcurrent: 1, MaxQueue: maxQueue, QueueTimeout: time.Minute,
-		Priority: byQueryPriority, FlowKey: byQueryFlow, MaxQueuePerFlow: perFlow,
-	})
-}
 
 // 1 slot held, 50 low-priority waiters, then 1 high: the high one runs next,
 // then the low ones in arrival order.
@@ -117,79 +96,6 @@ func TestFlowsTakeTurns(t *testing.T) {
 	})
 }
 
-// A full queue gives the newest waiter of the lowest priority below an
-// arrival's to that arrival (503 for the evicted one); an arrival of the
-// lowest priority present gets 503.
-func TestFullQueueEvictsLowestNewest(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		q := priorityQueue(t, 3, 0)
-		g, r := gated(q)
-		out := make(chan result, 8)
-		sendAt(r, 0, 0, "", out) // runs
-		sendAt(r, 1, 1, "", out)
-		sendAt(r, 2, 0, "", out)
-		sendAt(r, 3, 0, "", out) // the queue is full now: 1(p1), 2(p0), 3(p0)
-
-		sendAt(r, 4, 0, "", out) // lowest priority present: refused
-		res := <-out
-		assert.Equal(t, result{id: 4, code: http.StatusServiceUnavailable}, res)
-
-		sendAt(r, 5, 2, "", out) // evicts 3, the newest of priority 0
-		res = <-out
-		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable}, res)
-		assert.Equal(t, []ginqueue.PriorityCount{{2, 1}, {1, 1}, {0, 1}}, q.Stats().QueuedByPriority)
-		sendAt(r, 6, 1, "", out) // evicts 2: the queue length stays, its split does not
-		assert.Equal(t, 2, (<-out).id)
-		assert.Equal(t, []ginqueue.PriorityCount{{2, 1}, {1, 2}}, q.Stats().QueuedByPriority)
-		sendAt(r, 7, 1, "", out) // nobody below priority 1 is left: refused
-		assert.Equal(t, result{id: 7, code: http.StatusServiceUnavailable}, <-out)
-
-		assert.Equal(t, 0, <-g.started)
-		for _, id := range []int{5, 1, 6} {
-			g.open(1)
-			assert.Equal(t, id, <-g.started)
-		}
-		g.open(1)
-		for range 4 {
-			assert.Equal(t, http.StatusOK, (<-out).code)
-		}
-		st := q.Stats()
-		assert.EqualValues(t, 4, st.QueueFull)
-		assert.EqualValues(t, 4, st.Served)
-	})
-}
-
-// MaxQueuePerFlow: a flow at its cap gets 503 while other flows are admitted.
-func TestPerFlowCap(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		q := priorityQueue(t, 10, 2)
-		g, r := gated(q)
-		out := make(chan result, 8)
-		sendAt(r, 0, 0, "A", out) // runs: a running request holds no place
-		sendAt(r, 1, 0, "A", out)
-		sendAt(r, 2, 0, "A", out)
-		sendAt(r, 3, 0, "A", out) // A holds 2 places: refused
-		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable}, <-out)
-		sendAt(r, 4, 0, "B", out)
-		sendAt(r, 5, 0, "B", out)
-		assert.Equal(t, 4, q.Stats().Queued)
-		sendAt(r, 6, 0, "B", out)
-		assert.Equal(t, result{id: 6, code: http.StatusServiceUnavailable}, <-out)
-		<-g.started
-		g.open(1)
-		<-g.started // A's 1 leaves the queue: A may queue again
-		sendAt(r, 7, 0, "A", out)
-		assert.Equal(t, 4, q.Stats().Queued)
-		g.open(5)
-		for range 4 {
-			<-g.started
-		}
-		for range 6 {
-			assert.Equal(t, http.StatusOK, (<-out).code)
-		}
-	})
-}
-
 // Timeouts, hang-ups and Close reach waiters at every priority; the counters
 // and the per-priority stats follow.
 func TestOutcomesAtEveryPriority(t *testing.T) {
@@ -233,37 +139,6 @@ func TestOutcomesAtEveryPriority(t *testing.T) {
 		st := q.Stats()
 		assert.Equal(t, ginqueue.Stats{Limit: 1, Served: 1, QueueTimeout: 2, Canceled: 1, Closed: 1, DrainRate: 1}, st)
 	})
-}
-
-func TestFlowKeyHelpers(t *testing.T) {
-	r := gin.New()
-	var ip, hdr, route string
-	r.GET("/users/:id", func(c *gin.Context) {
-		ip, hdr, route = ginqueue.ByClientIP()(c), ginqueue.ByHeader("X-Tenant")(c), ginqueue.ByRoute()(c)
-	})
-	req := httptest.NewRequest(http.MethodGet, "/users/42", nil)
-	req.RemoteAddr = "192.0.2.7:5555"
-	req.Header.Set("X-Tenant", "acme")
-	r.ServeHTTP(httptest.NewRecorder(), req)
-	assert.Equal(t, "192.0.2.7", ip)
-	assert.Equal(t, "acme", hdr)
-	assert.Equal(t, "/users/:id", route)
-}
-
-func TestPriorityConfigIsChecked(t *testing.T) {
-	flow := ginqueue.ByClientIP()
-	for _, tt := range []struct {
-		cfg  ginqueue.Config
-		want string
-	}{
-		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: -1, FlowKey: flow}, "Config.MaxQueuePerFlow must not be negative, got -1"},
-		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: 5, FlowKey: flow}, "Config.MaxQueuePerFlow must not exceed Config.MaxQueue (4), got 5"},
-		{ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, MaxQueuePerFlow: 2}, "Config.MaxQueuePerFlow 2 needs Config.FlowKey"},
-	} {
-		err := tt.cfg.Validate()
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), tt.want)
-	}
 }
 
 // Bad input at the extremes: priorities at MinInt and MaxInt, flow keys of

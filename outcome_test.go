@@ -1,3 +1,5 @@
+// Outcomes, and the answers to requests not served: statuses, hooks, OnOutcome.
+
 package ginqueue_test
 
 import (
@@ -17,24 +19,6 @@ import (
 
 	"github.com/ginqueue/ginqueue"
 )
-
-// outcomeLog records the outcomes OnOutcome reports, from any goroutine.
-type outcomeLog struct {
-	mu   sync.Mutex
-	seen []ginqueue.Outcome
-}
-
-func (l *outcomeLog) add(_ *gin.Context, o ginqueue.Outcome, _ time.Duration) {
-	l.mu.Lock()
-	l.seen = append(l.seen, o)
-	l.mu.Unlock()
-}
-
-func (l *outcomeLog) get() []ginqueue.Outcome {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.seen
-}
 
 // A rejection hook starts from the default response: one that writes
 // nothing answers with the default status and Retry-After, never a 200; one
@@ -130,6 +114,147 @@ func TestTimeoutHookAnswersARequestDeadline(t *testing.T) {
 	})
 }
 
+// QueueTimeoutStatus sets the status of the default queue-timeout response,
+// and the status a silent OnQueueTimeout hook answers with; zero is 408.
+func TestQueueTimeoutStatus(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		hook   gin.HandlerFunc
+		want   int
+	}{
+		{"zero is 408", 0, nil, http.StatusRequestTimeout},
+		{"503 for browsers", http.StatusServiceUnavailable, nil, http.StatusServiceUnavailable},
+		{"429", http.StatusTooManyRequests, nil, http.StatusTooManyRequests},
+		{"a silent hook answers with it", http.StatusServiceUnavailable, func(*gin.Context) {}, http.StatusServiceUnavailable},
+		{"a hook's own status wins", http.StatusServiceUnavailable, func(c *gin.Context) { c.Status(http.StatusGatewayTimeout) },
+			http.StatusGatewayTimeout},
+	}
+	for _, status := range []int{0, 400, 503, 599} {
+		assert.NoError(t, ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: status}.Validate(), status)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: 500 * time.Millisecond,
+					QueueTimeoutStatus: tt.status, OnQueueTimeout: tt.hook})
+				g, r := gated(q)
+				out := make(chan result, 2)
+				t0 := time.Now()
+				send(r, context.Background(), 0, t0, out)
+				synctest.Wait()
+				send(r, context.Background(), 1, t0, out)
+				res := <-out
+				assert.Equal(t, 1, res.id)
+				assert.Equal(t, tt.want, res.code)
+				assert.Equal(t, "1", res.header.Get("Retry-After"))
+				assert.Equal(t, 500*time.Millisecond, res.at)
+				g.open(1)
+				<-out
+				assert.EqualValues(t, 1, q.Stats().QueueTimeout)
+			})
+		})
+	}
+}
+
+// A response an earlier middleware already wrote is left alone by a
+// rejection: the outcome is counted, nothing more is written.
+func TestRejectionAfterAnEarlierWrite(t *testing.T) {
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 0})
+	require.NoError(t, q.Close())
+	r := gin.New()
+	r.Use(func(c *gin.Context) { c.String(http.StatusOK, "early"); c.Next() }, q.Handler())
+	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "late") })
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, "early", w.Body.String())
+	assert.Empty(t, w.Header().Get("Retry-After"))
+	assert.EqualValues(t, 1, q.Stats().Closed)
+}
+
+// OnOutcome is called once per request with its outcome and wait; a hook
+// that panics cannot keep a slot.
+func TestOnOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		seen := map[ginqueue.Outcome][]time.Duration{}
+		q := mustQueue(t, ginqueue.Config{
+			MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: 300 * time.Millisecond,
+			OnOutcome: func(c *gin.Context, o ginqueue.Outcome, wait time.Duration) {
+				mu.Lock()
+				seen[o] = append(seen[o], wait)
+				mu.Unlock()
+				if c.Query("hook") == "panic" {
+					panic("hook")
+				}
+			},
+		})
+		r := newEngine(q.Handler(), sleeper(time.Second))
+		out := make(chan result, 8)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out)
+		synctest.Wait()
+		send(r, context.Background(), 1, t0, out) // times out after 300 ms
+		synctest.Wait()
+		send(r, context.Background(), 2, t0, out) // full
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		time.Sleep(400 * time.Millisecond)
+		send(r, ctx, 3, t0, out)
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		cancel() // after 100 ms of waiting
+		for range 4 {
+			<-out
+		}
+		mu.Lock()
+		assert.Equal(t, map[ginqueue.Outcome][]time.Duration{
+			ginqueue.OutcomeServed:       {0},
+			ginqueue.OutcomeQueueTimeout: {300 * time.Millisecond},
+			ginqueue.OutcomeQueueFull:    {0},
+			ginqueue.OutcomeCanceled:     {100 * time.Millisecond},
+		}, seen)
+		mu.Unlock()
+
+		// A panicking hook on a served request: gin.Recovery answers, the
+		// slot is back.
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?hook=panic", nil))
+		assert.Equal(t, http.StatusInternalServerError, w.Code)
+		assert.Equal(t, 0, q.Stats().Running)
+		require.NoError(t, q.Close())
+		w = httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		mu.Lock()
+		assert.Len(t, seen[ginqueue.OutcomeClosed], 1)
+		mu.Unlock()
+	})
+}
+
+// A deadline on the request's context that passes in the queue (a timeout
+// middleware in front) is a queue timeout: 408, not a hang-up.
+func TestRequestDeadlineInQueueIsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute})
+		g, r := gated(q)
+		out := make(chan result, 2)
+		t0 := time.Now()
+		send(r, context.Background(), 0, t0, out)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		send(r, ctx, 1, t0, out)
+		res := <-out
+		assert.Equal(t, result{id: 1, code: http.StatusRequestTimeout, header: res.header, at: 50 * time.Millisecond}, res)
+		g.open(1)
+		<-out
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.QueueTimeout)
+		assert.Zero(t, st.Canceled)
+	})
+}
+
 // stubBackend is a Backend whose Acquire answers what acquire returns for
 // the request's context, at once.
 type stubBackend struct {
@@ -152,17 +277,6 @@ type unavailable struct{ cause error }
 
 func (e unavailable) Error() string   { return "stub: store unavailable: " + e.cause.Error() }
 func (e unavailable) Unwrap() []error { return []error{ginqueue.ErrQueueFull, e.cause} }
-
-// counted is the rejection counters of st, by outcome.
-func counted(st ginqueue.Stats) map[ginqueue.Outcome]uint64 {
-	return map[ginqueue.Outcome]uint64{
-		ginqueue.OutcomeServed:       st.Served,
-		ginqueue.OutcomeQueueFull:    st.QueueFull,
-		ginqueue.OutcomeQueueTimeout: st.QueueTimeout,
-		ginqueue.OutcomeCanceled:     st.Canceled,
-		ginqueue.OutcomeClosed:       st.Closed,
-	}
-}
 
 // What the Backend says wins over any cause its error wraps; only the
 // request's own context or ErrQueueTimeout makes a queue timeout. A backend
@@ -249,86 +363,6 @@ func TestBackendErrorOutcomes(t *testing.T) {
 			want := counted(ginqueue.Stats{})
 			want[tt.outcome] = 1
 			assert.Equal(t, want, counted(q.Stats()))
-		})
-	}
-}
-
-// After Close an arrival is closed even when RejectEarly would turn it
-// away: OnClosed answers, Closed counts it, OnOutcome says closed.
-func TestCloseBeatsRejectEarly(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var outcomes outcomeLog
-		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 500 * time.Millisecond,
-			RejectEarly: true,
-			OnQueueFull: func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "full") },
-			OnClosed:    func(c *gin.Context) { c.String(http.StatusServiceUnavailable, "closed") },
-			OnOutcome:   outcomes.add,
-		})
-		r := newEngine(q.Handler(), sleeper(time.Second))
-		out := make(chan result, 4)
-		burst(r, 1, 0, out)
-		time.Sleep(time.Second) // one finished in a second: an arrival expects to wait 1 s > 500 ms
-		assert.Equal(t, http.StatusOK, (<-out).code)
-		require.InDelta(t, 1.0, q.Stats().DrainRate, 1e-9)
-
-		burst(r, 1, 1, out) // runs
-		burst(r, 1, 2, out) // turned away early
-		res := <-out
-		assert.Equal(t, result{id: 2, code: http.StatusServiceUnavailable, body: "full", header: res.header}, res)
-
-		require.NoError(t, q.Close())
-		burst(r, 1, 3, out)
-		res = <-out
-		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable, body: "closed", header: res.header}, res)
-		assert.Equal(t, 1, (<-out).id)
-
-		st := q.Stats()
-		assert.EqualValues(t, 1, st.QueueFull)
-		assert.EqualValues(t, 1, st.Closed)
-		assert.Equal(t, []ginqueue.Outcome{ginqueue.OutcomeServed, ginqueue.OutcomeQueueFull, ginqueue.OutcomeClosed,
-			ginqueue.OutcomeServed}, outcomes.get())
-	})
-}
-
-// QueueTimeoutStatus sets the status of the default queue-timeout response,
-// and the status a silent OnQueueTimeout hook answers with; zero is 408.
-func TestQueueTimeoutStatus(t *testing.T) {
-	tests := []struct {
-		name   string
-		status int
-		hook   gin.HandlerFunc
-		want   int
-	}{
-		{"zero is 408", 0, nil, http.StatusRequestTimeout},
-		{"503 for browsers", http.StatusServiceUnavailable, nil, http.StatusServiceUnavailable},
-		{"429", http.StatusTooManyRequests, nil, http.StatusTooManyRequests},
-		{"a silent hook answers with it", http.StatusServiceUnavailable, func(*gin.Context) {}, http.StatusServiceUnavailable},
-		{"a hook's own status wins", http.StatusServiceUnavailable, func(c *gin.Context) { c.Status(http.StatusGatewayTimeout) },
-			http.StatusGatewayTimeout},
-	}
-	for _, status := range []int{0, 400, 503, 599} {
-		assert.NoError(t, ginqueue.Config{MaxConcurrent: 1, QueueTimeoutStatus: status}.Validate(), status)
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: 500 * time.Millisecond,
-					QueueTimeoutStatus: tt.status, OnQueueTimeout: tt.hook})
-				g, r := gated(q)
-				out := make(chan result, 2)
-				t0 := time.Now()
-				send(r, context.Background(), 0, t0, out)
-				synctest.Wait()
-				send(r, context.Background(), 1, t0, out)
-				res := <-out
-				assert.Equal(t, 1, res.id)
-				assert.Equal(t, tt.want, res.code)
-				assert.Equal(t, "1", res.header.Get("Retry-After"))
-				assert.Equal(t, 500*time.Millisecond, res.at)
-				g.open(1)
-				<-out
-				assert.EqualValues(t, 1, q.Stats().QueueTimeout)
-			})
 		})
 	}
 }

@@ -1,9 +1,9 @@
+// Config.CoDel through the Queue: its drops are queue timeouts, and its configuration.
+
 package ginqueue_test
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -142,47 +142,4 @@ func TestCoDelConfig(t *testing.T) {
 			}
 		})
 	}
-}
-
-// Under LIFO, RejectEarly counts who is served before an arrival in the order
-// of the moment: while the queue stands, a new arrival is the next of its
-// flow, so the older waiters are not ahead of it. One slot, whose measured
-// time is 300 ms, and a QueueTimeout of 1 s: RejectEarly refuses an arrival
-// with 3 or more ahead. The queue stands from 2.01 s on with waiters 3, 4
-// and 5; waiter 6, arriving at 2.03 s, is served first when the slot frees at
-// 2.06 s, and must not be refused for the three older ones.
-func TestRejectEarlyUnderLIFOCountsTheNewestFirst(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 100, QueueTimeout: time.Second, RejectEarly: true,
-			CoDel: &ginqueue.CoDel{Target: time.Second, Interval: time.Second, LIFO: true}})
-		hold := map[int]time.Duration{0: 300 * time.Millisecond, 1: 1060 * time.Millisecond}
-		r := newEngine(q.Handler(), func(c *gin.Context) {
-			var id int
-			_, _ = fmt.Sscan(c.Query("id"), &id)
-			time.Sleep(cmp.Or(hold[id], 10*time.Millisecond))
-			c.Status(http.StatusOK)
-		})
-		t0 := time.Now()
-		out := make(chan result, 8)
-		send(r, context.Background(), 0, t0, out) // measures the slot: 300 ms
-		<-out
-		for _, a := range []struct {
-			id int
-			at time.Duration
-		}{{1, 1000}, {2, 1010}, {3, 1100}, {4, 1200}, {5, 2020}, {6, 2030}} {
-			time.Sleep(a.at*time.Millisecond - time.Since(t0))
-			send(r, context.Background(), a.id, t0, out)
-		}
-		got := map[int]result{}
-		for range 6 {
-			res := <-out
-			got[res.id] = res
-		}
-		assert.Equal(t, http.StatusRequestTimeout, got[2].code, "waiter 2 is dropped as the queue starts standing")
-		require.Equal(t, http.StatusOK, got[6].code, "the newest waiter of a standing LIFO queue was refused")
-		for _, id := range []int{3, 4, 5} {
-			assert.Equal(t, http.StatusOK, got[id].code, "waiter %d", id)
-			assert.Less(t, got[6].at, got[id].at, "waiter 6 is served before waiter %d", id)
-		}
-	})
 }

@@ -1,0 +1,57 @@
+// Allocation counts, without -race: `make test` runs them with -run 'Allocat'.
+
+package ginqueue_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// Behaviour 1: a free slot and nobody waiting runs at once, with no
+// allocation beyond the bare route's.
+func TestFastPathAllocatesNothingExtra(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; `make test` runs this test in one")
+	}
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
+	assertAllocatesAsBare(t, q)
+	st := q.Stats()
+	assert.Equal(t, 0, st.Running)
+	assert.EqualValues(t, 1001, st.Served)
+}
+
+// assertAllocatesAsBare checks that a request through q, finding a free
+// slot, allocates what the bare route does (1001 requests in all).
+func assertAllocatesAsBare(t *testing.T, q *ginqueue.Queue) {
+	t.Helper()
+	h := func(c *gin.Context) { c.Status(http.StatusNoContent) }
+	bare := gin.New()
+	bare.GET("/", h)
+	guarded := gin.New()
+	guarded.Use(q.Handler())
+	guarded.GET("/", h)
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	w := &discardWriter{h: http.Header{}}
+	allocs := func(r *gin.Engine) float64 {
+		return testing.AllocsPerRun(1000, func() { r.ServeHTTP(w, req) })
+	}
+	assert.Equal(t, allocs(bare), allocs(guarded))
+}
+
+// With Config.Deadline, a request that sends no deadline and finds a free
+// slot allocates nothing more than without the Queue.
+func TestDeadlineWithoutHeaderAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; `make test` runs this test in one")
+	}
+	q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
+	assertAllocatesAsBare(t, q)
+	assert.EqualValues(t, 1001, q.Stats().Served)
+}

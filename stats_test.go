@@ -1,0 +1,122 @@
+// Queue.Stats, its JSON and StatusHandler.
+
+package ginqueue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// Stats reports the age of the oldest waiter, and StatusHandler serves Stats
+// as JSON.
+func TestOldestWaitAndStatusHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Minute,
+			Priority: byQueryPriority})
+		g, r := gated(q)
+		out := make(chan result, 4)
+		sendAt(r, 0, 0, "", out)
+		sendAt(r, 1, 2, "", out)
+		time.Sleep(1500 * time.Millisecond)
+		sendAt(r, 2, 0, "", out)
+		time.Sleep(500 * time.Millisecond)
+		assert.Equal(t, 2*time.Second, q.Stats().OldestWait)
+
+		w := httptest.NewRecorder()
+		ops := gin.New() // the ops route sits outside the throttle
+		ops.GET("/debug/queue", q.StatusHandler())
+		ops.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/debug/queue", nil))
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got))
+		assert.EqualValues(t, 1, got["running"])
+		assert.EqualValues(t, 2, got["queued"])
+		assert.EqualValues(t, 2.0, got["oldest_wait_seconds"])
+		assert.Equal(t, []any{
+			map[string]any{"priority": 2.0, "queued": 1.0},
+			map[string]any{"priority": 0.0, "queued": 1.0},
+		}, got["queued_by_priority"])
+		for _, k := range []string{"served", "queue_full", "queue_timeout", "canceled", "closed", "limit",
+			"wait_p50_seconds", "wait_p90_seconds", "wait_p99_seconds", "drain_rate_per_second",
+			"no_load_latency_seconds", "unavailable", "outages"} {
+			assert.Contains(t, got, k)
+		}
+		g.open(3)
+		for range 3 {
+			<-out
+		}
+		assert.Zero(t, q.Stats().OldestWait)
+	})
+}
+
+// In real time, with priorities, hang-ups and the limit moving up and down,
+// a reader that looks at Stats and WaitHistogram as fast as it can never
+// sees a counter or a bucket go down, Served below Running, a split that
+// does not add up or a wild drain rate.
+func TestStatsNeverContradictThemselves(t *testing.T) {
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 64, QueueTimeout: 20 * time.Millisecond,
+		Priority: byQueryPriority, FlowKey: byQueryFlow})
+	r := newEngine(q.Handler(), func(c *gin.Context) {
+		time.Sleep(time.Duration(len(c.Query("id"))) * 50 * time.Microsecond)
+		c.Status(http.StatusOK)
+	})
+	var w statsWatch
+	stop := make(chan struct{})
+	var readers, clients sync.WaitGroup
+	for range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					w.look(q)
+				}
+			}
+		})
+	}
+	readers.Go(func() { // the limit moves: raises wake many waiters at once
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				_ = q.SetLimit([]int{1, 32, 2, 64, 4}[i%5])
+			}
+		}
+	})
+	var sent atomic.Int64
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for c := range 32 {
+		clients.Go(func() {
+			for i := 0; time.Now().Before(deadline); i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+i%7)*time.Millisecond)
+				target := fmt.Sprintf("/?id=%d&p=%d&flow=%d", i%1000, i%3, c%4)
+				r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, http.MethodGet, target, nil))
+				cancel()
+				sent.Add(1)
+			}
+		})
+	}
+	clients.Wait()
+	close(stop)
+	readers.Wait()
+	w.look(q)
+	w.check(t)
+	st := q.Stats()
+	assert.EqualValues(t, sent.Load(), st.Served+st.QueueFull+st.QueueTimeout+st.Canceled+st.Closed, "one outcome per request")
+	assert.Equal(t, 0, st.Running)
+}
