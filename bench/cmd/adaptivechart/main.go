@@ -1,5 +1,5 @@
 // Command adaptivechart draws the adaptive-limit simulation of the root
-// test TestAdaptiveLimitFollowsCapacity as an SVG: one column per run
+// test TestAdaptiveLimitFollowsCapacity as an SVG: a column per run
 // (algorithm and starting limit), and in each the limit against the
 // capacity K, the handler latency and the throughput over simulated time.
 // make adaptive-chart runs, at the repository root:
@@ -8,8 +8,8 @@
 //	cd bench && go run ./cmd/adaptivechart -csv /tmp/adaptive.csv -out ../docs/adaptive.svg
 //
 // The CSV has a header and the columns algorithm, start, time_s, limit,
-// latency_s and k, found by name, one row per served request of the
-// simulation in the order they finished.
+// latency_s and k, found by name, one row per served request in the order
+// they finished.
 package main
 
 import (
@@ -38,10 +38,9 @@ import (
 const window = 2.0
 
 func main() {
-	fs := flag.NewFlagSet("adaptivechart", flag.ExitOnError)
-	in := fs.String("csv", "", "the CSV the root test writes to $ADAPTIVE_CSV (required)")
-	out := fs.String("out", "", "the SVG to write (required), e.g. ../docs/adaptive.svg")
-	_ = fs.Parse(os.Args[1:])
+	in := flag.String("csv", "", "the CSV the root test writes to $ADAPTIVE_CSV (required)")
+	out := flag.String("out", "", "the SVG to write (required), e.g. ../docs/adaptive.svg")
+	flag.Parse()
 	if err := run(*in, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "adaptivechart:", err)
 		os.Exit(1)
@@ -52,50 +51,41 @@ func run(in, out string) error {
 	if in == "" || out == "" {
 		return errors.New("both -csv and -out are required")
 	}
-	f, err := os.Open(in)
+	b, err := os.ReadFile(in)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	runs, err := readRuns(f)
+	runs, err := readRuns(bytes.NewReader(b))
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	if runs = selectRuns(runs, "gradient", "aimd"); len(runs) == 0 {
-		return fmt.Errorf("%s: no run of gradient or aimd", in)
-	}
-	var b bytes.Buffer
-	if err := writeChart(&b, runs); err != nil {
+	var svg bytes.Buffer
+	if err := chart(&svg, runs); err != nil {
 		return err
 	}
-	return os.WriteFile(out, b.Bytes(), 0o644)
+	return os.WriteFile(out, svg.Bytes(), 0o644)
 }
 
-// sample is one served request of the simulation.
-type sample struct {
-	t       float64 // when it finished, simulated seconds since the start
-	limit   float64 // the Queue's limit then
-	latency float64 // its handler time, seconds
-	k       float64 // the simulated capacity then
-}
+// sample is one served request: when it finished (simulated seconds), the
+// limit then, its handler time (seconds) and the simulated capacity then.
+type sample struct{ t, limit, latency, k float64 }
 
 // simRun is the samples of one algorithm from one starting limit.
 type simRun struct {
-	algorithm string
-	start     int
-	samples   []sample // in the order they finished
+	title   string
+	start   int
+	samples []sample
 }
 
-func (r simRun) title() string { return fmt.Sprintf("%s from %d", r.algorithm, r.start) }
-
-// readRuns parses the CSV into runs, in the order they first appear.
+// readRuns parses the CSV into the runs of gradient, then of aimd, the
+// higher start first.
 func readRuns(rd io.Reader) ([]simRun, error) {
 	recs, err := csv.NewReader(rd).ReadAll()
+	if err == nil && len(recs) == 0 {
+		err = errors.New("no header")
+	}
 	if err != nil {
 		return nil, err
-	}
-	if len(recs) == 0 {
-		return nil, errors.New("no header")
 	}
 	names := []string{"algorithm", "start", "time_s", "limit", "latency_s", "k"}
 	col := make([]int, len(names))
@@ -104,8 +94,8 @@ func readRuns(rd io.Reader) ([]simRun, error) {
 			return nil, fmt.Errorf("no column %q in the header %q", name, strings.Join(recs[0], ","))
 		}
 	}
-	var runs []simRun
-	index := map[string]int{}
+	byAlg := map[string][]*simRun{}
+	index := map[string]*simRun{}
 	for n, rec := range recs[1:] {
 		var x [5]float64 // start, time_s, limit, latency_s, k
 		for i := range x {
@@ -113,112 +103,80 @@ func readRuns(rd io.Reader) ([]simRun, error) {
 				return nil, fmt.Errorf("line %d, column %s: %w", n+2, names[i+1], err)
 			}
 		}
-		key := rec[col[0]] + "/" + rec[col[1]]
-		i, ok := index[key]
-		if !ok {
-			i, index[key] = len(runs), len(runs)
-			runs = append(runs, simRun{algorithm: rec[col[0]], start: int(x[0])})
+		r := index[rec[col[0]]+"/"+rec[col[1]]]
+		if r == nil {
+			r = &simRun{title: rec[col[0]] + " from " + rec[col[1]], start: int(x[0])}
+			index[rec[col[0]]+"/"+rec[col[1]]] = r
+			byAlg[rec[col[0]]] = append(byAlg[rec[col[0]]], r)
 		}
-		runs[i].samples = append(runs[i].samples, sample{t: x[1], limit: x[2], latency: x[3], k: x[4]})
+		r.samples = append(r.samples, sample{x[1], x[2], x[3], x[4]})
+	}
+	if len(index) == 0 {
+		return nil, errors.New("no samples")
+	}
+	var runs []simRun
+	for _, alg := range []string{"gradient", "aimd"} {
+		slices.SortStableFunc(byAlg[alg], func(a, b *simRun) int { return b.start - a.start })
+		for _, r := range byAlg[alg] {
+			runs = append(runs, *r)
+		}
 	}
 	if len(runs) == 0 {
-		return nil, errors.New("no samples")
+		return nil, errors.New("no run of gradient or aimd")
 	}
 	return runs, nil
 }
 
-// selectRuns keeps the runs of algs, in that order, the higher start first.
-func selectRuns(runs []simRun, algs ...string) []simRun {
-	var out []simRun
-	for _, a := range algs {
-		i := len(out)
-		for _, r := range runs {
-			if r.algorithm == a {
-				out = append(out, r)
-			}
-		}
-		slices.SortStableFunc(out[i:], func(x, y simRun) int { return y.start - x.start })
-	}
-	return out
-}
-
-// windowed is one point per window of simulated time: the mean handler
-// latency in ms and the requests finished per second. Windows without a
-// sample are left out.
+// windowed is a point per window of simulated time: the mean handler
+// latency in ms and the requests finished per second; empty windows are
+// left out, and the last may be cut short by the end of the run.
 func windowed(s []sample) (latency, throughput plotter.XYs) {
 	end := s[len(s)-1].t
 	for lo := 0.0; lo < end; lo += window {
-		hi := lo + window
 		var n int
 		var sum float64
 		for _, x := range s {
-			if x.t >= lo && x.t < hi {
-				n++
-				sum += x.latency
+			if x.t >= lo && x.t < lo+window {
+				n, sum = n+1, sum+x.latency
 			}
 		}
-		if n == 0 {
-			continue
+		if n > 0 {
+			latency = append(latency, plotter.XY{X: lo + window/2, Y: 1e3 * sum / float64(n)})
+			throughput = append(throughput, plotter.XY{X: lo + window/2, Y: float64(n) / (min(lo+window, end) - lo)})
 		}
-		mid := lo + window/2
-		latency = append(latency, plotter.XY{X: mid, Y: 1e3 * sum / float64(n)})
-		// The last window may be cut short by the end of the run.
-		throughput = append(throughput, plotter.XY{X: mid, Y: float64(n) / (min(hi, end) - lo)})
 	}
 	return latency, throughput
 }
 
-// steps is a step line of the limit over the samples: a point where it
-// changes, so that thousands of samples draw as a few hundred points.
-func steps(s []sample) plotter.XYs {
-	var xy plotter.XYs
-	for i, x := range s {
-		if i == 0 || x.limit != xy[len(xy)-1].Y {
-			if i > 0 {
-				xy = append(xy, plotter.XY{X: x.t, Y: xy[len(xy)-1].Y})
-			}
-			xy = append(xy, plotter.XY{X: x.t, Y: x.limit})
+// steps is value over the samples as a step line, a point where it
+// changes, so that thousands of samples draw as a few hundred points. A run
+// of fewer than minRun samples is folded into its neighbours: a sample's k
+// is the capacity when its handler started, so around a change a few late
+// samples still carry the old value.
+func steps(s []sample, value func(sample) float64, minRun int) plotter.XYs {
+	xy := plotter.XYs{{X: s[0].t, Y: value(s[0])}}
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && value(s[j]) == value(s[i]) {
+			j++
 		}
+		if v := value(s[i]); j-i >= minRun && v != xy[len(xy)-1].Y {
+			xy = append(xy, plotter.XY{X: s[i].t, Y: xy[len(xy)-1].Y}, plotter.XY{X: s[i].t, Y: v})
+		}
+		i = j
 	}
-	if last := s[len(s)-1].t; xy[len(xy)-1].X != last {
-		xy = append(xy, plotter.XY{X: last, Y: xy[len(xy)-1].Y})
-	}
-	return xy
+	return append(xy, plotter.XY{X: s[len(s)-1].t, Y: xy[len(xy)-1].Y})
 }
 
-// capacity is the capacity K of a run as steps, and its phases as
-// "20 → 10 → 20". A sample's k is the capacity when its handler started, so
-// around a change a few late samples still carry the old value: runs of
-// fewer than one sample in a hundred are folded into their neighbours.
-func capacity(s []sample) (plotter.XYs, string) {
-	type seg struct {
-		k     float64
-		from  float64 // time of its first sample
-		count int
-	}
-	var segs, kept []seg
-	for i, x := range s {
-		if i == 0 || x.k != s[i-1].k {
-			segs = append(segs, seg{k: x.k, from: x.t})
-		}
-		segs[len(segs)-1].count++
-	}
-	for _, g := range segs {
-		if g.count*100 >= len(s) && (len(kept) == 0 || kept[len(kept)-1].k != g.k) {
-			kept = append(kept, g)
+// phases is the levels of a step line: "20 → 10 → 20".
+func phases(xy plotter.XYs) string {
+	var out []string
+	for i, p := range xy {
+		if i == 0 || p.Y != xy[i-1].Y {
+			out = append(out, strconv.FormatFloat(p.Y, 'f', -1, 64))
 		}
 	}
-	if len(kept) == 0 {
-		kept = segs[:1]
-	}
-	xy := plotter.XYs{{X: 0, Y: kept[0].k}}
-	names := []string{strconv.FormatFloat(kept[0].k, 'f', -1, 64)}
-	for i, g := range kept[1:] {
-		xy = append(xy, plotter.XY{X: g.from, Y: kept[i].k}, plotter.XY{X: g.from, Y: g.k})
-		names = append(names, strconv.FormatFloat(g.k, 'f', -1, 64))
-	}
-	xy = append(xy, plotter.XY{X: s[len(s)-1].t, Y: kept[len(kept)-1].k})
-	return xy, strings.Join(names, " → ")
+	return strings.Join(out, " → ")
 }
 
 // series is one line of a panel.
@@ -229,47 +187,12 @@ type series struct {
 	dashed bool
 }
 
-// panel builds one plot of series and, if legend is set, their legend. The
-// legend is drawn apart, inside the data area: plot.Align gives untitled
-// panels extra room at the top, where the plot's own legend would float.
-func panel(title, ylabel string, ss []series, legend bool) (*plot.Plot, *plot.Legend, error) {
-	p := plot.New()
-	var lg *plot.Legend
-	if legend {
-		l := plot.NewLegend()
-		lg = &l
-		lg.Top = true
-		lg.TextStyle.Font.Size = vg.Points(8)
-		lg.XOffs, lg.YOffs = -vg.Points(4), -vg.Points(4)
-	}
-	p.Title.Text = title
-	p.X.Label.Text = "simulated time (s)"
-	p.Y.Label.Text = ylabel
-	p.Add(plotter.NewGrid())
-	for _, s := range ss {
-		l, err := plotter.NewLine(s.xy)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s, %s: %w", title, s.label, err)
-		}
-		l.Color = color.RGBA{R: uint8(s.color >> 16), G: uint8(s.color >> 8), B: uint8(s.color), A: 0xff}
-		l.Width = vg.Points(1.2)
-		if s.dashed {
-			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		}
-		p.Add(l)
-		if lg != nil {
-			lg.Add(s.label, l)
-		}
-	}
-	return p, lg, nil
-}
-
-// writeChart draws the runs side by side as an SVG, three panels each: limit
-// and K, latency, throughput. Panels of one row share their y range.
-func writeChart(w io.Writer, runs []simRun) error {
-	const rows = 3
-	grid := make([][]*plot.Plot, rows)
-	legends := make([]*plot.Legend, rows) // of the first column
+// chart draws the runs side by side, three panels each: limit and K,
+// latency, throughput. The panels of a row share their ranges.
+func chart(w io.Writer, runs []simRun) error {
+	grid := make([][]*plot.Plot, 3)
+	legends := make([]plot.Legend, 3) // of the first column, drawn inside its data area
+	var title string
 	for c, r := range runs {
 		s := r.samples
 		// The service time s of the simulation is its fastest handler time:
@@ -279,77 +202,85 @@ func writeChart(w io.Writer, runs []simRun) error {
 			sMin = min(sMin, x.latency)
 		}
 		lat, tput := windowed(s)
-		k, _ := capacity(s)
+		k := steps(s, func(x sample) float64 { return x.k }, max(1, len(s)/100))
 		ideal := make(plotter.XYs, len(k))
 		for i, p := range k {
 			ideal[i] = plotter.XY{X: p.X, Y: p.Y / sMin}
 		}
 		bound := plotter.XYs{{X: 0, Y: 2e3 * sMin}, {X: s[len(s)-1].t, Y: 2e3 * sMin}}
+		if c == 0 {
+			title = "Adaptive limit under steady overload: capacity K " + phases(k) + ", handler time s while at most K requests run"
+		}
 		for i, pn := range []struct {
-			title, ylabel string
-			ss            []series
+			ylabel string
+			ss     []series
 		}{
-			{r.title(), "slots (log scale)", []series{
-				{"limit", steps(s), 0x1f77b4, false},
-				{"capacity K", k, 0x2ca02c, true},
-			}},
-			{"", "handler latency (ms, log scale)", []series{
+			{"slots (log scale)", []series{
+				{"limit", steps(s, func(x sample) float64 { return x.limit }, 1), 0x1f77b4, false},
+				{"capacity K", k, 0x2ca02c, true}}},
+			{"handler latency (ms, log scale)", []series{
 				{fmt.Sprintf("mean over %gs", window), lat, 0xd62728, false},
-				{"2 × s, the p99 bound", bound, 0x555555, true},
-			}},
-			{"", "throughput (requests/s)", []series{
+				{"2 × s, the p99 bound", bound, 0x555555, true}}},
+			{"throughput (requests/s)", []series{
 				{fmt.Sprintf("served per s, over %gs", window), tput, 0x9467bd, false},
-				{"K / s, the capacity", ideal, 0x555555, true},
-			}},
+				{"K / s, the capacity", ideal, 0x555555, true}}},
 		} {
-			p, lg, err := panel(pn.title, pn.ylabel, pn.ss, c == 0)
-			if err != nil {
-				return err
+			p := plot.New()
+			if i == 0 {
+				p.Title.Text = r.title
+			}
+			p.X.Label.Text, p.Y.Label.Text = "simulated time (s)", pn.ylabel
+			p.Add(plotter.NewGrid())
+			if c == 0 {
+				legends[i] = plot.NewLegend()
+				legends[i].Top, legends[i].TextStyle.Font.Size = true, vg.Points(8)
+				legends[i].XOffs, legends[i].YOffs = -vg.Points(4), -vg.Points(4)
+			}
+			for _, s := range pn.ss {
+				l, err := plotter.NewLine(s.xy)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", r.title, s.label, err)
+				}
+				l.Color, l.Width = color.RGBA{R: uint8(s.color >> 16), G: uint8(s.color >> 8), B: uint8(s.color), A: 0xff}, vg.Points(1.2)
+				if s.dashed {
+					l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+				}
+				p.Add(l)
+				if c == 0 {
+					legends[i].Add(s.label, l)
+				}
 			}
 			grid[i] = append(grid[i], p)
-			if c == 0 {
-				legends[i] = lg
-			}
 		}
 	}
-	// The panels of a row share the ranges that Add found in their data,
-	// with room for the legend above the lines.
-	for r, ps := range grid {
+	for row, ps := range grid {
 		lo, hi, xMax := math.Inf(1), math.Inf(-1), 0.0
 		for _, p := range ps {
 			lo, hi, xMax = min(lo, p.Y.Min), max(hi, p.Y.Max), max(xMax, p.X.Max)
 		}
-		for _, p := range ps {
+		for _, p := range ps { // room for the legend above the lines
 			p.X.Min, p.X.Max = 0, xMax
-			switch r {
+			switch row {
 			case 0:
-				p.Y.Scale, p.Y.Min, p.Y.Max = plot.LogScale{}, 0.8, hi*2.5
-				p.Y.Tick.Marker = logTicks(1, p.Y.Max)
+				p.Y.Scale, p.Y.Min, p.Y.Max, p.Y.Tick.Marker = plot.LogScale{}, 0.8, hi*2.5, plot.TickerFunc(logTicks)
 			case 1:
-				p.Y.Scale, p.Y.Min, p.Y.Max = plot.LogScale{}, lo*0.8, hi*3
-				p.Y.Tick.Marker = logTicks(p.Y.Min, p.Y.Max)
+				p.Y.Scale, p.Y.Min, p.Y.Max, p.Y.Tick.Marker = plot.LogScale{}, lo*0.8, hi*3, plot.TickerFunc(logTicks)
 			case 2:
-				p.Y.Min, p.Y.Max = 0, hi*1.35
-				p.Y.Tick.Marker = plainTicks{}
+				p.Y.Min, p.Y.Max, p.Y.Tick.Marker = 0, hi*1.35, plot.TickerFunc(plainTicks)
 			}
 		}
 	}
-	_, phases := capacity(runs[0].samples)
-	width := vg.Length(len(runs))*3.6*vg.Inch + 0.4*vg.Inch
-	const height = 8.5 * vg.Inch
+	width, height, titleH := vg.Length(len(runs))*3.6*vg.Inch+0.4*vg.Inch, 8.5*vg.Inch, 0.45*vg.Inch
 	cv := vgsvg.New(width, height)
 	dc := draw.New(cv)
-	const titleH = 0.45 * vg.Inch
 	sty := plot.New().Title.TextStyle
-	sty.Font.Size = vg.Points(13)
-	sty.XAlign, sty.YAlign = draw.XCenter, draw.YCenter
-	dc.FillText(sty, vg.Point{X: width / 2, Y: height - titleH/2},
-		"Adaptive limit under steady overload: capacity K "+phases+", handler time s while at most K requests run")
-	tiles := draw.Tiles{Rows: rows, Cols: len(runs), PadX: vg.Points(10), PadY: vg.Points(10),
+	sty.Font.Size, sty.XAlign, sty.YAlign = vg.Points(13), draw.XCenter, draw.YCenter
+	dc.FillText(sty, vg.Point{X: width / 2, Y: height - titleH/2}, title)
+	tiles := draw.Tiles{Rows: 3, Cols: len(runs), PadX: vg.Points(10), PadY: vg.Points(10),
 		PadTop: vg.Points(4), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(10)}
 	canvases := plot.Align(grid, tiles, draw.Crop(dc, 0, 0, 0, -titleH))
-	for r := range rows {
-		for c := range runs {
+	for r := range grid {
+		for c := range grid[r] {
 			grid[r][c].Draw(canvases[r][c])
 		}
 		legends[r].Draw(grid[r][0].DataCanvas(canvases[r][0]))
@@ -358,12 +289,11 @@ func writeChart(w io.Writer, runs []simRun) error {
 	return err
 }
 
-// logTicks labels 1, 2, 5, 10, 20, 50… from bottom up to top.
-func logTicks(bottom, top float64) plot.ConstantTicks {
-	var ts plot.ConstantTicks
-	for d := math.Pow(10, math.Floor(math.Log10(bottom))); d <= top; d *= 10 {
+// logTicks labels 1, 2, 5, 10, 20, 50… from lo up to hi.
+func logTicks(lo, hi float64) (ts []plot.Tick) {
+	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
 		for _, m := range []float64{1, 2, 5} {
-			if v := d * m; v >= bottom && v <= top {
+			if v := d * m; v >= lo && v <= hi {
 				ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
 			}
 		}
@@ -372,9 +302,7 @@ func logTicks(bottom, top float64) plot.ConstantTicks {
 }
 
 // plainTicks are gonum's default ticks, labelled without trailing zeros.
-type plainTicks struct{}
-
-func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+func plainTicks(lo, hi float64) []plot.Tick {
 	ts := plot.DefaultTicks{}.Ticks(lo, hi)
 	for i := range ts {
 		if ts[i].Label != "" {

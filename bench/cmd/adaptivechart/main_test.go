@@ -9,15 +9,12 @@ import (
 	"testing"
 )
 
-// syntheticCSV is two runs of a few samples each, K halving half-way, with
-// one straggler that still carries the old K.
+// syntheticCSV is three runs, K halving half-way, with one straggler that
+// still carries the old K.
 func syntheticCSV() string {
 	var b strings.Builder
 	b.WriteString("algorithm,start,sample,time_s,limit,latency_s,k\n")
-	for _, run := range []struct {
-		alg   string
-		start int
-	}{{"gradient", 1}, {"gradient", 200}, {"aimd", 1}} {
+	for _, run := range []string{"gradient,1", "aimd,1", "gradient,200"} {
 		for i := range 200 {
 			k, limit, lat := 20, 1+i/5, 0.1
 			if i >= 100 {
@@ -26,7 +23,7 @@ func syntheticCSV() string {
 			if i == 101 {
 				k = 20
 			}
-			fmt.Fprintf(&b, "%s,%d,%d,%.4f,%d,%.4f,%d\n", run.alg, run.start, i, 0.1*float64(i), limit, lat, k)
+			fmt.Fprintf(&b, "%s,%d,%.4f,%d,%.4f,%d\n", run, i, 0.1*float64(i), limit, lat, k)
 		}
 	}
 	return b.String()
@@ -37,31 +34,26 @@ func TestReadRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 3 || len(runs[0].samples) != 200 || runs[1].start != 200 {
-		t.Fatalf("runs: %d, samples %d, second start %d", len(runs), len(runs[0].samples), runs[1].start)
+	var titles []string
+	for _, r := range runs {
+		titles = append(titles, r.title)
 	}
-	got := selectRuns(runs, "gradient")
-	if len(got) != 2 || got[0].title() != "gradient from 200" || got[1].title() != "gradient from 1" {
-		t.Errorf("selectRuns = %v, %v", got[0].title(), got[len(got)-1].title())
+	if got := strings.Join(titles, ", "); got != "gradient from 200, gradient from 1, aimd from 1" || len(runs[0].samples) != 200 {
+		t.Fatalf("runs %s, %d samples", got, len(runs[0].samples))
 	}
-	if _, phases := capacity(runs[0].samples); phases != "20 → 10" {
-		t.Errorf("phases %q, want the straggler folded: 20 → 10", phases)
+	if p := phases(steps(runs[0].samples, func(x sample) float64 { return x.k }, 2)); p != "20 → 10" {
+		t.Errorf("phases %q, want the straggler folded: 20 → 10", p)
 	}
 	lat, tput := windowed(runs[0].samples)
-	if len(lat) != 10 || len(tput) != 10 {
-		t.Fatalf("%d latency and %d throughput points, want 10 each", len(lat), len(tput))
+	if len(lat) != 10 || len(tput) != 10 || math.Abs(lat[0].Y-100) > 1e-9 || tput[0].Y != 10 {
+		t.Errorf("windows: %v, %v", lat, tput)
 	}
-	if math.Abs(lat[0].Y-100) > 1e-9 || tput[0].Y != 10 {
-		t.Errorf("first window: latency %v ms, throughput %v/s, want 100 and 10", lat[0].Y, tput[0].Y)
-	}
-}
-
-func TestReadRunsErrors(t *testing.T) {
 	for _, tt := range []struct{ csv, want string }{
 		{"", "no header"},
-		{"algorithm,start,sample,time_s,limit,k\n", `no column "latency_s"`},
-		{"algorithm,start,sample,time_s,limit,latency_s,k\n", "no samples"},
-		{"algorithm,start,sample,time_s,limit,latency_s,k\ngradient,1,0,x,1,0.1,20\n", "line 2, column time_s"},
+		{"algorithm,start,time_s,limit,k\n", `no column "latency_s"`},
+		{"algorithm,start,time_s,limit,latency_s,k\n", "no samples"},
+		{"algorithm,start,time_s,limit,latency_s,k\ngradient,1,x,1,0.1,20\n", "line 2, column time_s"},
+		{"algorithm,start,time_s,limit,latency_s,k\nvegas,1,1,1,0.1,20\n", "no run of gradient or aimd"},
 	} {
 		if _, err := readRuns(strings.NewReader(tt.csv)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("readRuns(%q) = %v, want an error with %q", tt.csv, err, tt.want)
@@ -71,29 +63,18 @@ func TestReadRunsErrors(t *testing.T) {
 
 // TestRun draws the synthetic CSV as an SVG.
 func TestRun(t *testing.T) {
-	dir := t.TempDir()
-	in := filepath.Join(dir, "x.csv")
+	in, svg := filepath.Join(t.TempDir(), "x.csv"), filepath.Join(t.TempDir(), "adaptive.svg")
 	if err := os.WriteFile(in, []byte(syntheticCSV()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	svg := filepath.Join(dir, "adaptive.svg")
 	if err := run(in, svg); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(svg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"<svg", "gradient from 200", "aimd from 1", "capacity K", "simulated time (s)", "20 → 10"} {
-		if !strings.Contains(string(b), s) {
-			t.Errorf("SVG lacks %q", s)
+	for _, s := range []string{"<svg", "gradient from 200", "aimd from 1", "capacity K 20 → 10, handler", "simulated time (s)"} {
+		if err != nil || !strings.Contains(string(b), s) {
+			t.Errorf("SVG lacks %q (%v)", s, err)
 		}
-	}
-	if err := os.WriteFile(in, []byte("algorithm,start,sample,time_s,limit,latency_s,k\nvegas,1,0,1,1,0.1,20\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := run(in, svg); err == nil || !strings.Contains(err.Error(), "no run of gradient or aimd") {
-		t.Errorf("unknown algorithm: %v", err)
 	}
 	if err := run("", svg); err == nil {
 		t.Error("no -csv: no error")

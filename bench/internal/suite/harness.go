@@ -1,0 +1,541 @@
+package suite
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// discardWriter is an http.ResponseWriter that allocates nothing and keeps
+// the status, so that the route-only benchmarks measure the router and the
+// throttle, not a recorder.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func newWriter() *discardWriter                      { return &discardWriter{h: http.Header{}} }
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// serve sends req through h with w and returns the status, 200 if none was
+// written.
+func serve(h http.Handler, w *discardWriter, req *http.Request) int {
+	w.code = 0
+	clear(w.h)
+	h.ServeHTTP(w, req)
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+func get(h http.Handler) int {
+	return serve(h, newWriter(), httptest.NewRequest(http.MethodGet, "/", nil))
+}
+
+func noContent(c *gin.Context) { c.Status(http.StatusNoContent) }
+
+// spin busy-waits for d: a handler that works rather than sleeps.
+func spin(d time.Duration) {
+	for t := time.Now(); time.Since(t) < d; {
+	}
+}
+
+// waitFor polls cond every millisecond until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			return false
+		}
+	}
+	return true
+}
+
+// holding is a handler that keeps the first n requests until gate closes,
+// then runs then (if any) in every request; seq counts up to n.
+func holding(n int64, seq *atomic.Int64, gate <-chan struct{}, then func()) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if seq.Load() < n && seq.Add(1) <= n {
+			<-gate
+		}
+		if then != nil {
+			then()
+		}
+		c.Status(http.StatusNoContent)
+	}
+}
+
+// counted counts the requests that reach h.
+func counted(h http.Handler, n *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1); h.ServeHTTP(w, r) })
+}
+
+// bench serves from every b.RunParallel goroutine: fresh builds an httptest
+// request and recorder per operation; otherwise each goroutine reuses its
+// prebuilt requests and a writer that allocates nothing.
+func bench(v Variant, l Limits, h gin.HandlerFunc, fresh bool, parallelism int) func(*testing.B) {
+	return func(b *testing.B) {
+		srv, stop := v.New(l, h)
+		defer stop()
+		var bad, clients atomic.Int64
+		if parallelism > 0 {
+			b.SetParallelism(parallelism)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			client := int(clients.Add(1) - 1)
+			var reqs []*http.Request
+			if !fresh {
+				reqs = v.requests(client)
+			}
+			w := newWriter()
+			for i := 0; pb.Next(); i++ {
+				var code int
+				if fresh {
+					rec := httptest.NewRecorder()
+					srv.ServeHTTP(rec, v.request(client, i))
+					code = rec.Code
+				} else {
+					code = serve(srv, w, reqs[i%len(reqs)])
+				}
+				if code != http.StatusNoContent {
+					bad.Add(1)
+				}
+			}
+		})
+		b.StopTimer()
+		if n := bad.Load(); n > 0 {
+			b.Fatalf("%s: %d requests not served", v.Name, n)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+	}
+}
+
+// BenchRoute is metric 1, strictest form: in parallel, limits never
+// reached, prebuilt requests and a writer that allocates nothing.
+func (p Plan) BenchRoute(v Variant) func(*testing.B) {
+	return bench(v, p.Uncontended, noContent, false, 0)
+}
+
+// BenchRequest is metric 1 as a request costs in practice: a new httptest
+// request and recorder per operation.
+func (p Plan) BenchRequest(v Variant) func(*testing.B) {
+	return bench(v, p.Uncontended, noContent, true, 0)
+}
+
+// BenchHandoff is metric 2: HandoffGoroutines over Handoff's 4 slots,
+// handlers that spin HandoffWork, so that nearly every request waits and is
+// handed a slot; ns/op is the inverse of the throughput.
+func (p Plan) BenchHandoff(v Variant) func(*testing.B) {
+	procs := runtime.GOMAXPROCS(0)
+	return bench(v, p.Handoff, func(c *gin.Context) { spin(p.HandoffWork); noContent(c) }, false, (p.HandoffGoroutines+procs-1)/procs)
+}
+
+// scheduleEfficiency is metric 3: ScheduleRequests of ScheduleWork arrive at
+// once over ScheduleSlots; the ideal makespan over the measured one, from
+// the first arrival to the last response.
+func (p Plan) scheduleEfficiency(v Variant) (float64, error) {
+	n := p.ScheduleRequests
+	h, stop := v.New(Limits{p.ScheduleSlots, n, 30 * time.Second}, func(c *gin.Context) { time.Sleep(p.ScheduleWork); noContent(c) })
+	defer stop()
+	var bad atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range n {
+		wg.Go(func() {
+			if get(h) != http.StatusNoContent {
+				bad.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if b := bad.Load(); b > 0 {
+		return 0, fmt.Errorf("%d of %d requests not served", b, n)
+	}
+	return float64(time.Duration(n)*p.ScheduleWork/time.Duration(p.ScheduleSlots)) / float64(time.Since(start)), nil
+}
+
+// grantLatency is metric 4: one slot, held while the waiters queue; then
+// they run one after another, each spinning GrantWork. A sample is the time
+// from one handler's return to the next handler's first line, in ns.
+func (p Plan) grantLatency(v Variant, waiters int) ([]float64, error) {
+	base := time.Now()
+	starts, ends := make([]time.Duration, waiters+1), make([]time.Duration, waiters+1)
+	var seq, entered, bad atomic.Int64
+	gate := make(chan struct{})
+	h, stop := v.New(Limits{1, waiters + 1, time.Minute}, func(c *gin.Context) {
+		i := seq.Add(1) - 1
+		starts[i] = time.Since(base)
+		if i == 0 {
+			<-gate
+		} else {
+			spin(p.GrantWork)
+		}
+		ends[i] = time.Since(base)
+		noContent(c)
+	})
+	defer stop()
+	hc := counted(h, &entered)
+	var wg sync.WaitGroup
+	send := func() {
+		if get(hc) != http.StatusNoContent {
+			bad.Add(1)
+		}
+	}
+	wg.Go(send)
+	if !waitFor(5*time.Second, func() bool { return seq.Load() == 1 }) {
+		close(gate)
+		return nil, fmt.Errorf("the first request never started")
+	}
+	for range waiters {
+		wg.Go(send)
+	}
+	waitFor(5*time.Second, func() bool { return entered.Load() == int64(waiters+1) })
+	time.Sleep(20 * time.Millisecond) // let the last arrivals park
+	close(gate)
+	wg.Wait()
+	if b := bad.Load(); b > 0 {
+		return nil, fmt.Errorf("%d of %d requests not served", b, waiters+1)
+	}
+	out := make([]float64, waiters)
+	for i := range out {
+		out[i] = float64(starts[i+1] - ends[i])
+	}
+	return out, nil
+}
+
+// timeoutLateness is metric 5: TimeoutSlots held throughout, waiters
+// arriving 1 ms apart with a QueueTimeout of TimeoutDeadline, each answered
+// with a timeout; a sample is how late after its deadline, in ns. For the
+// bare route each waits on a plain time.Timer instead: the floor, how late
+// the Go runtime wakes a goroutine here.
+func (p Plan) timeoutLateness(v Variant) ([]float64, error) {
+	n, slots := p.TimeoutWaiters, p.TimeoutSlots
+	var seq, served atomic.Int64
+	gate := make(chan struct{})
+	h, stop := v.New(Limits{slots, n + slots, p.TimeoutDeadline}, holding(int64(slots), &seq, gate, nil))
+	defer stop()
+	var holders, wg sync.WaitGroup
+	defer holders.Wait()
+	defer close(gate)
+	for range slots {
+		if !v.throttles() {
+			break
+		}
+		// A holder retries until it holds a slot: the seed port times out a
+		// request that reaches an idle server more than 20 ms before a tick,
+		// and a retry right after a 408 would expire again; shifting each
+		// retry by 13 ms finds the window.
+		holders.Go(func() {
+			for try, end := 0, time.Now().Add(10*time.Second); time.Now().Before(end) && get(h) != http.StatusNoContent; try++ {
+				time.Sleep(time.Duration(try%8) * 13 * time.Millisecond)
+			}
+		})
+	}
+	if v.throttles() && !waitFor(10*time.Second, func() bool { return seq.Load() == int64(slots) }) {
+		return nil, fmt.Errorf("the slot holders never started")
+	}
+	late := make([]float64, n)
+	for i := range n {
+		req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+		wg.Go(func() {
+			t0 := time.Now()
+			if !v.throttles() {
+				<-time.NewTimer(p.TimeoutDeadline).C
+			} else if serve(h, w, req) == http.StatusNoContent {
+				served.Add(1)
+			}
+			late[i] = float64(time.Since(t0) - p.TimeoutDeadline)
+		})
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	if s := served.Load(); s > 0 {
+		return nil, fmt.Errorf("%d waiters ran although every slot was held", s)
+	}
+	return late, nil
+}
+
+// liveBytes is the live heap and the goroutine stacks after a full
+// collection (twice, so that sync.Pools are empty).
+func liveBytes() (heap, stack int64) {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc), int64(m.StackInuse)
+}
+
+// memoryPerWaiter is metric 6: with every slot held, MemoryWaiters
+// requests queue; the growth of live heap and of goroutine stacks from just
+// before they enter the route to once they all wait, per request. The
+// goroutines exist before the first reading, so what a bare goroutine costs
+// is left out and what the router and throttle add is counted.
+func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
+	n, slots := p.MemoryWaiters, p.MemorySlots
+	var seq, entered atomic.Int64
+	gate, start := make(chan struct{}), make(chan struct{})
+	h, stop := v.New(Limits{slots, n + slots, 5 * time.Minute}, holding(int64(slots), &seq, gate, nil))
+	hc := counted(h, &entered)
+	var wg sync.WaitGroup
+	defer func() { close(gate); stop(); wg.Wait() }()
+	for range slots {
+		wg.Go(func() { get(hc) })
+	}
+	if !waitFor(5*time.Second, func() bool { return seq.Load() == int64(slots) }) {
+		return 0, 0, fmt.Errorf("the slot holders never started")
+	}
+	for range n {
+		req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+		wg.Go(func() { <-start; serve(hc, w, req) })
+	}
+	time.Sleep(20 * time.Millisecond)
+	h0, s0 := liveBytes()
+	close(start)
+	if !waitFor(30*time.Second, func() bool { return entered.Load() == int64(n+slots) }) {
+		return 0, 0, fmt.Errorf("only %d of %d requests arrived", entered.Load(), n+slots)
+	}
+	time.Sleep(50 * time.Millisecond) // let the last arrivals park
+	h1, s1 := liveBytes()
+	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n), nil
+}
+
+// backendHeapPerWaiter is ginqueue's own structures per waiter: the live
+// heap that MemoryWaiters parked Acquire calls on its Backend add, no gin.
+func (p Plan) backendHeapPerWaiter() (float64, error) {
+	n := p.MemoryWaiters
+	b := ginqueue.NewMemoryBackend()
+	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: n, QueueTimeout: 5 * time.Minute}); err != nil {
+		return 0, err
+	}
+	holder, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+	if err != nil {
+		return 0, err
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			if t, err := b.Acquire(context.Background(), ginqueue.Arrival{}); err == nil {
+				b.Release(t)
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	before, _ := liveBytes()
+	close(start)
+	ok := waitFor(30*time.Second, func() bool { return b.Stats().Queued == n })
+	after, _ := liveBytes()
+	_ = b.Close()
+	wg.Wait()
+	b.Release(holder)
+	if !ok {
+		return 0, fmt.Errorf("ginqueue backend: %d of %d waiters queued", b.Stats().Queued, n)
+	}
+	return float64(after-before) / float64(n), nil
+}
+
+// growthCost is metric 7: depth+GrowthSlots clients in a closed loop over
+// GrowthSlots. The first requests hold the slots until every client has
+// queued; from then on a client that is served queues again at the tail,
+// which keeps the queue that deep. The wall time per completed request over
+// GrowthWindow, in ns. Handlers yield once while holding the slot: with more
+// slots than cores and handlers that never block, the queue would empty.
+func (p Plan) growthCost(v Variant, depth int) (float64, error) {
+	var seq, entered, done, bad atomic.Int64
+	gate := make(chan struct{})
+	h, stop := v.New(Limits{p.GrowthSlots, depth + 64, 5 * time.Minute}, holding(int64(p.GrowthSlots), &seq, gate, runtime.Gosched))
+	hc := counted(h, &entered)
+	clients := depth + p.GrowthSlots
+	var halt atomic.Bool
+	var wg sync.WaitGroup
+	for client := range clients {
+		wg.Go(func() {
+			// One request per client: a feature variant's client keeps one
+			// priority class, and the lower classes wait behind the higher.
+			req, w := v.request(client, client), newWriter()
+			for !halt.Load() {
+				if serve(hc, w, req) != http.StatusNoContent && !halt.Load() {
+					bad.Add(1)
+				}
+				done.Add(1)
+			}
+		})
+	}
+	ok := waitFor(time.Minute, func() bool { return entered.Load() >= int64(clients) })
+	time.Sleep(20 * time.Millisecond) // let the last arrivals park
+	close(gate)
+	time.Sleep(p.GrowthWindow / 10) // warm up
+	c0, t0 := done.Load(), time.Now()
+	time.Sleep(p.GrowthWindow)
+	c1, took := done.Load(), time.Since(t0)
+	halt.Store(true)
+	stop()
+	wg.Wait()
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("clients did not start")
+	case bad.Load() > 0:
+		return 0, fmt.Errorf("%d requests not served at depth %d", bad.Load(), depth)
+	case c1 == c0:
+		return 0, fmt.Errorf("no request completed in %v at depth %d", p.GrowthWindow, depth)
+	}
+	return float64(took) / float64(c1-c0), nil
+}
+
+// loopbackRate is metric 8: LoopbackClients keep-alive clients against a
+// real server on 127.0.0.1, limits not engaged; requests per second over
+// LoopbackWindow (three ticks at least for a Slow variant).
+func (p Plan) loopbackRate(v Variant) (float64, error) {
+	h, stop := v.New(p.Uncontended, noContent)
+	defer stop()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	n := p.LoopbackClients
+	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	url := "http://" + ln.Addr().String() + "/"
+	var count atomic.Int64
+	errs := make(chan error, n)
+	loop := func(until time.Time, once bool) {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				for once || time.Now().Before(until) {
+					resp, err := client.Get(url)
+					if err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusNoContent {
+							err = fmt.Errorf("status %d", resp.StatusCode)
+						}
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					if once {
+						return
+					}
+					count.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	loop(time.Time{}, true) // open the connections before the clock starts
+	window := p.LoopbackWindow
+	if v.Slow {
+		window = max(window, 3*seedInterval)
+	}
+	start := time.Now()
+	loop(start.Add(window), false)
+	took := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(count.Load()) / took.Seconds(), nil
+}
+
+// Outcomes of the burst.
+const (
+	OutcomeServed  = "served"
+	OutcomeFull    = "refused at once"
+	OutcomeTimeout = "timed out"
+)
+
+// Event is one request of the burst, times from the burst's start.
+type Event struct {
+	Arrive, Start, End time.Duration // Start is -1 for a request that never ran
+	Outcome            string
+}
+
+// Timeline is the burst as one variant answered it.
+type Timeline struct {
+	Variant string
+	Events  []Event // in arrival order
+}
+
+// Count is how many events had outcome o.
+func (t Timeline) Count(o string) (n int) {
+	for _, e := range t.Events {
+		if e.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// Last is when the last response came back.
+func (t Timeline) Last() (last time.Duration) {
+	for _, e := range t.Events {
+		last = max(last, e.End)
+	}
+	return last
+}
+
+// seedBurst is the tutorial's test: BurstRequests at once, BurstSlots,
+// BurstQueue places, BurstTimeout (the tutorial's is 5 s) and handlers of
+// BurstWork.
+func (p Plan) seedBurst(v Variant) Timeline {
+	base := time.Now()
+	events := make([]Event, p.BurstRequests)
+	h, stop := v.New(Limits{p.BurstSlots, p.BurstQueue, p.BurstTimeout}, func(c *gin.Context) {
+		id, _ := strconv.Atoi(c.Query("id"))
+		events[id].Start = time.Since(base)
+		time.Sleep(p.BurstWork)
+		noContent(c)
+	})
+	defer stop()
+	var wg sync.WaitGroup
+	ready := make(chan struct{})
+	for i := range events {
+		events[i].Start = -1
+		req := httptest.NewRequest(http.MethodGet, "/?id="+strconv.Itoa(i), nil)
+		wg.Go(func() {
+			<-ready
+			w := httptest.NewRecorder()
+			events[i].Arrive = time.Since(base)
+			h.ServeHTTP(w, req)
+			e := &events[i]
+			e.End, e.Outcome = time.Since(base), OutcomeFull
+			if w.Code < 300 {
+				e.Outcome = OutcomeServed
+			} else if w.Code == http.StatusRequestTimeout || strings.Contains(w.Body.String(), "Timed out") {
+				e.Outcome = OutcomeTimeout // chi says so in its body
+			}
+		})
+	}
+	base = time.Now()
+	close(ready)
+	wg.Wait()
+	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.Arrive, b.Arrive) })
+	return Timeline{Variant: v.Name, Events: events}
+}

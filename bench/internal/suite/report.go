@@ -1,0 +1,394 @@
+package suite
+
+import (
+	_ "embed"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Where the charts go, relative to the repository root and BENCHMARKS.md.
+const (
+	BurstChart   = "docs/bench-burst.svg"
+	GoodputChart = "docs/bench-goodput.svg"
+)
+
+// BenchstatVersion is the benchstat the report suggests.
+const BenchstatVersion = "v0.0.0-20260908200009-22c9c6c9d4da"
+
+//go:embed report.md.tmpl
+var reportTemplate string
+
+// format prints x as f says.
+func format(f Format, x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "–"
+	}
+	switch a := math.Abs(x); f {
+	case FormatDuration: // each unit up to the figure that would round to 1,000 of it
+		switch {
+		case a < 999.5:
+			return fmt.Sprintf("%.0f ns", x)
+		case a < 999.95e3:
+			return fmt.Sprintf("%.1f µs", x/1e3)
+		case a < 999.95e6:
+			return fmt.Sprintf("%.1f ms", x/1e6)
+		}
+		return fmt.Sprintf("%.2f s", x/1e9)
+	case FormatCount:
+		return strconv.FormatFloat(math.Round(x*10)/10, 'f', -1, 64)
+	case FormatRate:
+		return digits(int(math.Round(x))) + "/s"
+	case FormatBytes:
+		return digits(int(math.Round(x))) + " B"
+	case FormatShare:
+		return fmt.Sprintf("%.1f%%", 100*x)
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+// bestPeer is the peer column of row with the best figure, and the figure.
+func bestPeer(row Row) (name string, best float64, ok bool) {
+	for _, p := range []string{Chi, XSync, Seed} {
+		if x, has := row.Values[p]; has && !math.IsNaN(x) && (!ok || (row.Higher && x > best) || (!row.Higher && x < best)) {
+			name, best, ok = p, x, true
+		}
+	}
+	return name, best, ok
+}
+
+// markdown renders t; where base gives a row a positive figure, each cell
+// shows its ratio to it in brackets.
+func markdown(t Table, base func(Row) float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| metric | better | %s |\n|---|---|%s\n", strings.Join(t.Cols, " | "), strings.Repeat("---|", len(t.Cols)))
+	for _, row := range t.Rows {
+		metric, better := row.Metric, "lower"
+		if row.Unit != "" {
+			metric += " (" + row.Unit + ")"
+		}
+		if row.Given {
+			better = "–"
+		} else if row.Higher {
+			better = "higher"
+		}
+		fmt.Fprintf(&b, "| %s | %s |", metric, better)
+		d := base(row)
+		for _, c := range t.Cols {
+			cell := "–"
+			if x, ok := row.Values[c]; ok && !math.IsNaN(x) {
+				cell = format(row.Format, x)
+				if d > 0 {
+					cell += fmt.Sprintf(" (%.2f×)", x/d)
+				}
+			}
+			b.WriteString(" " + cell + " |")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func peerBase(row Row) float64 { _, x, _ := bestPeer(row); return x }
+func noBase(Row) float64       { return 0 }
+
+// summary is the table a user wants first: ginqueue beside its peers, rows
+// copied from the sections; as names the column that stands for ginqueue.
+func summary(r *Results) Table {
+	t := Table{Cols: []string{GinQueue, Chi, XSync, Seed, Bare}}
+	for _, s := range []struct{ label, metric, as string }{
+		{"overhead per request, the route alone (1a)", "1a. uncontended, route only", ""},
+		{"overhead per request, with its request and recorder (1b)", "1b. uncontended, request", ""},
+		{"hand-off throughput, 32 goroutines over 4 slots (2)", "2. saturated hand-off", ""},
+		{"memory per queued request, heap and stack (6)", "6. memory per queued request", ""},
+		{"loopback HTTP throughput, limits not reached (8)", "8. loopback HTTP", ""},
+		{"goodput at 5× capacity, share of capacity; ginqueue: CoDel + LIFO (12)", goodputMetric(5, "goodput"), GoodCoDelLIFO},
+		{"p99 of what was delivered at 5× capacity; ginqueue: CoDel + LIFO (12)", goodputMetric(5, "delivered p99"), GoodCoDelLIFO},
+		{"fleet: acquire+release round trip p50 on Redis; ginqueue: redisqueue (11)", "11a. acquire+release round trip p50", RedisColumn},
+		{"fleet: acquire+release round trip p99 (11)", "11a. acquire+release round trip p99", RedisColumn},
+		{fmt.Sprintf("fleet: acquire+release pairs, %d clients (11)", r.RedisClients), fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients), RedisColumn},
+		{"fleet: hand-off across backends p50 (11)", "11c. hand-off across backends p50", RedisColumn},
+	} {
+		row := Row{Metric: s.label, Format: FormatDuration, Values: map[string]float64{}}
+		if src := r.Row(s.metric); src != nil {
+			row.Higher, row.Format = src.Higher, src.Format
+			for _, c := range t.Cols {
+				if x, ok := src.Values[c]; ok && (s.as == "" || c != GinQueue) {
+					row.Values[c] = x
+				}
+			}
+			if x, ok := src.Values[s.as]; ok {
+				row.Values[GinQueue] = x
+			}
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t
+}
+
+// Markdown renders r as BENCHMARKS.md or, with only "goodput" or
+// "weighted", that section alone with its targets first.
+func Markdown(w io.Writer, r *Results, only string) error {
+	tmpl, err := template.New("report").Option("missingkey=error").Funcs(template.FuncMap{
+		"digits": digits, "pct": func(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) },
+	}).Parse(reportTemplate)
+	if err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	var bursts []string
+	for _, t := range r.Timelines {
+		bursts = append(bursts, fmt.Sprintf("%s | %d | %d | %d | %s", t.Variant, t.Count(OutcomeServed),
+			t.Count(OutcomeFull), t.Count(OutcomeTimeout), format(FormatDuration, float64(t.Last()))))
+	}
+	var ts []target
+	for _, t := range targets(r) {
+		if only == "" || t.Area == only {
+			ts = append(ts, t)
+		}
+	}
+	name := "report"
+	if only != "" {
+		name = only + "-alone"
+	}
+	plainBase := func(row Row) float64 {
+		if row.Format == FormatCount {
+			return 0
+		}
+		return row.Values[Plain]
+	}
+	err = tmpl.ExecuteTemplate(w, name, map[string]any{
+		"R": r, "Targets": ts, "Bursts": bursts, "Summary": markdown(summary(r), peerBase),
+		"Main": markdown(r.Main, peerBase), "Features": markdown(r.Features, plainBase),
+		"Redis": markdown(r.Redis, noBase), "Goodput": markdown(r.Goodput, noBase), "Weighted": markdown(r.Weighted, noBase),
+		"BurstChart": BurstChart, "GoodputChart": GoodputChart, "Benchstat": BenchstatVersion, "DefaultRedisAddr": DefaultRedisAddr, "ScrapeInterval": ScrapeInterval,
+	})
+	if err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	return nil
+}
+
+// target is one figure ginqueue is held to, checked against a run.
+type target struct {
+	Area, Name, Figure, Met string // Met: yes, no, or not measured
+}
+
+// How a target compares subject's figure.
+const (
+	ratio    = iota // subject over base at most limit
+	cost            // subject's cost over base's at most limit: time over time, or rate over rate inverted
+	equal           // subject rounds to base
+	best            // subject at least as good as the best peer
+	atMost          // subject at most limit
+	atLeast         // subject at least limit
+	perRound        // the median per-round ratio to bare gin over loopback at least limit
+)
+
+// targets checks a run against every target; each figure is the run's own.
+// No target asks the route alone to cost about what bare gin's does: every
+// exact limit shared between cores, x/sync's semaphore included, pays a
+// cache-line transfer per request that an empty route does not, and the
+// summary shows that figure beside the peers' instead.
+func targets(r *Results) []target {
+	const (
+		core = "core overhead and hand-off"
+		prio = "priorities and fair flows"
+		obs  = "observability"
+		ad   = "adaptive limit"
+		rq   = "Redis backend"
+	)
+	g, bare, pf, plain := GinQueue, Bare, PrioFlows, Plain
+	pairs := fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients)
+	specs := []struct {
+		area, name, metric, subject, base string
+		kind                              int
+		limit                             float64
+	}{
+		{core, "uncontended allocs/op = bare gin's (route only)", "1a. uncontended, route only: allocs", g, bare, equal, 0},
+		{core, "uncontended ns/op ≤ 1.2× bare gin (request)", "1b. uncontended, request", g, bare, ratio, 1.2},
+		{core, "uncontended allocs/op = bare gin's (request)", "1b. uncontended, request: allocs", g, bare, equal, 0},
+		{core, "hand-off throughput ≥ 1.0× the best peer", "2. saturated hand-off", g, "", best, 0},
+		{core, "schedule efficiency ≥ the best peer's", "3. schedule efficiency", g, "", best, 0},
+		{core, "grant latency p99 ≤ 100 µs", "4. grant latency p99", g, "", atMost, 100e3},
+		{core, "timeout lateness p99 ≤ 1 ms", "5. timeout lateness p99", g, "", atMost, 1e6},
+		{core, "memory per queued request ≤ 1.05× x/sync", "6. memory per queued request", g, XSync, ratio, 1.05},
+		{core, "ginqueue's own structures ≤ 256 B per waiter", "6. throttle's own heap per waiter", g, "", atMost, 256},
+		{core, "loopback throughput ≥ 0.97× bare", "8. loopback HTTP", g, bare, perRound, 0.97},
+		{prio, "Priority + FlowKey: uncontended ns/op ≤ 1.3× plain (route only)", "10a. uncontended, route only", pf, plain, cost, 1.3},
+		{prio, "Priority + FlowKey: uncontended ns/op ≤ 1.3× plain (request)", "10b. uncontended, request", pf, plain, cost, 1.3},
+		{prio, "Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain", "10c. saturated hand-off", pf, plain, cost, 1.3},
+		{prio, "Priority + FlowKey: growth over " + digits(r.Flows) + " flows (deepest ÷ shallowest) ≤ 1.3× plain's", "10d. growth over flows, deepest / shallowest", pf, plain, cost, 1.3},
+		{obs, "ServerTiming + promqueue: uncontended ns/op ≤ 1.15× plain (route only)", "10a. uncontended, route only", Observed, plain, cost, 1.15},
+		{obs, "ServerTiming + promqueue: uncontended ns/op ≤ 1.15× plain (request)", "10b. uncontended, request", Observed, plain, cost, 1.15},
+		{ad, "Adaptive: uncontended ns/op ≤ 1.2× fixed (route only)", "10a. uncontended, route only", AdaptiveCol, plain, cost, 1.2},
+		{ad, "Adaptive: uncontended ns/op ≤ 1.2× fixed (request)", "10b. uncontended, request", AdaptiveCol, plain, cost, 1.2},
+		{ad, "Adaptive: saturated hand-off, time per request ≤ 1.2× fixed", "10c. saturated hand-off", AdaptiveCol, plain, cost, 1.2},
+		{rq, "acquire+release round trip p50 ≤ 200 µs", "11a. acquire+release round trip p50", RedisColumn, "", atMost, 200e3},
+		{rq, "acquire+release round trip p99 ≤ 500 µs", "11a. acquire+release round trip p99", RedisColumn, "", atMost, 500e3},
+		{rq, fmt.Sprintf("≥ 15,000 acquire+release pairs/s, %d clients, uncontended", r.RedisClients), pairs, RedisColumn, "", atLeast, 15000},
+		{rq, "hand-off across backends p50 ≤ 300 µs", "11c. hand-off across backends p50", RedisColumn, "", atMost, 300e3},
+		{"goodput", "CoDel + LIFO at 5× C: goodput ≥ 90% of C", goodputMetric(5, "goodput"), GoodCoDelLIFO, "", atLeast, 0.9},
+		{"goodput", "CoDel + LIFO at 5× C: p99 of delivered ≤ 100 ms", goodputMetric(5, "delivered p99"), GoodCoDelLIFO, "", atMost, 100e6},
+		{"weighted", fmt.Sprintf("Cost: slots running ≤ the limit (%d) at every instant", r.WeightedLimits.MaxConcurrent), "13. most slots running at once", "all", "", atMost, float64(r.WeightedLimits.MaxConcurrent)},
+		{"weighted", fmt.Sprintf("Cost: p99 queue wait of cost %d ≤ 2× that of cost 1", r.WeightedHeavy), "13. queue wait p99", fmt.Sprintf("cost %d", r.WeightedHeavy), "cost 1", ratio, 2},
+	}
+	ts := make([]target, len(specs))
+	for i, s := range specs {
+		ts[i] = target{Area: s.area, Name: s.name, Figure: "–", Met: "not measured"}
+		x, ok := r.value(s.metric, s.subject)
+		if !ok {
+			continue
+		}
+		y, okBase := r.value(s.metric, s.base)
+		row := r.Row(s.metric)
+		f := func(x float64) string { return format(row.Format, x) }
+		var fig string
+		var pass bool
+		switch q := x / y; {
+		case s.kind == ratio && okBase && y > 0:
+			fig, pass = fmt.Sprintf("%s vs %s %s: %.2f× (≤ %.2f×)", f(x), s.base, f(y), q, s.limit), q <= s.limit
+		case s.kind == cost && okBase && x > 0 && y > 0:
+			if row.Higher {
+				q = y / x
+			}
+			fig, pass = fmt.Sprintf("%s vs %s %s: %.2f× the cost (≤ %.2f×)", f(x), s.base, f(y), q, s.limit), q <= s.limit
+		case s.kind == equal && okBase:
+			fig, pass = fmt.Sprintf("%s vs %s %s", f(x), s.base, f(y)), math.Round(x) == math.Round(y)
+		case s.kind == best:
+			if peer, b, ok := bestPeer(*row); ok && b > 0 {
+				q = x / b
+				fig, pass = fmt.Sprintf("%s vs best peer %s %s: %.2f×", f(x), peer, f(b), q), (row.Higher && q >= 1) || (!row.Higher && q <= 1)
+			}
+		case s.kind == atMost:
+			fig, pass = fmt.Sprintf("%s (limit %s)", f(x), f(s.limit)), x <= s.limit
+		case s.kind == atLeast:
+			fig, pass = fmt.Sprintf("%s (at least %s)", f(x), f(s.limit)), x >= s.limit
+		case s.kind == perRound:
+			if q, ok := r.value("8. loopback HTTP, ratio to bare", s.subject); ok {
+				fig, pass = fmt.Sprintf("%s vs %s %s: %.3f× per round, median (≥ %.2f×)", f(x), s.base, f(y), q, s.limit), q >= s.limit
+			}
+		}
+		if fig != "" {
+			ts[i].Figure, ts[i].Met = fig, map[bool]string{true: "yes", false: "no"}[pass]
+		}
+	}
+	return ts
+}
+
+func ms(d time.Duration) float64 { return d.Seconds() * 1e3 }
+
+// svg writes p as an SVG of w × h inches.
+func svg(out io.Writer, p *plot.Plot, w, h vg.Length) error {
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	wt, err := p.WriterTo(w*vg.Inch, h*vg.Inch, "svg")
+	if err == nil {
+		_, err = wt.WriteTo(out)
+	}
+	return err
+}
+
+// DrawBurst draws the burst as one band per variant, a line per request in
+// arrival order: grey while it waits, blue while its handler runs, a red
+// cross where it is refused at once and an orange ring where it times out.
+func DrawBurst(out io.Writer, r *Results, title string) error {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.X.Min = title, "milliseconds since the burst", 0
+	band := float64(r.BurstRequests + 3)
+	var ticks []plot.Tick
+	marks := map[string]plotter.XYs{}
+	legend := map[string]bool{}
+	line := func(label string, t0, t1 time.Duration, y float64, c color.RGBA, width float64) {
+		l := &plotter.Line{XYs: plotter.XYs{{X: ms(t0), Y: y}, {X: ms(t1), Y: y}}, LineStyle: plotter.DefaultLineStyle}
+		l.Color, l.Width = c, vg.Points(width)
+		p.Add(l)
+		if !legend[label] {
+			legend[label] = true
+			p.Legend.Add(label, l)
+		}
+	}
+	for i, t := range r.Timelines {
+		top := -float64(i) * band
+		ticks = append(ticks, plot.Tick{Value: top - float64(len(t.Events)-1)/2, Label: t.Variant})
+		for j, e := range t.Events {
+			y, waitEnd := top-float64(j), e.End
+			if e.Start >= 0 {
+				waitEnd = e.Start
+			}
+			line("waiting", e.Arrive, waitEnd, y, color.RGBA{R: 0xb0, G: 0xb0, B: 0xb0, A: 0xff}, 1.5)
+			if e.Start >= 0 {
+				line("handler running", e.Start, e.End, y, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, 4)
+			}
+			marks[e.Outcome] = append(marks[e.Outcome], plotter.XY{X: ms(e.End), Y: y})
+		}
+	}
+	for _, m := range []struct {
+		outcome, label string
+		c              color.RGBA
+		shape          draw.GlyphDrawer
+	}{
+		{OutcomeFull, "refused at once (503, chi 429)", color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, draw.CrossGlyph{}},
+		{OutcomeTimeout, "timed out (408, chi 429)", color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, draw.RingGlyph{}},
+	} {
+		if s, err := plotter.NewScatter(marks[m.outcome]); err == nil && len(marks[m.outcome]) > 0 {
+			s.GlyphStyle = draw.GlyphStyle{Color: m.c, Radius: vg.Points(3), Shape: m.shape}
+			p.Add(s)
+			p.Legend.Add(m.label, s)
+		}
+	}
+	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
+	p.Y.Min, p.Y.Max = -float64(len(r.Timelines))*band+2, 1
+	return svg(out, p, 9, 7)
+}
+
+// DrawGoodput draws section 12: goodput over the offered load, a line per
+// variant, and capacity as a dashed line.
+func DrawGoodput(out io.Writer, r *Results, title string) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = fmt.Sprintf("offered load, in multiples of capacity C = %s/s", digits(r.GoodputCapacity()))
+	p.Y.Label.Text = "goodput: delivered in time, share of C"
+	var xt, yt []plot.Tick
+	for _, l := range r.GoodputLoads {
+		xt = append(xt, plot.Tick{Value: float64(l), Label: fmt.Sprintf("%d×", l)})
+	}
+	for y := 0; y <= 100; y += 25 {
+		yt = append(yt, plot.Tick{Value: float64(y) / 100, Label: fmt.Sprintf("%d%%", y)})
+	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.ConstantTicks(xt), plot.ConstantTicks(yt)
+	first, last := float64(r.GoodputLoads[0]), float64(r.GoodputLoads[len(r.GoodputLoads)-1])
+	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = first-0.25, last+0.6*(last-first), 0, 1.1 // the legend goes right of the lines
+	capLine, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 1}, {X: last + 0.25, Y: 1}})
+	if err != nil {
+		return err
+	}
+	capLine.Color, capLine.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(capLine)
+	p.Legend.Add("capacity C", capLine)
+	for i, c := range r.Goodput.Cols {
+		var pts plotter.XYs
+		for _, l := range r.GoodputLoads {
+			if x, ok := r.value(goodputMetric(l, "goodput"), c); ok {
+				pts = append(pts, plotter.XY{X: float64(l), Y: x})
+			}
+		}
+		if line, dots, err := plotter.NewLinePoints(pts); err == nil && len(pts) > 0 {
+			line.Color, line.Width = plotutil.Color(i), vg.Points(2)
+			dots.GlyphStyle = draw.GlyphStyle{Color: plotutil.Color(i), Radius: vg.Points(3.5), Shape: plotutil.Shape(i)}
+			p.Add(line, dots)
+			p.Legend.Add(c, line, dots)
+		}
+	}
+	return svg(out, p, 8, 5)
+}

@@ -1,0 +1,473 @@
+// Package suite measures ginqueue side by side with its peers on the same
+// work, in one run, and renders the figures as BENCHMARKS.md. Every variant
+// guards the same gin route with the same limits and handler (variants.go):
+// the bare route, ginqueue, chi's Throttle, a middleware on x/sync's
+// semaphore, and a port of an interval-polled queue (intervalpolled.go).
+// Sections 1 to 9 compare them (harness.go); section 10 runs the harnesses
+// of 1, 2 and 7 on ginqueue with one feature on against plain ginqueue;
+// 11 is the redisqueue backend on a real Redis (redis.go); 12 is goodput
+// under overload over loopback (goodput.go); 13 is weighted requests
+// (weighted.go). report.go checks the targets and renders the report.
+package suite
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Plan is what a run does: the sizes that SmokePlan shrinks, then the
+// settings of the harnesses, the same in every plan.
+type Plan struct {
+	Smoke      bool
+	BenchTime  string // -test.benchtime of each Go benchmark
+	Rounds     int    // rounds of each measurement; the variants alternate within a round
+	SlowRounds int    // the rounds a Slow variant joins: its figures are orders of magnitude apart anyway
+
+	ScheduleRequests, GrantWaiters, GrantWaitersSlow, TimeoutWaiters, MemoryWaiters int
+	GrowthDepths                                                                    []int
+	GrowthWindow, LoopbackWindow, BurstWork, BurstTimeout                           time.Duration
+	LoopbackClients, LoopbackRounds, Flows                                          int
+	RedisPairs, RedisWindows, RedisHandoffs                                         int
+	RedisWindow, GoodputWarmUp, GoodputWindow, WeightedWarmUp, WeightedWindow       time.Duration
+	GoodputRounds                                                                   int
+	GoodputFill                                                                     bool // a warm-up lasts until a FIFO queue has filled
+
+	Uncontended, Handoff                                  Limits // metric 1 (never reached), metric 2
+	HandoffGoroutines, ScheduleSlots, TimeoutSlots        int
+	MemorySlots, GrowthSlots, RedisClients                int
+	BurstRequests, BurstSlots, BurstQueue                 int
+	HandoffWork, ScheduleWork, GrantWork, TimeoutDeadline time.Duration
+	GoodputLimits                                         Limits // section 12: a generous queue, a 10 s timeout
+	GoodputWork, GoodputPatience                          time.Duration
+	GoodputLoads                                          []int // offered loads, in multiples of capacity
+	GoodputIdleConns                                      int   // above the most requests in flight at once (5 × 800/s for 1 s)
+	WeightedLimits                                        Limits
+	WeightedWork                                          time.Duration
+	WeightedHeavy                                         int     // the cost of a heavy request; a light one costs 1
+	WeightedHeavyShare, WeightedLoad                      float64 // the heavy requests' share; the offered share of slot capacity
+}
+
+// FullPlan is the plan of `make bench`: a few minutes on a 2-core machine.
+func FullPlan() Plan {
+	return Plan{
+		BenchTime: "200ms", Rounds: 5, SlowRounds: 1,
+		ScheduleRequests: 400, GrantWaiters: 200, GrantWaitersSlow: 10, TimeoutWaiters: 100, MemoryWaiters: 20_000,
+		GrowthDepths: []int{10, 1_000, 100_000}, GrowthWindow: 300 * time.Millisecond,
+		LoopbackClients: 8, LoopbackRounds: 10, LoopbackWindow: 600 * time.Millisecond,
+		BurstWork: 200 * time.Millisecond, BurstTimeout: 5 * time.Second, Flows: 10_000,
+		RedisPairs: 5_000, RedisWindow: time.Second, RedisWindows: 3, RedisHandoffs: 500,
+		GoodputRounds: 2, GoodputWarmUp: time.Second, GoodputFill: true, GoodputWindow: 1500 * time.Millisecond,
+		WeightedWarmUp: 500 * time.Millisecond, WeightedWindow: 5 * time.Second,
+
+		Uncontended:       Limits{MaxConcurrent: 64, MaxQueue: 64, QueueTimeout: time.Second},
+		Handoff:           Limits{MaxConcurrent: 4, MaxQueue: 64, QueueTimeout: 10 * time.Second},
+		HandoffGoroutines: 32, HandoffWork: 2 * time.Microsecond,
+		ScheduleSlots: 8, ScheduleWork: 2 * time.Millisecond, GrantWork: 5 * time.Microsecond,
+		TimeoutSlots: 2, TimeoutDeadline: 20 * time.Millisecond, MemorySlots: 4, GrowthSlots: 4,
+		BurstRequests: 15, BurstSlots: 3, BurstQueue: 10, RedisClients: 8,
+		GoodputLimits: Limits{MaxConcurrent: 8, MaxQueue: 10_000, QueueTimeout: 10 * time.Second},
+		GoodputWork:   10 * time.Millisecond, GoodputPatience: time.Second, GoodputLoads: []int{1, 2, 5}, GoodputIdleConns: 1 << 14,
+		WeightedLimits: Limits{MaxConcurrent: 8, MaxQueue: 10_000, QueueTimeout: 10 * time.Second},
+		WeightedWork:   10 * time.Millisecond, WeightedHeavy: 4, WeightedHeavyShare: 0.25, WeightedLoad: 0.8,
+	}
+}
+
+// SmokePlan runs every measurement once on tiny sizes, to prove the suite
+// still compiles and runs.
+func SmokePlan() Plan {
+	p := FullPlan()
+	p.Smoke, p.BenchTime, p.Rounds = true, "1x", 1
+	p.ScheduleRequests, p.GrantWaiters, p.GrantWaitersSlow, p.TimeoutWaiters, p.MemoryWaiters = 16, 5, 2, 5, 100
+	p.GrowthDepths, p.GrowthWindow = []int{10, 100, 1_000}, 120*time.Millisecond
+	p.LoopbackClients, p.LoopbackRounds, p.LoopbackWindow = 2, 1, 50*time.Millisecond
+	p.BurstWork, p.BurstTimeout, p.Flows = 10*time.Millisecond, 250*time.Millisecond, 100
+	p.RedisPairs, p.RedisWindow, p.RedisWindows, p.RedisHandoffs = 20, 50*time.Millisecond, 1, 5
+	p.GoodputRounds, p.GoodputWarmUp, p.GoodputFill, p.GoodputWindow = 1, 100*time.Millisecond, false, 200*time.Millisecond
+	p.WeightedWarmUp, p.WeightedWindow = 50*time.Millisecond, 200*time.Millisecond
+	return p
+}
+
+// Format says how a Row's figures print.
+type Format uint8
+
+// The formats.
+const (
+	FormatDuration Format = iota // nanoseconds, printed as ns, µs, ms or s
+	FormatCount                  // a number, to a tenth
+	FormatRate                   // per second
+	FormatBytes                  // bytes
+	FormatRatio                  // a plain number, two decimals
+	FormatShare                  // a fraction, printed as a percentage
+)
+
+// Row is one metric of a table: a figure per column.
+type Row struct {
+	Metric, Unit string
+	Higher       bool // higher figures are better
+	Given        bool // a condition of the run, not a result: neither way is better
+	Format       Format
+	Values       map[string]float64 // by column; absent means not applicable
+	Note         string             // how a figure was measured, printed under the table
+}
+
+// Table is rows under named columns.
+type Table struct {
+	Cols []string
+	Rows []Row
+}
+
+// Results is everything one run measured.
+type Results struct {
+	Plan
+	Date                                  time.Time
+	Took                                  time.Duration
+	CPU, GoVersion, LoadBefore, LoadAfter string // the load averages are empty where the system does not tell
+	Cores, GOMAXPROCS                     int
+	Main, Features, Redis, Goodput        Table
+	Weighted                              Table
+	Timelines                             []Timeline
+	RedisVersion, RedisWhy                string // RedisWhy says why section 11 was not measured
+	Errors                                []string
+}
+
+// Row is the row named metric, in any table, or nil.
+func (r *Results) Row(metric string) *Row {
+	for _, t := range []*Table{&r.Main, &r.Features, &r.Redis, &r.Goodput, &r.Weighted} {
+		for i := range t.Rows {
+			if t.Rows[i].Metric == metric {
+				return &t.Rows[i]
+			}
+		}
+	}
+	return nil
+}
+
+// value is the figure of metric in column col, if the run has one.
+func (r *Results) value(metric, col string) (float64, bool) {
+	if row := r.Row(metric); row != nil {
+		x, ok := row.Values[col]
+		return x, ok && !math.IsNaN(x)
+	}
+	return 0, false
+}
+
+func loadAverage() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// Sections are the parts of a run, in order; Run's only names one.
+var Sections = []string{"uncontended", "handoff", "schedule", "grant", "timeout", "memory", "growth",
+	"loopback", "burst", "features", "redis", "goodput", "weighted"}
+
+type runner struct {
+	Plan
+	log io.Writer
+	res *Results
+}
+
+// Run measures what plan says, every section or only the one named, logging
+// progress to log. It sets -test.benchtime: a command must call
+// testing.Init first.
+func Run(plan Plan, only string, log io.Writer) (*Results, error) {
+	if only != "" && !slices.Contains(Sections, only) {
+		return nil, fmt.Errorf("bench: no section %q (sections: %s)", only, strings.Join(Sections, ", "))
+	}
+	if flag.Lookup("test.benchtime") == nil {
+		return nil, errors.New("bench: -test.benchtime is not registered; call testing.Init first")
+	}
+	if err := flag.Set("test.benchtime", plan.BenchTime); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	r := &runner{Plan: plan, log: log, res: &Results{Plan: plan, Date: start.UTC(), CPU: runtime.GOARCH,
+		GoVersion: runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH,
+		Cores:     runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), LoadBefore: loadAverage()}}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		for s := bufio.NewScanner(f); s.Scan(); {
+			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				r.res.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	main := Variants()
+	r.res.Main.Cols = names(main)
+	thr := slices.DeleteFunc(slices.Clone(main), func(v Variant) bool { return !v.throttles() })
+	spread, pinned := FeatureVariants(plan.Flows, true), FeatureVariants(plan.Flows, false)
+	r.res.Features.Cols = names(spread)
+	runs := map[string]func(){
+		"uncontended": func() {
+			r.gobench(&r.res.Main, "1a. uncontended, route only", false, main, plan.BenchRoute)
+			r.gobench(&r.res.Main, "1b. uncontended, request", false, main, plan.BenchRequest)
+		},
+		"handoff":  func() { r.gobench(&r.res.Main, "2. saturated hand-off", true, thr, plan.BenchHandoff) },
+		"schedule": func() { r.schedule(thr) },
+		"grant":    func() { r.grant(thr) },
+		"timeout":  func() { r.timeout(main) },
+		"memory":   func() { r.memory(thr) },
+		"growth":   func() { r.growth(&r.res.Main, "7. ", "", thr, plan.GrowthDepths) },
+		"loopback": func() { r.loopback(main) },
+		"burst":    r.burst,
+		"features": func() {
+			f := &r.res.Features
+			r.gobench(f, "10a. uncontended, route only", false, spread, plan.BenchRoute)
+			r.gobench(f, "10b. uncontended, request", false, spread, plan.BenchRequest)
+			r.gobench(f, "10c. saturated hand-off", true, pinned, plan.BenchHandoff)
+			d := plan.GrowthDepths
+			r.growth(f, "10d. ", " over flows", spread[:2], []int{d[0], d[len(d)-1]})
+		},
+		"redis": r.redis, "goodput": r.goodput, "weighted": r.weighted,
+	}
+	for i, name := range Sections {
+		if only == "" || only == name {
+			t := time.Now()
+			r.logf("%d. %s", i+1, name)
+			runs[name]()
+			r.logf("  (%v)", time.Since(t).Round(100*time.Millisecond))
+		}
+	}
+	r.res.Took, r.res.LoadAfter = time.Since(start), loadAverage()
+	return r.res, nil
+}
+
+func names(vs []Variant) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.Name
+	}
+	return out
+}
+
+func (r *runner) logf(format string, args ...any) { fmt.Fprintf(r.log, format+"\n", args...) }
+
+func (r *runner) fail(col, metric string, err error) {
+	r.res.Errors = append(r.res.Errors, fmt.Sprintf("%s, %s: %v", metric, col, err))
+	r.logf("  FAILED %s %s: %v", metric, col, err)
+}
+
+// stat is one row of a measurement: how the figures a variant gave over the
+// rounds, pooled kind by kind, reduce to one (NaN for none).
+type stat struct {
+	metric, unit string
+	format       Format
+	higher       bool
+	reduce       func(pooled [][]float64) float64
+}
+
+// med is the median of the figures of kind k (the mean of the middle two
+// of an even count); pct is their q-quantile by the nearest rank.
+func med(k int) func([][]float64) float64 {
+	return func(s [][]float64) float64 {
+		if k >= len(s) || len(s[k]) == 0 {
+			return math.NaN()
+		}
+		x := slices.Sorted(slices.Values(s[k]))
+		return (x[(len(x)-1)/2] + x[len(x)/2]) / 2
+	}
+}
+
+func pct(k int, q float64) func([][]float64) float64 {
+	return func(s [][]float64) float64 {
+		if k >= len(s) || len(s[k]) == 0 {
+			return math.NaN()
+		}
+		x := slices.Sorted(slices.Values(s[k]))
+		return x[max(0, min(int(math.Ceil(q*float64(len(x))))-1, len(x)-1))]
+	}
+}
+
+func sum(xs []float64) (s float64) {
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// measure calls f for each variant of vs in each of rounds rounds, rotating
+// the order so that no variant always runs first or last (a Slow variant
+// joins only its SlowRounds), pools what f returns kind by kind, and adds a
+// row per stat to t.
+func (r *runner) measure(t *Table, name string, vs []Variant, rounds int, stats []stat, f func(round int, v Variant) ([][]float64, error)) {
+	pooled := map[string][][]float64{}
+	for round := range rounds {
+		for i := range vs {
+			v := vs[(i+round)%len(vs)]
+			if v.Slow && round >= r.SlowRounds {
+				continue
+			}
+			s, err := f(round, v)
+			if err != nil {
+				r.fail(v.Name, name, err)
+				continue
+			}
+			p := pooled[v.Name]
+			for k := range s {
+				if k == len(p) {
+					p = append(p, nil)
+				}
+				p[k] = append(p[k], s[k]...)
+			}
+			pooled[v.Name] = p
+		}
+	}
+	for _, st := range stats {
+		row := Row{Metric: st.metric, Unit: st.unit, Format: st.format, Higher: st.higher, Values: map[string]float64{}}
+		for name, s := range pooled {
+			if x := st.reduce(s); !math.IsNaN(x) {
+				row.Values[name] = x
+			}
+		}
+		t.Rows = append(t.Rows, row)
+	}
+}
+
+// gobench runs a Go benchmark per variant per round: the median ns/op (or
+// its inverse, a rate) and allocs/op.
+func (r *runner) gobench(t *Table, metric string, rate bool, vs []Variant, bench func(Variant) func(*testing.B)) {
+	perOp := stat{metric, "per op", FormatDuration, false, med(0)}
+	if rate {
+		perOp = stat{metric, "req/s", FormatRate, true, func(s [][]float64) float64 { return 1e9 / med(0)(s) }}
+	}
+	// Whole-run allocations over N leave crumbs such as 0.002 from the
+	// benchmark's own machinery: a tenth is the resolution kept.
+	allocs := stat{metric + ": allocs", "allocs/op", FormatCount, false, func(s [][]float64) float64 { return math.Round(med(1)(s)*10) / 10 }}
+	r.measure(t, metric, vs, r.Rounds, []stat{perOp, allocs}, func(_ int, v Variant) ([][]float64, error) {
+		res := testing.Benchmark(bench(v))
+		if res.N == 0 {
+			return nil, errors.New("benchmark failed")
+		}
+		return [][]float64{{float64(res.T.Nanoseconds()) / float64(res.N)}, {float64(res.MemAllocs) / float64(res.N)}}, nil
+	})
+}
+
+func one(x float64, err error) ([][]float64, error) { return [][]float64{{x}}, err }
+
+func (r *runner) schedule(vs []Variant) {
+	r.measure(&r.res.Main, "3. schedule efficiency", vs, r.Rounds, []stat{
+		{"3. schedule efficiency", "ideal/measured", FormatRatio, true, med(0)},
+	}, func(_ int, v Variant) ([][]float64, error) { return one(r.scheduleEfficiency(v)) })
+}
+
+func (r *runner) grant(vs []Variant) {
+	r.measure(&r.res.Main, "4. grant latency", vs, r.Rounds, []stat{
+		{"4. grant latency p50", "", FormatDuration, false, pct(0, 0.5)},
+		{"4. grant latency p99", "", FormatDuration, false, pct(0, 0.99)},
+	}, func(_ int, v Variant) ([][]float64, error) {
+		n := r.GrantWaiters
+		if v.Slow {
+			n = r.GrantWaitersSlow
+		}
+		s, err := r.grantLatency(v, n)
+		return [][]float64{s}, err
+	})
+}
+
+func (r *runner) timeout(vs []Variant) {
+	r.measure(&r.res.Main, "5. timeout lateness", vs, r.Rounds, []stat{
+		{"5. timeout lateness p50", "", FormatDuration, false, pct(0, 0.5)},
+		{"5. timeout lateness p99", "", FormatDuration, false, pct(0, 0.99)},
+		{"5. timeout lateness max", "", FormatDuration, false, pct(0, 1)},
+	}, func(_ int, v Variant) ([][]float64, error) {
+		s, err := r.timeoutLateness(v)
+		return [][]float64{s}, err
+	})
+	r.res.Main.Rows[len(r.res.Main.Rows)-3].Note = "the bare gin column is the floor: a plain time.Timer under the same arrivals, without any throttle"
+}
+
+func (r *runner) memory(vs []Variant) {
+	r.measure(&r.res.Main, "6. memory per queued request", vs, min(r.Rounds, 3), []stat{
+		{"6. memory per queued request", "heap+stack", FormatBytes, false, med(0)},
+		{"6. memory per queued request: heap only", "heap", FormatBytes, false, med(1)},
+		{"6. throttle's own heap per waiter", "heap", FormatBytes, false, med(2)},
+	}, func(_ int, v Variant) ([][]float64, error) {
+		heap, stack, err := r.memoryPerWaiter(v)
+		s := [][]float64{{heap + stack}, {heap}}
+		if v.Name == GinQueue && err == nil {
+			own, err := r.backendHeapPerWaiter()
+			return append(s, []float64{own}), err
+		}
+		return s, err
+	})
+	r.res.Main.Rows[len(r.res.Main.Rows)-1].Note = "ginqueue's Backend alone, without gin"
+}
+
+// growth measures growthCost at each depth, at most 3 rounds: a row per
+// depth and one of the deepest over the shallowest.
+func (r *runner) growth(t *Table, prefix, flows string, vs []Variant, depths []int) {
+	var stats []stat
+	for k, d := range depths {
+		stats = append(stats, stat{prefix + "per-request cost" + flows + ", queue depth " + digits(d), "per request", FormatDuration, false, med(k)})
+	}
+	last := len(depths) - 1
+	stats = append(stats, stat{prefix + "growth" + flows + ", deepest / shallowest", "ratio", FormatRatio, false,
+		func(s [][]float64) float64 { return med(last)(s) / med(0)(s) }})
+	r.measure(t, prefix+"growth", vs, min(r.Rounds, 3), stats, func(_ int, v Variant) ([][]float64, error) {
+		var s [][]float64
+		for _, d := range depths {
+			c, err := r.growthCost(v, d)
+			if err != nil {
+				return nil, err
+			}
+			s = append(s, []float64{c})
+		}
+		return s, nil
+	})
+}
+
+// loopback is metric 8, with the median of the per-round ratios to bare.
+func (r *runner) loopback(vs []Variant) {
+	bare := map[int]float64{}
+	ratio := func(s [][]float64) float64 {
+		var q []float64
+		for j, x := range s[0] {
+			if b := bare[int(s[1][j])]; b > 0 {
+				q = append(q, x/b)
+			}
+		}
+		return med(0)([][]float64{q})
+	}
+	r.measure(&r.res.Main, "8. loopback HTTP", vs, r.LoopbackRounds, []stat{
+		{"8. loopback HTTP", "req/s", FormatRate, true, med(0)},
+		{"8. loopback HTTP, ratio to bare", "median of per-round ratios", FormatRatio, true, ratio},
+	}, func(round int, v Variant) ([][]float64, error) {
+		x, err := r.loopbackRate(v)
+		if v.ID == "bare" {
+			bare[round] = x
+		}
+		return [][]float64{{x}, {float64(round)}}, err
+	})
+}
+
+// burst runs the tutorial's test once per variant.
+func (r *runner) burst() {
+	for _, v := range burstVariants() {
+		r.res.Timelines = append(r.res.Timelines, r.seedBurst(v))
+	}
+}
+
+// digits prints n in groups of three digits: 100,000.
+func digits(n int) string {
+	s := fmt.Sprint(max(n, -n))
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if n < 0 {
+		return "-" + s
+	}
+	return s
+}

@@ -1,0 +1,177 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestRun runs every section on tiny sizes and renders the report: no
+// measurement fails, every target is checked (the Redis ones where a Redis
+// answers), and the charts draw.
+func TestRun(t *testing.T) {
+	p := SmokePlan()
+	p.MemoryWaiters, p.GrowthDepths, p.Flows = 50, []int{10, 100}, 10
+	p.GoodputLoads, p.GoodputWindow, p.WeightedWindow, p.RedisPairs = []int{1, 5}, 100*time.Millisecond, 100*time.Millisecond, 5
+	r, err := Run(p, "", io.Discard)
+	if err != nil || len(r.Errors) > 0 {
+		t.Fatalf("%v %q", err, r.Errors)
+	}
+	var md, chart bytes.Buffer
+	if err := Markdown(&md, r, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"## Summary\n", "| overhead per request, the route alone (1a) | lower |", "| 7. growth, deepest / shallowest (ratio) |",
+		"| 10d. growth over flows, deepest / shallowest (ratio) |", "| 12. 5× C: goodput (share of C) |", "| 13. most slots running at once (slots, of 8) | lower | – | – |",
+		"| interval-polled, as written | 3 | 5 | 7 |"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+	for _, tg := range targets(r) {
+		if tg.Met == "not measured" && (r.RedisWhy == "" || tg.Area != "Redis backend") {
+			t.Errorf("target %q not measured", tg.Name)
+		}
+	}
+	if err := DrawBurst(&chart, r, "t"); err != nil || !strings.Contains(chart.String(), "<svg") {
+		t.Errorf("burst chart: %v", err)
+	}
+	if err := DrawGoodput(&chart, r, "t"); err != nil {
+		t.Errorf("goodput chart: %v", err)
+	}
+	md.Reset()
+	if err := Markdown(&md, r, "weighted"); err != nil || !strings.HasPrefix(md.String(), "| area | target | figure | met |\n|---|---|---|---|\n| weighted |") {
+		t.Errorf("section 13 alone: %v\n%s", err, md.String())
+	}
+}
+
+// TestSeedBurst runs the tutorial's 15-request test through every variant
+// in a synctest bubble, where the seed port's ticker and the handlers'
+// sleeps cost no real time. The 250 ms handlers keep every handler's end
+// off the ticks, so the order of events is fixed.
+func TestSeedBurst(t *testing.T) {
+	p := FullPlan()
+	p.BurstWork = 250 * time.Millisecond
+	want := map[string][4]int{ // served, refused, timed out, last response in ms
+		Bare: {15, 0, 0, 250}, GinQueue: {13, 2, 0, 1250}, Chi: {13, 2, 0, 1250}, XSync: {13, 2, 0, 1250},
+		Seed: {10, 5, 0, 1250}, // admits on the ticks at 100, 400, 700 and 1000 ms: 3, 3, 3, 1
+		// Two admissions on the first tick, one at 400 ms, then the leaked
+		// count blocks every slot; the 7 left expire on the first tick past 5 s.
+		SeedAsWritten: {3, 5, 7, 5100},
+	}
+	for _, v := range burstVariants() {
+		t.Run(v.ID, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tl := p.seedBurst(v)
+				got := [4]int{tl.Count(OutcomeServed), tl.Count(OutcomeFull), tl.Count(OutcomeTimeout), int(tl.Last().Milliseconds())}
+				if got != want[v.Name] {
+					t.Errorf("served, refused, timed out, last = %v, want %v", got, want[v.Name])
+				}
+			})
+		})
+	}
+}
+
+// TestSeedIdleDelay: at an idle server a lone request waits for the next
+// tick.
+func TestSeedIdleDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, stop := newSeed(false)(Limits{3, 10, time.Second}, noContent)
+		defer stop()
+		time.Sleep(30 * time.Millisecond) // arrive between ticks
+		start := time.Now()
+		if code := get(h); code != http.StatusNoContent || time.Since(start) != 70*time.Millisecond {
+			t.Errorf("status %d after %v, want 204 after 70ms", code, time.Since(start))
+		}
+	})
+}
+
+// TestSendOnce: each way a goodput request can end, and the server sees a
+// client give up.
+func TestSendOnce(t *testing.T) {
+	hungUp := make(chan bool, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ok":
+			_, _ = w.Write([]byte("ok"))
+		case "/full":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			select {
+			case <-r.Context().Done():
+				hungUp <- true
+			case <-time.After(5 * time.Second):
+				hungUp <- false
+			}
+		}
+	}))
+	defer srv.Close()
+	c := &http.Client{Transport: &http.Transport{}}
+	for path, want := range map[string]int{"/ok": delivered, "/full": refused, "/hang": gaveUp} {
+		at := time.Now()
+		if o, end, err := sendOnce(context.Background(), c, srv.URL+path, at.Add(100*time.Millisecond)); o != want || err != nil || (o == gaveUp) != (end.Sub(at) >= 100*time.Millisecond) {
+			t.Errorf("%s: outcome %d after %v, %v; want %d", path, o, end.Sub(at), err, want)
+		}
+	}
+	if !<-hungUp {
+		t.Error("the server never saw the client give up")
+	}
+	if o, _, err := sendOnce(context.Background(), c, "http://127.0.0.1:1/", time.Now().Add(time.Second)); o != failed || err == nil {
+		t.Errorf("nobody listening: outcome %d, %v; want failed", o, err)
+	}
+}
+
+func TestParseRedisLoad(t *testing.T) {
+	cpu, calls, usec := parseRedisLoad("# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\nused_cpu_sys_children:9.0\r\n" +
+		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_eval:calls=2,usec=40\r\ncmdstat_ping:calls=99,usec=99\r\n")
+	if cpu != 3.75 || calls != 12 || usec != 190 {
+		t.Errorf("parseRedisLoad = %v, %v, %v; want 3.75, 12, 190", cpu, calls, usec)
+	}
+}
+
+// TestTargets: a figure on each side of a limit, and the kinds of
+// comparison.
+func TestTargets(t *testing.T) {
+	r := &Results{Plan: FullPlan()}
+	row := func(metric string, higher bool, f Format, vals map[string]float64) Row {
+		return Row{Metric: metric, Higher: higher, Format: f, Values: vals}
+	}
+	r.Main.Rows = []Row{
+		row("1a. uncontended, route only: allocs", false, FormatCount, map[string]float64{Bare: 0, GinQueue: 0}),
+		row("2. saturated hand-off", true, FormatRate, map[string]float64{GinQueue: 900, Chi: 1000, XSync: 800}),
+		row("4. grant latency p99", false, FormatDuration, map[string]float64{GinQueue: 150e3}),
+	}
+	r.Features.Rows = []Row{row("10c. saturated hand-off", true, FormatRate, map[string]float64{Plain: 1000, PrioFlows: 700, AdaptiveCol: 900})}
+	want := map[string]string{
+		"uncontended allocs/op = bare gin's (route only)":                       "yes: 0 vs bare gin 0",
+		"hand-off throughput ≥ 1.0× the best peer":                              "no: 900/s vs best peer chi Throttle 1,000/s: 0.90×",
+		"grant latency p99 ≤ 100 µs":                                            "no: 150.0 µs (limit 100.0 µs)",
+		"Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain": "no: 700/s vs plain ginqueue 1,000/s: 1.43× the cost (≤ 1.30×)",
+		"Adaptive: saturated hand-off, time per request ≤ 1.2× fixed":           "yes: 900/s vs plain ginqueue 1,000/s: 1.11× the cost (≤ 1.20×)",
+		"schedule efficiency ≥ the best peer's":                                 "not measured: –",
+	}
+	for _, tg := range targets(r) {
+		if w, ok := want[tg.Name]; ok && tg.Met+": "+tg.Figure != w {
+			t.Errorf("%s: %s: %s, want %s", tg.Name, tg.Met, tg.Figure, w)
+		}
+	}
+	for _, tt := range []struct {
+		f    Format
+		x    float64
+		want string
+	}{
+		{FormatDuration, 41.6, "42 ns"}, {FormatDuration, 999.96e3, "1.0 ms"}, {FormatDuration, 999.97e6, "1.00 s"},
+		{FormatRate, 1234567, "1,234,567/s"}, {FormatBytes, -820, "-820 B"}, {FormatCount, 0.04, "0"},
+		{FormatRatio, 0.891, "0.89"}, {FormatShare, 0.9346, "93.5%"},
+	} {
+		if got := format(tt.f, tt.x); got != tt.want {
+			t.Errorf("format(%v, %v) = %q, want %q", tt.f, tt.x, got, tt.want)
+		}
+	}
+}
