@@ -49,6 +49,7 @@ type Backend struct {
 	limit       atomic.Int64 // the fleet's limit as last seen in a reply from Redis
 	down        atomic.Bool  // Redis is considered unreachable; see markDown
 	fails       atomic.Int32 // consecutive failed calls; see failed
+	failedAt    atomic.Int64 // when the last failure that counted was seen, in Unix ns; see failed
 	lastOK      atomic.Int64 // when a call last got an answer (UnixNano)
 	resync      atomic.Bool  // the reader saw another server: sync at once
 	// listening is set while the reader has a connection to the server

@@ -8,16 +8,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// failed counts a failed call, err. Options.FailureThreshold failures in a
-// row, with no successful call between them, mark Redis down; before that, a
-// probe is made at once, so that a Redis that is really gone is marked down
-// within FailureThreshold call timeouts even with no other traffic, and one
-// slow call under a burst does not turn the whole replica to OnRedisDown.
-func (b *Backend) failed(err error) {
+// failed counts a failed call, err, that started at start. Options.
+// FailureThreshold failures in a row, with no successful call between them,
+// mark Redis down; before that, a probe is made at once, so that a Redis
+// that is really gone is marked down within FailureThreshold call timeouts
+// even with no other traffic, and one slow call under a burst does not turn
+// the whole replica to OnRedisDown. Calls in flight together fail together
+// when Redis stalls once: a failure counts only if its call started after
+// the last counted failure was seen, so one stall counts once however many
+// calls it caught.
+func (b *Backend) failed(err error, start time.Time) {
 	if c, ok := b.rdb.(*redis.ClusterClient); ok {
 		// A dead master sends no MOVED: without a reload the client would
 		// keep dialing it until its periodic refresh, a minute later.
 		c.ReloadState(context.Background())
+	}
+	for {
+		last := b.failedAt.Load()
+		if start.UnixNano() <= last {
+			b.wake() // caught in a stall already counted
+			return
+		}
+		if b.failedAt.CompareAndSwap(last, time.Now().UnixNano()) {
+			break
+		}
 	}
 	if int(b.fails.Add(1)) >= b.opts.FailureThreshold {
 		b.markDown(err)

@@ -100,6 +100,74 @@ func TestOneFailedCallDoesNotMarkRedisDown(t *testing.T) {
 	})
 }
 
+// One stall of Redis that catches many calls in flight is one failure, not
+// one per call: eight requests that time out together in a blip of 1.5 call
+// timeouts do not mark Redis down.
+func TestOneStallOfManyCallsDoesNotMarkRedisDown(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
+	const callTimeout, n = 100 * time.Millisecond, 8
+	downs := make(chan error, 16)
+	o := redisqueue.Options{Name: newName(t), CallTimeout: callTimeout, LeaseTTL: 10 * time.Second,
+		TickInterval: 2 * time.Second, OnRedisDown: redisqueue.FailClosed,
+		OnStateChange: func(down bool, err error) {
+			if down {
+				downs <- err
+			}
+		}}
+	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: n, MaxQueue: n}, o)
+	ctl := newClient(t, srv.addr())
+	ctx := context.Background()
+	// Warm n connections, so that the pause, not a dial, is what fails.
+	tks := make([]ginqueue.Ticket, n)
+	for i := range tks {
+		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tks[i] = tk
+	}
+	for _, tk := range tks {
+		b.Release(tk)
+	}
+	eventually(t, time.Second, "slots not back", func() bool { return b.Stats().Running == 0 })
+
+	if err := ctl.Do(ctx, "CLIENT", "PAUSE", (3 * callTimeout / 2).Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+			if err == nil {
+				b.Release(tk)
+			}
+			errs <- err
+		}()
+	}
+	failed := 0
+	for range n {
+		if err := <-errs; err != nil {
+			failed++
+		}
+	}
+	time.Sleep(2 * callTimeout) // the pause ends, the probe answers
+	select {
+	case err := <-downs:
+		t.Fatalf("marked down by one stall (%d of %d calls failed in it): %v", failed, n, err)
+	default:
+	}
+	if failed < 2 {
+		t.Fatalf("only %d of %d calls were caught in the stall, want them all", failed, n)
+	}
+	tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+	if err != nil {
+		t.Fatalf("after the stall: %v", err)
+	}
+	b.Release(tk)
+}
+
 // OnStateChange tells each change, in order, and Stats shows it.
 func TestOnStateChange(t *testing.T) {
 	needRedis(t)

@@ -108,6 +108,7 @@ func (b *Backend) callIn(parent context.Context, s *script, args ...any) (any, e
 	argv = append(argv, "evalsha", s.sha)
 	argv = append(argv, b.keyArgs...)
 	argv = append(append(argv, b.base...), args...)
+	start := time.Now()
 	res, err := b.rdb.Do(ctx, argv...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		argv[0], argv[1] = "eval", s.src
@@ -118,7 +119,7 @@ func (b *Backend) callIn(parent context.Context, s *script, args ...any) (any, e
 		b.lastOK.Store(time.Now().UnixNano())
 		b.fails.Store(0)
 	case parent.Err() == nil:
-		b.failed(err)
+		b.failed(err, start)
 	}
 	return res, err
 }
