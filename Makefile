@@ -93,6 +93,7 @@ check-modules:
 	.ci/check-modules
 
 # A module outside the repository, set up by the README's own install lines,
-# builds against ginqueue, promqueue and redisqueue.
+# builds against ginqueue, promqueue and redisqueue; the README's Quick start
+# is _example/quickstart and builds the same way.
 check-outside:
 	.ci/outside-module
