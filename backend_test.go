@@ -98,20 +98,12 @@ func TestThirdBackendsGetTheFastPath(t *testing.T) {
 	})
 }
 
-// limitsRecorder is a Backend that records the Limits it was started with.
-type limitsRecorder struct {
-	ginqueue.FastBackend
-	limits ginqueue.Limits
-}
-
-func (b *limitsRecorder) Start(l ginqueue.Limits) error { b.limits = l; return b.FastBackend.Start(l) }
-
 // Limits.Weighted tells the Backend whether Config.Cost is set, so that one
 // that cannot count slots can refuse it; and a FastBackend sees TryAcquire
 // for cost-1 requests only, Acquire with Arrival.Cost for the others.
 func TestBackendsLearnOfCosts(t *testing.T) {
 	for _, weighted := range []bool{false, true} {
-		b := &limitsRecorder{FastBackend: ginqueue.NewMemoryBackend().(ginqueue.FastBackend)}
+		b := &limitsRecorder{Backend: ginqueue.NewMemoryBackend()}
 		cfg := ginqueue.Config{MaxConcurrent: 4, Backend: b}
 		if weighted {
 			cfg.Cost = byQueryCost

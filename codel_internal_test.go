@@ -320,11 +320,11 @@ func TestLIFOHeadHoldsTheLine(t *testing.T) {
 		for range 4 {
 			require.NotZero(t, d.TryAcquire())
 		}
-		first := acquireCost(d, context.Background(), Arrival{Cost: 1}) // the queue is busy from now on
+		first := park(d, context.Background(), Arrival{Cost: 1}) // the queue is busy from now on
 		time.Sleep(8 * time.Millisecond)
-		light := acquireCost(d, context.Background(), Arrival{Cost: 1})
+		light := park(d, context.Background(), Arrival{Cost: 1})
 		time.Sleep(time.Millisecond)
-		heavy := acquireCost(d, context.Background(), Arrival{Cost: 4})
+		heavy := park(d, context.Background(), Arrival{Cost: 4})
 		time.Sleep(time.Millisecond) // 10 ms: the queue stands, the first waiter is dropped
 		synctest.Wait()
 		assert.ErrorIs(t, (<-first).err, ErrQueueTimeout)
@@ -364,7 +364,7 @@ func TestCoDelLIFOHeadChangeWithEqualBudgets(t *testing.T) {
 		t0 := time.Now()
 		at := func(ms int) { time.Sleep(time.Duration(ms)*time.Millisecond - time.Since(t0)) }
 		var fillers []<-chan parked
-		var heavy, light <-chan acquired
+		var heavy, light <-chan parked
 		for _, ms := range []int{0, 20, 40, 60, 80, 85, 90, 92, 95} {
 			at(ms)
 			switch ms {
@@ -372,9 +372,9 @@ func TestCoDelLIFOHeadChangeWithEqualBudgets(t *testing.T) {
 				d.Release(Ticket{})
 				d.Release(Ticket{}) // 2 of 4 free: not enough for the head
 			case 85:
-				heavy = acquireCost(d, context.Background(), Arrival{Cost: 4}) // FIFO head of priority 0
+				heavy = park(d, context.Background(), Arrival{Cost: 4}) // FIFO head of priority 0
 			case 90:
-				light = acquireCost(d, context.Background(), Arrival{Cost: 1}) // the newest of priority 0
+				light = park(d, context.Background(), Arrival{Cost: 1}) // the newest of priority 0
 			default:
 				// Lower-priority fillers keep the queue from emptying; each
 				// times out after 30 ms.

@@ -88,18 +88,6 @@ func TestCoDelDropIsAQueueTimeout(t *testing.T) {
 	}
 }
 
-// startRecorder is the in-memory Backend, keeping the Limits it was started
-// with.
-type startRecorder struct {
-	ginqueue.Backend
-	got ginqueue.Limits
-}
-
-func (b *startRecorder) Start(l ginqueue.Limits) error {
-	b.got = l
-	return b.Backend.Start(l)
-}
-
 // Validate refuses a CoDel that cannot work, naming the field; NewQueue
 // returns the same error. A usable one reaches Backend.Start with its
 // defaults filled in, as a copy: changing the Config's afterwards changes
@@ -124,7 +112,7 @@ func TestCoDelConfig(t *testing.T) {
 			"ginqueue: Config.CoDel.Target must not exceed Config.CoDel.Interval, got 1s and 100ms (the default for zero)", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &startRecorder{Backend: ginqueue.NewMemoryBackend()}
+			b := &limitsRecorder{Backend: ginqueue.NewMemoryBackend()}
 			cfg := ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, CoDel: tc.codel, Backend: b}
 			q, err := ginqueue.NewQueue(cfg)
 			if tc.err != "" {
@@ -134,11 +122,11 @@ func TestCoDelConfig(t *testing.T) {
 			}
 			require.NoError(t, err)
 			defer q.Close()
-			assert.Equal(t, tc.want, b.got.CoDel)
+			assert.Equal(t, tc.want, b.limits.CoDel)
 			if tc.codel != nil {
-				assert.NotSame(t, tc.codel, b.got.CoDel, "the Backend gets a copy")
+				assert.NotSame(t, tc.codel, b.limits.CoDel, "the Backend gets a copy")
 				tc.codel.Target = time.Hour
-				assert.Equal(t, tc.want, b.got.CoDel)
+				assert.Equal(t, tc.want, b.limits.CoDel)
 			}
 		})
 	}

@@ -94,7 +94,7 @@ func TestSetLimitWithCosts(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, d.SetLimit(2))
 			assert.Equal(t, BackendStats{Running: 8, Limit: 2, Served: 2}, d.Stats(), "preempted")
-			light := acquireCost(d, context.Background(), Arrival{Cost: 1})
+			light := park(d, context.Background(), Arrival{Cost: 1})
 			assert.Zero(t, d.TryAcquire())
 			d.Release(a) // 4 held, limit 2
 			synctest.Wait()
@@ -112,7 +112,7 @@ func TestSetLimitWithCosts(t *testing.T) {
 			d := startDispatcher(t, Limits{MaxConcurrent: 8, MaxQueue: 4})
 			held, err := d.Acquire(context.Background(), Arrival{Cost: 6})
 			require.NoError(t, err)
-			heavy := acquireCost(d, context.Background(), Arrival{Cost: 8})
+			heavy := park(d, context.Background(), Arrival{Cost: 8})
 			require.NoError(t, d.SetLimit(4))
 			synctest.Wait()
 			assert.True(t, pending(heavy))

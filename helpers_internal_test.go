@@ -33,6 +33,7 @@ func acquireAsync(d *dispatcher, ctx context.Context) <-chan error {
 
 // parked is what one Acquire came back with, and after how long.
 type parked struct {
+	t      Ticket
 	err    error
 	waited time.Duration
 }
@@ -44,33 +45,15 @@ func park(d *dispatcher, ctx context.Context, a Arrival) <-chan parked {
 	out := make(chan parked, 1)
 	t0 := time.Now()
 	go func() {
-		_, err := d.Acquire(ctx, a)
-		out <- parked{err, time.Since(t0)}
-	}()
-	synctest.Wait()
-	return out
-}
-
-// acquired is the result of one Acquire, sent back from its goroutine.
-type acquired struct {
-	t   Ticket
-	err error
-}
-
-// acquireCost parks an Acquire of a in its own goroutine, then waits for
-// the bubble to settle; the result comes back on the returned channel.
-func acquireCost(d *dispatcher, ctx context.Context, a Arrival) <-chan acquired {
-	out := make(chan acquired, 1)
-	go func() {
 		t, err := d.Acquire(ctx, a)
-		out <- acquired{t, err}
+		out <- parked{t, err, time.Since(t0)}
 	}()
 	synctest.Wait()
 	return out
 }
 
 // pending reports whether an Acquire has not returned yet.
-func pending(c <-chan acquired) bool { return len(c) == 0 }
+func pending(c <-chan parked) bool { return len(c) == 0 }
 
 // slots is the number of slots held and the limit.
 func (d *dispatcher) slots() (run, limit int64) {

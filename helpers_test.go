@@ -88,12 +88,7 @@ func newEngine(mw gin.HandlerFunc, h gin.HandlerFunc) *gin.Engine {
 
 // send runs one request in a new goroutine and sends its result to out.
 func send(r http.Handler, ctx context.Context, id int, t0 time.Time, out chan<- result) {
-	go func() {
-		req := httptest.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("/?id=%d", id), nil)
-		w := httptest.NewRecorder()
-		r.ServeHTTP(w, req)
-		out <- result{id: id, code: w.Code, body: w.Body.String(), header: w.Header(), at: time.Since(t0)}
-	}()
+	sendBy(r, ctx, id, "", t0, out)
 }
 
 func mustQueue(t *testing.T, cfg ginqueue.Config) *ginqueue.Queue {
@@ -198,6 +193,14 @@ func counted(st ginqueue.Stats) map[ginqueue.Outcome]uint64 {
 
 // plainBackend hides every method but the Backend's.
 type plainBackend struct{ ginqueue.Backend }
+
+// limitsRecorder is a Backend that records the Limits it was started with.
+type limitsRecorder struct {
+	ginqueue.Backend
+	limits ginqueue.Limits
+}
+
+func (b *limitsRecorder) Start(l ginqueue.Limits) error { b.limits = l; return b.Backend.Start(l) }
 
 // slotMeter is a handler's own count of the slots in use: each request adds
 // its cost on entry and takes it off before it returns (so before its slots

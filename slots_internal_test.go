@@ -85,7 +85,7 @@ func TestCostIsClampedAtTheGrant(t *testing.T) {
 				// The same cost when a slot is held: it waits for its clamped
 				// slots (and is granted them once they are free).
 				require.NotZero(t, d.TryAcquire())
-				got := acquireCost(d, context.Background(), Arrival{Cost: tt.cost})
+				got := park(d, context.Background(), Arrival{Cost: tt.cost})
 				assert.Equal(t, tt.want == 4, pending(got), "waits only if it needs every slot")
 				d.Release(Ticket{})
 				r := <-got
@@ -108,7 +108,7 @@ func TestStatsCountSlots(t *testing.T) {
 		require.NotZero(t, d.TryAcquire())
 		three, err := d.Acquire(context.Background(), Arrival{Cost: 3})
 		require.NoError(t, err)
-		heavy := acquireCost(d, context.Background(), Arrival{Cost: 4})
+		heavy := park(d, context.Background(), Arrival{Cost: 4})
 		assert.Equal(t, 5, d.Stats().Running)
 		assert.Equal(t, 1, d.Stats().Queued)
 		assert.Equal(t, uint64(3), d.Stats().Served)

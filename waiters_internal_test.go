@@ -145,11 +145,11 @@ func TestHeadOfLineHolds(t *testing.T) {
 		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 8})
 		require.NotZero(t, d.TryAcquire())
 		require.NotZero(t, d.TryAcquire())
-		heavy := acquireCost(d, context.Background(), Arrival{Cost: 4})
+		heavy := park(d, context.Background(), Arrival{Cost: 4})
 		require.True(t, pending(heavy))
 		assert.Zero(t, d.TryAcquire(), "the fast path passed a heavy waiter")
-		light := acquireCost(d, context.Background(), Arrival{Cost: 1})
-		other := acquireCost(d, context.Background(), Arrival{Cost: 1, Flow: "other"}) // a flow of its own joins behind the head
+		light := park(d, context.Background(), Arrival{Cost: 1})
+		other := park(d, context.Background(), Arrival{Cost: 1, Flow: "other"}) // a flow of its own joins behind the head
 		assert.Equal(t, 3, d.Stats().Queued)
 
 		d.Release(Ticket{}) // 3 of 4 free: not enough for the head
@@ -181,15 +181,15 @@ func TestHeadOfLineHolds(t *testing.T) {
 func TestALeavingHeadLetsTheLineMove(t *testing.T) {
 	// blocked is a dispatcher of limit 4 with 2 slots held, a cost-4 head
 	// and, for most cases, a cost-1 waiter behind it.
-	blocked := func(t *testing.T, l Limits, ctx context.Context, behind bool) (d *dispatcher, heavy, light <-chan acquired) {
+	blocked := func(t *testing.T, l Limits, ctx context.Context, behind bool) (d *dispatcher, heavy, light <-chan parked) {
 		d = startDispatcher(t, l)
 		require.NotZero(t, d.TryAcquire())
 		require.NotZero(t, d.TryAcquire())
-		heavy = acquireCost(d, ctx, Arrival{Cost: 4})
+		heavy = park(d, ctx, Arrival{Cost: 4})
 		require.True(t, pending(heavy))
 		if behind {
 			time.Sleep(time.Second) // the heavy waiter's deadline comes first
-			light = acquireCost(d, context.Background(), Arrival{Cost: 1})
+			light = park(d, context.Background(), Arrival{Cost: 1})
 			require.True(t, pending(light))
 		}
 		return d, heavy, light
@@ -197,7 +197,7 @@ func TestALeavingHeadLetsTheLineMove(t *testing.T) {
 	t.Run("a higher priority", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			d, heavy, light := blocked(t, Limits{MaxConcurrent: 4, MaxQueue: 4}, context.Background(), true)
-			high := acquireCost(d, context.Background(), Arrival{Cost: 1, Priority: 1})
+			high := park(d, context.Background(), Arrival{Cost: 1, Priority: 1})
 			require.False(t, pending(high), "a higher priority waited behind the free slots")
 			assert.NoError(t, (<-high).err)
 			assert.True(t, pending(light), "the same priority passed the head")
@@ -242,7 +242,7 @@ func TestALeavingHeadLetsTheLineMove(t *testing.T) {
 	t.Run("the head is evicted", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			d, heavy, _ := blocked(t, Limits{MaxConcurrent: 4, MaxQueue: 1}, context.Background(), false)
-			high := acquireCost(d, context.Background(), Arrival{Cost: 1, Priority: 1})
+			high := park(d, context.Background(), Arrival{Cost: 1, Priority: 1})
 			assert.ErrorIs(t, (<-heavy).err, ErrQueueFull)
 			require.False(t, pending(high), "the arrival that took the head's place waited behind free slots")
 			assert.NoError(t, (<-high).err)
@@ -295,7 +295,7 @@ func TestMaxAheadLetsAnArrivalGrantedAtOnce(t *testing.T) {
 		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 8, Weighted: true})
 		require.NotZero(t, d.TryAcquire())
 		require.NotZero(t, d.TryAcquire())
-		heavy := acquireCost(d, context.Background(), Arrival{Cost: 4})
+		heavy := park(d, context.Background(), Arrival{Cost: 4})
 		require.True(t, pending(heavy))
 		run, _ := d.slots()
 		require.EqualValues(t, 2, run, "two slots free, held for the head")
