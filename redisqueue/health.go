@@ -8,9 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// failed counts a failed call, err, that started at start. Options.
-// FailureThreshold failures in a row, with no successful call between them,
-// mark Redis down; before that, a probe is made at once, so that a Redis
+// failed counts a failed call, err, that started at start.
+// Options.FailureThreshold failures in a row, with no successful call between
+// them, mark Redis down; before that, a probe is made at once, so that a Redis
 // that is really gone is marked down within FailureThreshold call timeouts
 // even with no other traffic, and one slow call under a burst does not turn
 // the whole replica to OnRedisDown. Calls in flight together fail together
