@@ -14,6 +14,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"flag"
@@ -70,11 +71,12 @@ func run(in, out string) error {
 // limit then, its handler time (seconds) and the simulated capacity then.
 type sample struct{ t, limit, latency, k float64 }
 
-// simRun is the samples of one algorithm from one starting limit.
+// simRun is the samples of one algorithm (gradient 0, aimd 1, other -1)
+// from one starting limit.
 type simRun struct {
-	title   string
-	start   int
-	samples []sample
+	title      string
+	alg, start int
+	samples    []sample
 }
 
 // readRuns parses the CSV into the runs of gradient, then of aimd, the
@@ -94,8 +96,8 @@ func readRuns(rd io.Reader) ([]simRun, error) {
 			return nil, fmt.Errorf("no column %q in the header %q", name, strings.Join(recs[0], ","))
 		}
 	}
-	byAlg := map[string][]*simRun{}
 	index := map[string]*simRun{}
+	var runs []simRun
 	for n, rec := range recs[1:] {
 		var x [5]float64 // start, time_s, limit, latency_s, k
 		for i := range x {
@@ -103,25 +105,22 @@ func readRuns(rd io.Reader) ([]simRun, error) {
 				return nil, fmt.Errorf("line %d, column %s: %w", n+2, names[i+1], err)
 			}
 		}
-		r := index[rec[col[0]]+"/"+rec[col[1]]]
-		if r == nil {
-			r = &simRun{title: rec[col[0]] + " from " + rec[col[1]], start: int(x[0])}
-			index[rec[col[0]]+"/"+rec[col[1]]] = r
-			byAlg[rec[col[0]]] = append(byAlg[rec[col[0]]], r)
+		key := rec[col[0]] + " from " + rec[col[1]]
+		if index[key] == nil {
+			index[key] = &simRun{title: key, alg: slices.Index([]string{"gradient", "aimd"}, rec[col[0]]), start: int(x[0])}
 		}
-		r.samples = append(r.samples, sample{x[1], x[2], x[3], x[4]})
+		index[key].samples = append(index[key].samples, sample{x[1], x[2], x[3], x[4]})
 	}
-	if len(index) == 0 {
-		return nil, errors.New("no samples")
-	}
-	var runs []simRun
-	for _, alg := range []string{"gradient", "aimd"} {
-		slices.SortStableFunc(byAlg[alg], func(a, b *simRun) int { return b.start - a.start })
-		for _, r := range byAlg[alg] {
+	for _, r := range index {
+		if r.alg >= 0 {
 			runs = append(runs, *r)
 		}
 	}
-	if len(runs) == 0 {
+	slices.SortFunc(runs, func(a, b simRun) int { return cmp.Or(a.alg-b.alg, b.start-a.start) })
+	switch {
+	case len(index) == 0:
+		return nil, errors.New("no samples")
+	case len(runs) == 0:
 		return nil, errors.New("no run of gradient or aimd")
 	}
 	return runs, nil
@@ -262,11 +261,11 @@ func chart(w io.Writer, runs []simRun) error {
 			p.X.Min, p.X.Max = 0, xMax
 			switch row {
 			case 0:
-				p.Y.Scale, p.Y.Min, p.Y.Max, p.Y.Tick.Marker = plot.LogScale{}, 0.8, hi*2.5, plot.TickerFunc(logTicks)
+				p.Y.Scale, p.Y.Min, p.Y.Max, p.Y.Tick.Marker = plot.LogScale{}, 0.8, hi*2.5, ticks(true)
 			case 1:
-				p.Y.Scale, p.Y.Min, p.Y.Max, p.Y.Tick.Marker = plot.LogScale{}, lo*0.8, hi*3, plot.TickerFunc(logTicks)
+				p.Y.Scale, p.Y.Min, p.Y.Max, p.Y.Tick.Marker = plot.LogScale{}, lo*0.8, hi*3, ticks(true)
 			case 2:
-				p.Y.Min, p.Y.Max, p.Y.Tick.Marker = 0, hi*1.35, plot.TickerFunc(plainTicks)
+				p.Y.Min, p.Y.Max, p.Y.Tick.Marker = 0, hi*1.35, ticks(false)
 			}
 		}
 	}
@@ -289,25 +288,26 @@ func chart(w io.Writer, runs []simRun) error {
 	return err
 }
 
-// logTicks labels 1, 2, 5, 10, 20, 50… from lo up to hi.
-func logTicks(lo, hi float64) (ts []plot.Tick) {
-	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
-		for _, m := range []float64{1, 2, 5} {
-			if v := d * m; v >= lo && v <= hi {
-				ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+// ticks labels 1, 2, 5, 10, 20, 50… on a log scale, and otherwise gonum's
+// default ticks without trailing zeros.
+func ticks(log bool) plot.TickerFunc {
+	return func(lo, hi float64) []plot.Tick {
+		ts := plot.DefaultTicks{}.Ticks(lo, hi)
+		if log {
+			ts = nil
+			for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
+				for _, m := range []float64{d, 2 * d, 5 * d} {
+					if m >= lo && m <= hi {
+						ts = append(ts, plot.Tick{Value: m, Label: "labelled below"})
+					}
+				}
 			}
 		}
-	}
-	return ts
-}
-
-// plainTicks are gonum's default ticks, labelled without trailing zeros.
-func plainTicks(lo, hi float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(lo, hi)
-	for i := range ts {
-		if ts[i].Label != "" {
-			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		for i := range ts {
+			if ts[i].Label != "" {
+				ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+			}
 		}
+		return ts
 	}
-	return ts
 }

@@ -1,5 +1,4 @@
-// Command report runs the benchmark suite of ginqueue and its peers and
-// writes BENCHMARKS.md and its charts.
+// Command report runs the benchmark suite of ginqueue and its peers:
 //
 //	go run ./cmd/report -out ..   # the whole suite; rewrites ../BENCHMARKS.md and ../docs/bench-*.svg
 //	go run ./cmd/report -smoke    # every measurement once on tiny sizes; writes nothing
@@ -20,21 +19,12 @@ import (
 
 func main() {
 	testing.Init() // registers -test.benchtime, which testing.Benchmark reads
-	out := flag.String("out", "", "the repository root to write BENCHMARKS.md, "+suite.BurstChart+" and "+suite.GoodputChart+" into; empty prints the report")
+	out := flag.String("out", "", "the repository root to write BENCHMARKS.md and docs/bench-*.svg into; empty prints the report")
 	smoke := flag.Bool("smoke", false, "run every measurement once on tiny sizes and write nothing")
 	goodput := flag.Bool("goodput", false, "run section 12 (goodput under overload) alone, print its targets and table, write nothing")
 	weighted := flag.Bool("weighted", false, "run section 13 (weighted requests) alone, print its targets and table, write nothing")
 	flag.Parse()
-	plan, only := suite.FullPlan(), ""
-	switch {
-	case *goodput && *weighted:
-		fmt.Fprintln(os.Stderr, "report: -goodput and -weighted each run one section alone; give one")
-		os.Exit(2)
-	case *goodput:
-		only = "goodput"
-	case *weighted:
-		only = "weighted"
-	}
+	plan, only := suite.FullPlan(), map[bool]string{true: "goodput"}[*goodput]+map[bool]string{true: "weighted"}[*weighted]
 	if *smoke {
 		plan = suite.SmokePlan()
 	}
@@ -42,7 +32,7 @@ func main() {
 		*out = ""
 	}
 	if err := run(plan, only, *out); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err)
+		fmt.Fprintln(os.Stderr, "report:", err) // -goodput with -weighted: no section "goodputweighted"
 		os.Exit(1)
 	}
 }
@@ -52,15 +42,13 @@ func run(plan suite.Plan, only, out string) error {
 	if err != nil {
 		return err
 	}
-	day := res.Date.Format("2006-01-02")
 	var md, burst, good bytes.Buffer
 	err = suite.Markdown(&md, res, only)
 	if err == nil && only == "" {
-		err = suite.DrawBurst(&burst, res, fmt.Sprintf("A burst of %d requests, %d slots, %d places (%s)", plan.BurstRequests, plan.BurstSlots, plan.BurstQueue, day))
+		err = suite.DrawBurst(&burst, res)
 	}
 	if err == nil && only != "weighted" {
-		err = suite.DrawGoodput(&good, res, fmt.Sprintf("Goodput under overload: %d slots of %v, clients that give up after %v (%s)",
-			plan.GoodputLimits.MaxConcurrent, plan.GoodputWork, plan.GoodputPatience, day))
+		err = suite.DrawGoodput(&good, res)
 	}
 	for _, e := range res.Errors {
 		fmt.Fprintln(os.Stderr, "failed:", e)

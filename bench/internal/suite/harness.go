@@ -35,13 +35,11 @@ func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(code int)        { w.code = code }
 
-// serve sends req through h with w and returns the status, 200 if none was
-// written.
+// serve sends req through h with w: the status, 200 if none was written.
 func serve(h http.Handler, w *discardWriter, req *http.Request) int {
 	w.code = 0
 	clear(w.h)
-	h.ServeHTTP(w, req)
-	if w.code == 0 {
+	if h.ServeHTTP(w, req); w.code == 0 {
 		return http.StatusOK
 	}
 	return w.code
@@ -69,8 +67,8 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// holding is a handler that keeps the first n requests until gate closes,
-// then runs then (if any) in every request; seq counts up to n.
+// holding is a handler that keeps the first n requests until gate closes
+// and then runs then, if any, in every request; seq counts up to n.
 func holding(n int64, seq *atomic.Int64, gate <-chan struct{}, then func()) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if seq.Load() < n && seq.Add(1) <= n {
@@ -79,7 +77,7 @@ func holding(n int64, seq *atomic.Int64, gate <-chan struct{}, then func()) gin.
 		if then != nil {
 			then()
 		}
-		c.Status(http.StatusNoContent)
+		noContent(c)
 	}
 }
 
@@ -88,28 +86,26 @@ func counted(h http.Handler, n *atomic.Int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1); h.ServeHTTP(w, r) })
 }
 
-// bench serves from every b.RunParallel goroutine: fresh builds an httptest
-// request and recorder per operation; otherwise each goroutine reuses its
-// prebuilt requests and a writer that allocates nothing.
+// bench serves from every b.RunParallel goroutine: with fresh a new
+// httptest request and recorder per operation; otherwise each goroutine
+// cycles through its prebuilt requests (one, or one per priority) with a
+// writer that allocates nothing.
 func bench(v Variant, l Limits, h gin.HandlerFunc, fresh bool, parallelism int) func(*testing.B) {
 	return func(b *testing.B) {
 		srv, stop := v.New(l, h)
 		defer stop()
 		var bad, clients atomic.Int64
-		if parallelism > 0 {
-			b.SetParallelism(parallelism)
-		}
+		b.SetParallelism(parallelism)
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			client := int(clients.Add(1) - 1)
+			client, w := int(clients.Add(1)-1), newWriter()
 			var reqs []*http.Request
-			if !fresh {
-				reqs = v.requests(client)
+			for i := 0; !fresh && i < len(priorities) && (i == 0 || v.Request != nil); i++ {
+				reqs = append(reqs, v.request(client, i))
 			}
-			w := newWriter()
 			for i := 0; pb.Next(); i++ {
-				var code int
+				code := 0
 				if fresh {
 					rec := httptest.NewRecorder()
 					srv.ServeHTTP(rec, v.request(client, i))
@@ -130,48 +126,24 @@ func bench(v Variant, l Limits, h gin.HandlerFunc, fresh bool, parallelism int) 
 	}
 }
 
-// BenchRoute is metric 1, strictest form: in parallel, limits never
-// reached, prebuilt requests and a writer that allocates nothing.
+// BenchRoute is metric 1, strictest form: limits never reached, prebuilt
+// requests and a writer that allocates nothing.
 func (p Plan) BenchRoute(v Variant) func(*testing.B) {
-	return bench(v, p.Uncontended, noContent, false, 0)
+	return bench(v, p.Uncontended, noContent, false, 1)
 }
 
 // BenchRequest is metric 1 as a request costs in practice: a new httptest
 // request and recorder per operation.
 func (p Plan) BenchRequest(v Variant) func(*testing.B) {
-	return bench(v, p.Uncontended, noContent, true, 0)
+	return bench(v, p.Uncontended, noContent, true, 1)
 }
 
-// BenchHandoff is metric 2: HandoffGoroutines over Handoff's 4 slots,
-// handlers that spin HandoffWork, so that nearly every request waits and is
-// handed a slot; ns/op is the inverse of the throughput.
+// BenchHandoff is metric 2: HandoffGoroutines over Handoff's slots, handlers
+// that spin HandoffWork, so that nearly every request waits and is handed a
+// slot; ns/op is the inverse of the throughput.
 func (p Plan) BenchHandoff(v Variant) func(*testing.B) {
 	procs := runtime.GOMAXPROCS(0)
 	return bench(v, p.Handoff, func(c *gin.Context) { spin(p.HandoffWork); noContent(c) }, false, (p.HandoffGoroutines+procs-1)/procs)
-}
-
-// scheduleEfficiency is metric 3: ScheduleRequests of ScheduleWork arrive at
-// once over ScheduleSlots; the ideal makespan over the measured one, from
-// the first arrival to the last response.
-func (p Plan) scheduleEfficiency(v Variant) (float64, error) {
-	n := p.ScheduleRequests
-	h, stop := v.New(Limits{p.ScheduleSlots, n, 30 * time.Second}, func(c *gin.Context) { time.Sleep(p.ScheduleWork); noContent(c) })
-	defer stop()
-	var bad atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range n {
-		wg.Go(func() {
-			if get(h) != http.StatusNoContent {
-				bad.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if b := bad.Load(); b > 0 {
-		return 0, fmt.Errorf("%d of %d requests not served", b, n)
-	}
-	return float64(time.Duration(n)*p.ScheduleWork/time.Duration(p.ScheduleSlots)) / float64(time.Since(start)), nil
 }
 
 // grantLatency is metric 4: one slot, held while the waiters queue; then
@@ -184,8 +156,7 @@ func (p Plan) grantLatency(v Variant, waiters int) ([]float64, error) {
 	gate := make(chan struct{})
 	h, stop := v.New(Limits{1, waiters + 1, time.Minute}, func(c *gin.Context) {
 		i := seq.Add(1) - 1
-		starts[i] = time.Since(base)
-		if i == 0 {
+		if starts[i] = time.Since(base); i == 0 {
 			<-gate
 		} else {
 			spin(p.GrantWork)
@@ -194,27 +165,23 @@ func (p Plan) grantLatency(v Variant, waiters int) ([]float64, error) {
 		noContent(c)
 	})
 	defer stop()
-	hc := counted(h, &entered)
 	var wg sync.WaitGroup
-	send := func() {
-		if get(hc) != http.StatusNoContent {
-			bad.Add(1)
+	for i := range waiters + 1 {
+		wg.Go(func() {
+			if get(counted(h, &entered)) != http.StatusNoContent {
+				bad.Add(1)
+			}
+		})
+		if i == 0 && !waitFor(5*time.Second, func() bool { return seq.Load() == 1 }) {
+			close(gate)
+			return nil, fmt.Errorf("the first request never started")
 		}
-	}
-	wg.Go(send)
-	if !waitFor(5*time.Second, func() bool { return seq.Load() == 1 }) {
-		close(gate)
-		return nil, fmt.Errorf("the first request never started")
-	}
-	for range waiters {
-		wg.Go(send)
 	}
 	waitFor(5*time.Second, func() bool { return entered.Load() == int64(waiters+1) })
 	time.Sleep(20 * time.Millisecond) // let the last arrivals park
 	close(gate)
-	wg.Wait()
-	if b := bad.Load(); b > 0 {
-		return nil, fmt.Errorf("%d of %d requests not served", b, waiters+1)
+	if wg.Wait(); bad.Load() > 0 {
+		return nil, fmt.Errorf("%d of %d requests not served", bad.Load(), waiters+1)
 	}
 	out := make([]float64, waiters)
 	for i := range out {
@@ -225,52 +192,56 @@ func (p Plan) grantLatency(v Variant, waiters int) ([]float64, error) {
 
 // timeoutLateness is metric 5: TimeoutSlots held throughout, waiters
 // arriving 1 ms apart with a QueueTimeout of TimeoutDeadline, each answered
-// with a timeout; a sample is how late after its deadline, in ns. For the
-// bare route each waits on a plain time.Timer instead: the floor, how late
-// the Go runtime wakes a goroutine here.
+// with a timeout; a sample is how late after its deadline, in ns. On the
+// bare route each waits on a plain time.Timer: the floor, how late the Go
+// runtime wakes a goroutine here.
 func (p Plan) timeoutLateness(v Variant) ([]float64, error) {
 	n, slots := p.TimeoutWaiters, p.TimeoutSlots
 	var seq, served atomic.Int64
-	gate := make(chan struct{})
-	h, stop := v.New(Limits{slots, n + slots, p.TimeoutDeadline}, holding(int64(slots), &seq, gate, nil))
-	defer stop()
-	var holders, wg sync.WaitGroup
-	defer holders.Wait()
-	defer close(gate)
-	for range slots {
-		if !v.throttles() {
-			break
+	waiter := func() func() { return func() { <-time.NewTimer(p.TimeoutDeadline).C } }
+	if v.throttles() {
+		gate := make(chan struct{})
+		h, stop := v.New(Limits{slots, n + slots, p.TimeoutDeadline}, holding(int64(slots), &seq, gate, nil))
+		defer stop()
+		var holders sync.WaitGroup
+		defer holders.Wait()
+		defer close(gate)
+		for range slots {
+			// A holder retries until it holds a slot: the seed port times out
+			// a request that reaches an idle server more than 20 ms before a
+			// tick, and a retry right after a 408 would expire again; shifting
+			// each retry by 13 ms finds the window.
+			holders.Go(func() {
+				for try, end := 0, time.Now().Add(10*time.Second); time.Now().Before(end) && get(h) != http.StatusNoContent; try++ {
+					time.Sleep(time.Duration(try%8) * 13 * time.Millisecond)
+				}
+			})
 		}
-		// A holder retries until it holds a slot: the seed port times out a
-		// request that reaches an idle server more than 20 ms before a tick,
-		// and a retry right after a 408 would expire again; shifting each
-		// retry by 13 ms finds the window.
-		holders.Go(func() {
-			for try, end := 0, time.Now().Add(10*time.Second); time.Now().Before(end) && get(h) != http.StatusNoContent; try++ {
-				time.Sleep(time.Duration(try%8) * 13 * time.Millisecond)
+		if !waitFor(10*time.Second, func() bool { return seq.Load() == int64(slots) }) {
+			return nil, fmt.Errorf("the slot holders never started")
+		}
+		waiter = func() func() {
+			req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+			return func() {
+				if serve(h, w, req) == http.StatusNoContent {
+					served.Add(1)
+				}
 			}
-		})
-	}
-	if v.throttles() && !waitFor(10*time.Second, func() bool { return seq.Load() == int64(slots) }) {
-		return nil, fmt.Errorf("the slot holders never started")
+		}
 	}
 	late := make([]float64, n)
+	var wg sync.WaitGroup
 	for i := range n {
-		req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+		wait := waiter()
 		wg.Go(func() {
 			t0 := time.Now()
-			if !v.throttles() {
-				<-time.NewTimer(p.TimeoutDeadline).C
-			} else if serve(h, w, req) == http.StatusNoContent {
-				served.Add(1)
-			}
+			wait()
 			late[i] = float64(time.Since(t0) - p.TimeoutDeadline)
 		})
 		time.Sleep(time.Millisecond)
 	}
-	wg.Wait()
-	if s := served.Load(); s > 0 {
-		return nil, fmt.Errorf("%d waiters ran although every slot was held", s)
+	if wg.Wait(); served.Load() > 0 {
+		return nil, fmt.Errorf("%d waiters ran although every slot was held", served.Load())
 	}
 	return late, nil
 }
@@ -285,74 +256,75 @@ func liveBytes() (heap, stack int64) {
 	return int64(m.HeapAlloc), int64(m.StackInuse)
 }
 
-// memoryPerWaiter is metric 6: with every slot held, MemoryWaiters
-// requests queue; the growth of live heap and of goroutine stacks from just
-// before they enter the route to once they all wait, per request. The
-// goroutines exist before the first reading, so what a bare goroutine costs
-// is left out and what the router and throttle add is counted.
-func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
-	n, slots := p.MemoryWaiters, p.MemorySlots
-	var seq, entered atomic.Int64
-	gate, start := make(chan struct{}), make(chan struct{})
-	h, stop := v.New(Limits{slots, n + slots, 5 * time.Minute}, holding(int64(slots), &seq, gate, nil))
-	hc := counted(h, &entered)
+// parked starts n goroutines, each made by prepare, lets them all call what
+// prepare returned, and returns the growth of live heap and stacks from just
+// before to once waiting says all n wait, per goroutine: they exist before
+// the first reading, so what a bare goroutine costs is left out. wait waits
+// for them once they are let go.
+func parked(n int, prepare func() func(), waiting func() int) (heap, stack float64, wait func(), err error) {
+	start := make(chan struct{})
 	var wg sync.WaitGroup
-	defer func() { close(gate); stop(); wg.Wait() }()
-	for range slots {
-		wg.Go(func() { get(hc) })
-	}
-	if !waitFor(5*time.Second, func() bool { return seq.Load() == int64(slots) }) {
-		return 0, 0, fmt.Errorf("the slot holders never started")
-	}
 	for range n {
-		req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
-		wg.Go(func() { <-start; serve(hc, w, req) })
+		call := prepare()
+		wg.Go(func() { <-start; call() })
 	}
 	time.Sleep(20 * time.Millisecond)
 	h0, s0 := liveBytes()
 	close(start)
-	if !waitFor(30*time.Second, func() bool { return entered.Load() == int64(n+slots) }) {
-		return 0, 0, fmt.Errorf("only %d of %d requests arrived", entered.Load(), n+slots)
+	if !waitFor(30*time.Second, func() bool { return waiting() >= n }) {
+		err = fmt.Errorf("only %d of %d waiters arrived", waiting(), n)
 	}
 	time.Sleep(50 * time.Millisecond) // let the last arrivals park
 	h1, s1 := liveBytes()
-	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n), nil
+	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n), wg.Wait, err
+}
+
+// memoryPerWaiter is metric 6: with every slot held, MemoryWaiters requests
+// queue; what the router and the throttle hold per request, heap and stack.
+func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
+	n, slots := p.MemoryWaiters, p.MemorySlots
+	var seq, entered atomic.Int64
+	gate := make(chan struct{})
+	h, stop := v.New(Limits{slots, n + slots, 5 * time.Minute}, holding(int64(slots), &seq, gate, nil))
+	hc := counted(h, &entered)
+	var holders sync.WaitGroup
+	for range slots {
+		holders.Go(func() { get(hc) })
+	}
+	wait := func() {}
+	defer func() { close(gate); stop(); holders.Wait(); wait() }()
+	if !waitFor(5*time.Second, func() bool { return seq.Load() == int64(slots) }) {
+		return 0, 0, fmt.Errorf("the slot holders never started")
+	}
+	heap, stack, wait, err = parked(n, func() func() {
+		req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+		return func() { serve(hc, w, req) }
+	}, func() int { return int(entered.Load()) - slots })
+	return heap, stack, err
 }
 
 // backendHeapPerWaiter is ginqueue's own structures per waiter: the live
-// heap that MemoryWaiters parked Acquire calls on its Backend add, no gin.
+// heap that MemoryWaiters parked Acquire calls add to its Backend, no gin.
 func (p Plan) backendHeapPerWaiter() (float64, error) {
-	n := p.MemoryWaiters
-	b := ginqueue.NewMemoryBackend()
-	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: n, QueueTimeout: 5 * time.Minute}); err != nil {
+	b, bg := ginqueue.NewMemoryBackend(), context.Background()
+	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: p.MemoryWaiters, QueueTimeout: 5 * time.Minute}); err != nil {
 		return 0, err
 	}
-	holder, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+	holder, err := b.Acquire(bg, ginqueue.Arrival{})
 	if err != nil {
 		return 0, err
 	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			<-start
-			if t, err := b.Acquire(context.Background(), ginqueue.Arrival{}); err == nil {
+	heap, _, wait, err := parked(p.MemoryWaiters, func() func() {
+		return func() {
+			if t, err := b.Acquire(bg, ginqueue.Arrival{}); err == nil {
 				b.Release(t)
 			}
-		})
-	}
-	time.Sleep(20 * time.Millisecond)
-	before, _ := liveBytes()
-	close(start)
-	ok := waitFor(30*time.Second, func() bool { return b.Stats().Queued == n })
-	after, _ := liveBytes()
+		}
+	}, func() int { return b.Stats().Queued })
 	_ = b.Close()
-	wg.Wait()
+	wait()
 	b.Release(holder)
-	if !ok {
-		return 0, fmt.Errorf("ginqueue backend: %d of %d waiters queued", b.Stats().Queued, n)
-	}
-	return float64(after-before) / float64(n), nil
+	return heap, err
 }
 
 // growthCost is metric 7: depth+GrowthSlots clients in a closed loop over
@@ -373,12 +345,10 @@ func (p Plan) growthCost(v Variant, depth int) (float64, error) {
 		wg.Go(func() {
 			// One request per client: a feature variant's client keeps one
 			// priority class, and the lower classes wait behind the higher.
-			req, w := v.request(client, client), newWriter()
-			for !halt.Load() {
+			for req, w := v.request(client, client), newWriter(); !halt.Load(); done.Add(1) {
 				if serve(hc, w, req) != http.StatusNoContent && !halt.Load() {
 					bad.Add(1)
 				}
-				done.Add(1)
 			}
 		})
 	}
@@ -403,32 +373,44 @@ func (p Plan) growthCost(v Variant, depth int) (float64, error) {
 	return float64(took) / float64(c1-c0), nil
 }
 
-// loopbackRate is metric 8: LoopbackClients keep-alive clients against a
-// real server on 127.0.0.1, limits not engaged; requests per second over
-// LoopbackWindow (three ticks at least for a Slow variant).
-func (p Plan) loopbackRate(v Variant) (float64, error) {
-	h, stop := v.New(p.Uncontended, noContent)
-	defer stop()
+// listen serves h on a port of 127.0.0.1 until stop.
+func listen(h http.Handler) (addr string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return "", nil, err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	n := p.LoopbackClients
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// loopbackRate is metric 8: LoopbackClients keep-alive clients against a
+// real server on 127.0.0.1, limits not engaged; requests per second over
+// LoopbackWindow (three ticks at least for a Slow variant), once each client
+// has opened its connection.
+func (p Plan) loopbackRate(v Variant) (float64, error) {
+	h, stop := v.New(p.Uncontended, noContent)
+	defer stop()
+	addr, closeSrv, err := listen(h)
+	if err != nil {
+		return 0, err
+	}
+	defer closeSrv()
+	n, window := p.LoopbackClients, p.LoopbackWindow
+	if v.Slow {
+		window = max(window, 3*seedInterval)
+	}
 	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	url := "http://" + ln.Addr().String() + "/"
 	var count atomic.Int64
-	errs := make(chan error, n)
-	loop := func(until time.Time, once bool) {
+	var first atomic.Value
+	clients := func(until time.Time) { // one request each, or requests until then
 		var wg sync.WaitGroup
 		for range n {
 			wg.Go(func() {
-				for once || time.Now().Before(until) {
-					resp, err := client.Get(url)
+				for i := 0; i == 0 || time.Now().Before(until); i++ {
+					resp, err := client.Get("http://" + addr + "/")
 					if err == nil {
 						_, _ = io.Copy(io.Discard, resp.Body)
 						resp.Body.Close()
@@ -437,50 +419,42 @@ func (p Plan) loopbackRate(v Variant) (float64, error) {
 						}
 					}
 					if err != nil {
-						errs <- err
+						first.CompareAndSwap(nil, err)
 						return
+					} else if !until.IsZero() {
+						count.Add(1)
 					}
-					if once {
-						return
-					}
-					count.Add(1)
 				}
 			})
 		}
 		wg.Wait()
 	}
-	loop(time.Time{}, true) // open the connections before the clock starts
-	window := p.LoopbackWindow
-	if v.Slow {
-		window = max(window, 3*seedInterval)
-	}
+	clients(time.Time{})
 	start := time.Now()
-	loop(start.Add(window), false)
-	took := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
+	clients(start.Add(window))
+	if err, _ := first.Load().(error); err != nil {
 		return 0, err
 	}
-	return float64(count.Load()) / took.Seconds(), nil
+	return float64(count.Load()) / time.Since(start).Seconds(), nil
 }
 
-// Outcomes of the burst.
+// Outcomes of a burst.
 const (
 	OutcomeServed  = "served"
 	OutcomeFull    = "refused at once"
 	OutcomeTimeout = "timed out"
 )
 
-// Event is one request of the burst, times from the burst's start.
+// Event is one request of a burst, times from the burst's start.
 type Event struct {
 	Arrive, Start, End time.Duration // Start is -1 for a request that never ran
 	Outcome            string
 }
 
-// Timeline is the burst as one variant answered it.
+// Timeline is a burst as one variant answered it, in arrival order.
 type Timeline struct {
 	Variant string
-	Events  []Event // in arrival order
+	Events  []Event
 }
 
 // Count is how many events had outcome o.
@@ -501,16 +475,15 @@ func (t Timeline) Last() (last time.Duration) {
 	return last
 }
 
-// seedBurst is the tutorial's test: BurstRequests at once, BurstSlots,
-// BurstQueue places, BurstTimeout (the tutorial's is 5 s) and handlers of
-// BurstWork.
-func (p Plan) seedBurst(v Variant) Timeline {
+// burst sends n requests at once through v under l, to handlers that sleep
+// work. It is the tutorial's test (metric 9) and metric 3.
+func (p Plan) burst(v Variant, l Limits, n int, work time.Duration) Timeline {
 	base := time.Now()
-	events := make([]Event, p.BurstRequests)
-	h, stop := v.New(Limits{p.BurstSlots, p.BurstQueue, p.BurstTimeout}, func(c *gin.Context) {
+	events := make([]Event, n)
+	h, stop := v.New(l, func(c *gin.Context) {
 		id, _ := strconv.Atoi(c.Query("id"))
 		events[id].Start = time.Since(base)
-		time.Sleep(p.BurstWork)
+		time.Sleep(work)
 		noContent(c)
 	})
 	defer stop()
@@ -525,8 +498,7 @@ func (p Plan) seedBurst(v Variant) Timeline {
 			events[i].Arrive = time.Since(base)
 			h.ServeHTTP(w, req)
 			e := &events[i]
-			e.End, e.Outcome = time.Since(base), OutcomeFull
-			if w.Code < 300 {
+			if e.End, e.Outcome = time.Since(base), OutcomeFull; w.Code < 300 {
 				e.Outcome = OutcomeServed
 			} else if w.Code == http.StatusRequestTimeout || strings.Contains(w.Body.String(), "Timed out") {
 				e.Outcome = OutcomeTimeout // chi says so in its body
@@ -538,4 +510,23 @@ func (p Plan) seedBurst(v Variant) Timeline {
 	wg.Wait()
 	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.Arrive, b.Arrive) })
 	return Timeline{Variant: v.Name, Events: events}
+}
+
+// seedBurst is the tutorial's test: BurstRequests at once, BurstSlots,
+// BurstQueue places, BurstTimeout (the tutorial's is 5 s), handlers of
+// BurstWork.
+func (p Plan) seedBurst(v Variant) Timeline {
+	return p.burst(v, Limits{p.BurstSlots, p.BurstQueue, p.BurstTimeout}, p.BurstRequests, p.BurstWork)
+}
+
+// scheduleEfficiency is metric 3: ScheduleRequests of ScheduleWork at once
+// over ScheduleSlots; the ideal makespan over the measured one, from the
+// burst's start to the last response.
+func (p Plan) scheduleEfficiency(v Variant) (float64, error) {
+	n := p.ScheduleRequests
+	t := p.burst(v, Limits{p.ScheduleSlots, n, 30 * time.Second}, n, p.ScheduleWork)
+	if s := t.Count(OutcomeServed); s < n {
+		return 0, fmt.Errorf("%d of %d requests not served", n-s, n)
+	}
+	return float64(time.Duration(n)*p.ScheduleWork/time.Duration(p.ScheduleSlots)) / float64(t.Last()), nil
 }

@@ -59,13 +59,13 @@ func format(f Format, x float64) string {
 }
 
 // bestPeer is the peer column of row with the best figure, and the figure.
-func bestPeer(row Row) (name string, best float64, ok bool) {
+func bestPeer(row Row) (name string, best float64) {
 	for _, p := range []string{Chi, XSync, Seed} {
-		if x, has := row.Values[p]; has && !math.IsNaN(x) && (!ok || (row.Higher && x > best) || (!row.Higher && x < best)) {
-			name, best, ok = p, x, true
+		if x, ok := row.Values[p]; ok && (name == "" || (row.Higher && x > best) || (!row.Higher && x < best)) {
+			name, best = p, x
 		}
 	}
-	return name, best, ok
+	return name, best
 }
 
 // markdown renders t; where base gives a row a positive figure, each cell
@@ -74,22 +74,19 @@ func markdown(t Table, base func(Row) float64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| metric | better | %s |\n|---|---|%s\n", strings.Join(t.Cols, " | "), strings.Repeat("---|", len(t.Cols)))
 	for _, row := range t.Rows {
-		metric, better := row.Metric, "lower"
+		metric, better := row.Metric, map[bool]string{false: "lower", true: "higher"}[row.Higher]
 		if row.Unit != "" {
 			metric += " (" + row.Unit + ")"
 		}
 		if row.Given {
 			better = "–"
-		} else if row.Higher {
-			better = "higher"
 		}
 		fmt.Fprintf(&b, "| %s | %s |", metric, better)
-		d := base(row)
 		for _, c := range t.Cols {
 			cell := "–"
-			if x, ok := row.Values[c]; ok && !math.IsNaN(x) {
+			if x, ok := row.Values[c]; ok {
 				cell = format(row.Format, x)
-				if d > 0 {
+				if d := base(row); d > 0 {
 					cell += fmt.Sprintf(" (%.2f×)", x/d)
 				}
 			}
@@ -100,31 +97,28 @@ func markdown(t Table, base func(Row) float64) string {
 	return b.String()
 }
 
-func peerBase(row Row) float64 { _, x, _ := bestPeer(row); return x }
-func noBase(Row) float64       { return 0 }
-
-// summary is the table a user wants first: ginqueue beside its peers, rows
-// copied from the sections; as names the column that stands for ginqueue.
+// summary is the table a user wants first, ginqueue beside its peers: rows
+// copied from the sections, as naming the column that stands for ginqueue.
 func summary(r *Results) Table {
 	t := Table{Cols: []string{GinQueue, Chi, XSync, Seed, Bare}}
 	for _, s := range []struct{ label, metric, as string }{
-		{"overhead per request, the route alone (1a)", "1a. uncontended, route only", ""},
-		{"overhead per request, with its request and recorder (1b)", "1b. uncontended, request", ""},
-		{"hand-off throughput, 32 goroutines over 4 slots (2)", "2. saturated hand-off", ""},
-		{"memory per queued request, heap and stack (6)", "6. memory per queued request", ""},
-		{"loopback HTTP throughput, limits not reached (8)", "8. loopback HTTP", ""},
+		{"overhead per request, the route alone (1a)", "1a. uncontended, route only", GinQueue},
+		{"overhead per request, with its request and recorder (1b)", "1b. uncontended, request", GinQueue},
+		{"hand-off throughput, 32 goroutines over 4 slots (2)", "2. saturated hand-off", GinQueue},
+		{"memory per queued request, heap and stack (6)", "6. memory per queued request", GinQueue},
+		{"loopback HTTP throughput, limits not reached (8)", "8. loopback HTTP", GinQueue},
 		{"goodput at 5× capacity, share of capacity; ginqueue: CoDel + LIFO (12)", goodputMetric(5, "goodput"), GoodCoDelLIFO},
 		{"p99 of what was delivered at 5× capacity; ginqueue: CoDel + LIFO (12)", goodputMetric(5, "delivered p99"), GoodCoDelLIFO},
-		{"fleet: acquire+release round trip p50 on Redis; ginqueue: redisqueue (11)", "11a. acquire+release round trip p50", RedisColumn},
-		{"fleet: acquire+release round trip p99 (11)", "11a. acquire+release round trip p99", RedisColumn},
-		{fmt.Sprintf("fleet: acquire+release pairs, %d clients (11)", r.RedisClients), fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients), RedisColumn},
-		{"fleet: hand-off across backends p50 (11)", "11c. hand-off across backends p50", RedisColumn},
+		{"fleet: acquire+release round trip p50 on Redis; ginqueue: redisqueue (11)", "11a. acquire+release round trip p50", redisCol},
+		{"fleet: acquire+release round trip p99 (11)", "11a. acquire+release round trip p99", redisCol},
+		{fmt.Sprintf("fleet: acquire+release pairs, %d clients (11)", r.RedisClients), fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients), redisCol},
+		{"fleet: hand-off across backends p50 (11)", "11c. hand-off across backends p50", redisCol},
 	} {
-		row := Row{Metric: s.label, Format: FormatDuration, Values: map[string]float64{}}
+		row := Row{Metric: s.label, Values: map[string]float64{}}
 		if src := r.Row(s.metric); src != nil {
 			row.Higher, row.Format = src.Higher, src.Format
-			for _, c := range t.Cols {
-				if x, ok := src.Values[c]; ok && (s.as == "" || c != GinQueue) {
+			for _, c := range t.Cols[1:] {
+				if x, ok := src.Values[c]; ok {
 					row.Values[c] = x
 				}
 			}
@@ -142,14 +136,10 @@ func summary(r *Results) Table {
 func Markdown(w io.Writer, r *Results, only string) error {
 	tmpl, err := template.New("report").Option("missingkey=error").Funcs(template.FuncMap{
 		"digits": digits, "pct": func(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) },
+		"dur": func(d time.Duration) string { return format(FormatDuration, float64(d)) },
 	}).Parse(reportTemplate)
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
-	}
-	var bursts []string
-	for _, t := range r.Timelines {
-		bursts = append(bursts, fmt.Sprintf("%s | %d | %d | %d | %s", t.Variant, t.Count(OutcomeServed),
-			t.Count(OutcomeFull), t.Count(OutcomeTimeout), format(FormatDuration, float64(t.Last()))))
 	}
 	var ts []target
 	for _, t := range targets(r) {
@@ -157,23 +147,15 @@ func Markdown(w io.Writer, r *Results, only string) error {
 			ts = append(ts, t)
 		}
 	}
-	name := "report"
-	if only != "" {
-		name = only + "-alone"
-	}
-	plainBase := func(row Row) float64 {
-		if row.Format == FormatCount {
-			return 0
-		}
-		return row.Values[Plain]
-	}
-	err = tmpl.ExecuteTemplate(w, name, map[string]any{
-		"R": r, "Targets": ts, "Bursts": bursts, "Summary": markdown(summary(r), peerBase),
-		"Main": markdown(r.Main, peerBase), "Features": markdown(r.Features, plainBase),
-		"Redis": markdown(r.Redis, noBase), "Goodput": markdown(r.Goodput, noBase), "Weighted": markdown(r.Weighted, noBase),
-		"BurstChart": BurstChart, "GoodputChart": GoodputChart, "Benchstat": BenchstatVersion, "DefaultRedisAddr": DefaultRedisAddr, "ScrapeInterval": ScrapeInterval,
-	})
-	if err != nil {
+	peer := func(row Row) float64 { _, x := bestPeer(row); return x }
+	plain := func(row Row) float64 { return map[bool]float64{true: row.Values[Plain]}[row.Format != FormatCount] }
+	none := func(Row) float64 { return 0 }
+	if err := tmpl.ExecuteTemplate(w, map[bool]string{true: only + "-alone", false: "report"}[only != ""], map[string]any{
+		"R": r, "Targets": ts, "Summary": markdown(summary(r), peer), "Main": markdown(r.Main, peer),
+		"Features": markdown(r.Features, plain), "Redis": markdown(r.Redis, none), "Goodput": markdown(r.Goodput, none),
+		"Weighted": markdown(r.Weighted, none), "BurstChart": BurstChart, "GoodputChart": GoodputChart,
+		"Benchstat": BenchstatVersion, "DefaultRedisAddr": DefaultRedisAddr, "ScrapeInterval": ScrapeInterval,
+	}); err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
 	return nil
@@ -184,32 +166,20 @@ type target struct {
 	Area, Name, Figure, Met string // Met: yes, no, or not measured
 }
 
-// How a target compares subject's figure.
-const (
-	ratio    = iota // subject over base at most limit
-	cost            // subject's cost over base's at most limit: time over time, or rate over rate inverted
-	equal           // subject rounds to base
-	best            // subject at least as good as the best peer
-	atMost          // subject at most limit
-	atLeast         // subject at least limit
-	perRound        // the median per-round ratio to bare gin over loopback at least limit
-)
-
 // targets checks a run against every target; each figure is the run's own.
 // No target asks the route alone to cost about what bare gin's does: every
 // exact limit shared between cores, x/sync's semaphore included, pays a
 // cache-line transfer per request that an empty route does not, and the
 // summary shows that figure beside the peers' instead.
 func targets(r *Results) []target {
-	const (
-		core = "core overhead and hand-off"
-		prio = "priorities and fair flows"
-		obs  = "observability"
-		ad   = "adaptive limit"
-		rq   = "Redis backend"
-	)
-	g, bare, pf, plain := GinQueue, Bare, PrioFlows, Plain
-	pairs := fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients)
+	const core, prio, obs, ad, rq = "core overhead and hand-off", "priorities and fair flows", "observability", "adaptive limit", "Redis backend"
+	// The kinds of comparison: subject over base at most limit; subject's
+	// cost over base's at most limit (time over time, or a rate's inverse,
+	// so that 1.10× reads 10% dearer either way); subject rounds to base;
+	// subject at least as good as the best peer; at most or at least limit;
+	// the median per-round ratio to bare over loopback at least limit.
+	const ratio, cost, equal, best, atMost, atLeast, perRound = 0, 1, 2, 3, 4, 5, 6
+	g, bare, pf, plain, heavy := GinQueue, Bare, PrioFlows, Plain, fmt.Sprintf("cost %d", r.WeightedHeavy)
 	specs := []struct {
 		area, name, metric, subject, base string
 		kind                              int
@@ -234,61 +204,58 @@ func targets(r *Results) []target {
 		{ad, "Adaptive: uncontended ns/op ≤ 1.2× fixed (route only)", "10a. uncontended, route only", AdaptiveCol, plain, cost, 1.2},
 		{ad, "Adaptive: uncontended ns/op ≤ 1.2× fixed (request)", "10b. uncontended, request", AdaptiveCol, plain, cost, 1.2},
 		{ad, "Adaptive: saturated hand-off, time per request ≤ 1.2× fixed", "10c. saturated hand-off", AdaptiveCol, plain, cost, 1.2},
-		{rq, "acquire+release round trip p50 ≤ 200 µs", "11a. acquire+release round trip p50", RedisColumn, "", atMost, 200e3},
-		{rq, "acquire+release round trip p99 ≤ 500 µs", "11a. acquire+release round trip p99", RedisColumn, "", atMost, 500e3},
-		{rq, fmt.Sprintf("≥ 15,000 acquire+release pairs/s, %d clients, uncontended", r.RedisClients), pairs, RedisColumn, "", atLeast, 15000},
-		{rq, "hand-off across backends p50 ≤ 300 µs", "11c. hand-off across backends p50", RedisColumn, "", atMost, 300e3},
+		{rq, "acquire+release round trip p50 ≤ 200 µs", "11a. acquire+release round trip p50", redisCol, "", atMost, 200e3},
+		{rq, "acquire+release round trip p99 ≤ 500 µs", "11a. acquire+release round trip p99", redisCol, "", atMost, 500e3},
+		{rq, fmt.Sprintf("≥ 15,000 acquire+release pairs/s, %d clients, uncontended", r.RedisClients), fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients), redisCol, "", atLeast, 15000},
+		{rq, "hand-off across backends p50 ≤ 300 µs", "11c. hand-off across backends p50", redisCol, "", atMost, 300e3},
 		{"goodput", "CoDel + LIFO at 5× C: goodput ≥ 90% of C", goodputMetric(5, "goodput"), GoodCoDelLIFO, "", atLeast, 0.9},
 		{"goodput", "CoDel + LIFO at 5× C: p99 of delivered ≤ 100 ms", goodputMetric(5, "delivered p99"), GoodCoDelLIFO, "", atMost, 100e6},
 		{"weighted", fmt.Sprintf("Cost: slots running ≤ the limit (%d) at every instant", r.WeightedLimits.MaxConcurrent), "13. most slots running at once", "all", "", atMost, float64(r.WeightedLimits.MaxConcurrent)},
-		{"weighted", fmt.Sprintf("Cost: p99 queue wait of cost %d ≤ 2× that of cost 1", r.WeightedHeavy), "13. queue wait p99", fmt.Sprintf("cost %d", r.WeightedHeavy), "cost 1", ratio, 2},
+		{"weighted", "Cost: p99 queue wait of " + heavy + " ≤ 2× that of cost 1", "13. queue wait p99", heavy, "cost 1", ratio, 2},
 	}
 	ts := make([]target, len(specs))
 	for i, s := range specs {
 		ts[i] = target{Area: s.area, Name: s.name, Figure: "–", Met: "not measured"}
 		x, ok := r.value(s.metric, s.subject)
-		if !ok {
+		y, okBase := r.value(s.metric, s.base)
+		if !ok || (s.base != "" && !okBase) || ((s.kind == ratio || s.kind == cost) && (y <= 0 || (s.kind == cost && x <= 0))) {
 			continue
 		}
-		y, okBase := r.value(s.metric, s.base)
 		row := r.Row(s.metric)
-		f := func(x float64) string { return format(row.Format, x) }
-		var fig string
-		var pass bool
-		switch q := x / y; {
-		case s.kind == ratio && okBase && y > 0:
+		f, q := func(x float64) string { return format(row.Format, x) }, x/y
+		fig, pass := fmt.Sprintf("%s (limit %s)", f(x), f(s.limit)), x <= s.limit
+		switch s.kind {
+		case ratio:
 			fig, pass = fmt.Sprintf("%s vs %s %s: %.2f× (≤ %.2f×)", f(x), s.base, f(y), q, s.limit), q <= s.limit
-		case s.kind == cost && okBase && x > 0 && y > 0:
+		case cost:
 			if row.Higher {
 				q = y / x
 			}
 			fig, pass = fmt.Sprintf("%s vs %s %s: %.2f× the cost (≤ %.2f×)", f(x), s.base, f(y), q, s.limit), q <= s.limit
-		case s.kind == equal && okBase:
+		case equal:
 			fig, pass = fmt.Sprintf("%s vs %s %s", f(x), s.base, f(y)), math.Round(x) == math.Round(y)
-		case s.kind == best:
-			if peer, b, ok := bestPeer(*row); ok && b > 0 {
-				q = x / b
-				fig, pass = fmt.Sprintf("%s vs best peer %s %s: %.2f×", f(x), peer, f(b), q), (row.Higher && q >= 1) || (!row.Higher && q <= 1)
+		case best:
+			peer, b := bestPeer(*row)
+			if q = x / b; peer == "" || b <= 0 {
+				continue
 			}
-		case s.kind == atMost:
-			fig, pass = fmt.Sprintf("%s (limit %s)", f(x), f(s.limit)), x <= s.limit
-		case s.kind == atLeast:
+			fig, pass = fmt.Sprintf("%s vs best peer %s %s: %.2f×", f(x), peer, f(b), q), (row.Higher && q >= 1) || (!row.Higher && q <= 1)
+		case atLeast:
 			fig, pass = fmt.Sprintf("%s (at least %s)", f(x), f(s.limit)), x >= s.limit
-		case s.kind == perRound:
-			if q, ok := r.value("8. loopback HTTP, ratio to bare", s.subject); ok {
-				fig, pass = fmt.Sprintf("%s vs %s %s: %.3f× per round, median (≥ %.2f×)", f(x), s.base, f(y), q, s.limit), q >= s.limit
+		case perRound:
+			if q, ok = r.value("8. loopback HTTP, ratio to bare", s.subject); !ok {
+				continue
 			}
+			fig, pass = fmt.Sprintf("%s vs %s %s: %.3f× per round, median (≥ %.2f×)", f(x), s.base, f(y), q, s.limit), q >= s.limit
 		}
-		if fig != "" {
-			ts[i].Figure, ts[i].Met = fig, map[bool]string{true: "yes", false: "no"}[pass]
-		}
+		ts[i].Figure, ts[i].Met = fig, map[bool]string{true: "yes", false: "no"}[pass]
 	}
 	return ts
 }
 
 func ms(d time.Duration) float64 { return d.Seconds() * 1e3 }
 
-// svg writes p as an SVG of w × h inches.
+// svg draws p with a grid and its legend at the top, w × h inches.
 func svg(out io.Writer, p *plot.Plot, w, h vg.Length) error {
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
@@ -299,21 +266,19 @@ func svg(out io.Writer, p *plot.Plot, w, h vg.Length) error {
 	return err
 }
 
-// DrawBurst draws the burst as one band per variant, a line per request in
+// DrawBurst draws the burst, a band per variant and a line per request in
 // arrival order: grey while it waits, blue while its handler runs, a red
 // cross where it is refused at once and an orange ring where it times out.
-func DrawBurst(out io.Writer, r *Results, title string) error {
+func DrawBurst(out io.Writer, r *Results) error {
 	p := plot.New()
-	p.Title.Text, p.X.Label.Text, p.X.Min = title, "milliseconds since the burst", 0
-	band := float64(r.BurstRequests + 3)
+	p.Title.Text = fmt.Sprintf("A burst of %d requests, %d slots, %d places (%s)", r.BurstRequests, r.BurstSlots, r.BurstQueue, r.Date.Format(time.DateOnly))
+	p.X.Label.Text, p.X.Min = "milliseconds since the burst", 0
+	band, marks, legend := float64(r.BurstRequests+3), map[string]plotter.XYs{}, map[string]bool{}
 	var ticks []plot.Tick
-	marks := map[string]plotter.XYs{}
-	legend := map[string]bool{}
 	line := func(label string, t0, t1 time.Duration, y float64, c color.RGBA, width float64) {
 		l := &plotter.Line{XYs: plotter.XYs{{X: ms(t0), Y: y}, {X: ms(t1), Y: y}}, LineStyle: plotter.DefaultLineStyle}
 		l.Color, l.Width = c, vg.Points(width)
-		p.Add(l)
-		if !legend[label] {
+		if p.Add(l); !legend[label] {
 			legend[label] = true
 			p.Legend.Add(label, l)
 		}
@@ -353,26 +318,25 @@ func DrawBurst(out io.Writer, r *Results, title string) error {
 }
 
 // DrawGoodput draws section 12: goodput over the offered load, a line per
-// variant, and capacity as a dashed line.
-func DrawGoodput(out io.Writer, r *Results, title string) error {
+// variant, and capacity as a dashed line; the legend goes right of the
+// lines.
+func DrawGoodput(out io.Writer, r *Results) error {
 	p := plot.New()
-	p.Title.Text = title
+	p.Title.Text = fmt.Sprintf("Goodput under overload: %d slots of %v, clients that give up after %v (%s)",
+		r.GoodputLimits.MaxConcurrent, r.GoodputWork, r.GoodputPatience, r.Date.Format(time.DateOnly))
 	p.X.Label.Text = fmt.Sprintf("offered load, in multiples of capacity C = %s/s", digits(r.GoodputCapacity()))
 	p.Y.Label.Text = "goodput: delivered in time, share of C"
-	var xt, yt []plot.Tick
+	var xt, yt plot.ConstantTicks
 	for _, l := range r.GoodputLoads {
 		xt = append(xt, plot.Tick{Value: float64(l), Label: fmt.Sprintf("%d×", l)})
 	}
 	for y := 0; y <= 100; y += 25 {
 		yt = append(yt, plot.Tick{Value: float64(y) / 100, Label: fmt.Sprintf("%d%%", y)})
 	}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.ConstantTicks(xt), plot.ConstantTicks(yt)
-	first, last := float64(r.GoodputLoads[0]), float64(r.GoodputLoads[len(r.GoodputLoads)-1])
-	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = first-0.25, last+0.6*(last-first), 0, 1.1 // the legend goes right of the lines
-	capLine, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 1}, {X: last + 0.25, Y: 1}})
-	if err != nil {
-		return err
-	}
+	first, last := xt[0].Value, xt[len(xt)-1].Value
+	p.X.Tick.Marker, p.Y.Tick.Marker = xt, yt
+	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = first-0.25, last+0.6*(last-first), 0, 1.1
+	capLine := &plotter.Line{XYs: plotter.XYs{{X: p.X.Min, Y: 1}, {X: last + 0.25, Y: 1}}, LineStyle: plotter.DefaultLineStyle}
 	capLine.Color, capLine.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(capLine)
 	p.Legend.Add("capacity C", capLine)

@@ -11,7 +11,6 @@
 package suite
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
@@ -162,11 +161,8 @@ func (r *Results) value(metric, col string) (float64, bool) {
 }
 
 func loadAverage() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); len(f) > 0 {
-		return f[0]
-	}
-	return ""
+	b, _ := os.ReadFile("/proc/loadavg") // the 1-minute one, or "" where the system does not tell
+	return append(strings.Fields(string(b)), "")[0]
 }
 
 // Sections are the parts of a run, in order; Run's only names one.
@@ -186,50 +182,48 @@ func Run(plan Plan, only string, log io.Writer) (*Results, error) {
 	if only != "" && !slices.Contains(Sections, only) {
 		return nil, fmt.Errorf("bench: no section %q (sections: %s)", only, strings.Join(Sections, ", "))
 	}
-	if flag.Lookup("test.benchtime") == nil {
-		return nil, errors.New("bench: -test.benchtime is not registered; call testing.Init first")
-	}
 	if err := flag.Set("test.benchtime", plan.BenchTime); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: -test.benchtime (call testing.Init first): %w", err)
 	}
 	start := time.Now()
 	r := &runner{Plan: plan, log: log, res: &Results{Plan: plan, Date: start.UTC(), CPU: runtime.GOARCH,
 		GoVersion: runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH,
 		Cores:     runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), LoadBefore: loadAverage()}}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		for s := bufio.NewScanner(f); s.Scan(); {
-			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				r.res.CPU = strings.TrimSpace(v)
-				break
-			}
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.Lines(string(cpuinfo)) {
+		if k, v, _ := strings.Cut(line, ":"); strings.TrimSpace(k) == "model name" {
+			r.res.CPU = strings.TrimSpace(v)
+			break
 		}
-		f.Close()
 	}
-	main := Variants()
-	r.res.Main.Cols = names(main)
-	thr := slices.DeleteFunc(slices.Clone(main), func(v Variant) bool { return !v.throttles() })
+	main, res := Variants(), r.res
+	res.Main.Cols = names(main)
+	thr := main[1:] // the bare route has no queue
 	spread, pinned := FeatureVariants(plan.Flows, true), FeatureVariants(plan.Flows, false)
-	r.res.Features.Cols = names(spread)
+	res.Features.Cols = names(spread)
+	d := plan.GrowthDepths
 	runs := map[string]func(){
 		"uncontended": func() {
-			r.gobench(&r.res.Main, "1a. uncontended, route only", false, main, plan.BenchRoute)
-			r.gobench(&r.res.Main, "1b. uncontended, request", false, main, plan.BenchRequest)
+			r.gobench(&res.Main, "1a. uncontended, route only", false, main, plan.BenchRoute)
+			r.gobench(&res.Main, "1b. uncontended, request", false, main, plan.BenchRequest)
 		},
-		"handoff":  func() { r.gobench(&r.res.Main, "2. saturated hand-off", true, thr, plan.BenchHandoff) },
+		"handoff":  func() { r.gobench(&res.Main, "2. saturated hand-off", true, thr, plan.BenchHandoff) },
 		"schedule": func() { r.schedule(thr) },
 		"grant":    func() { r.grant(thr) },
 		"timeout":  func() { r.timeout(main) },
 		"memory":   func() { r.memory(thr) },
-		"growth":   func() { r.growth(&r.res.Main, "7. ", "", thr, plan.GrowthDepths) },
+		"growth":   func() { r.growth(&res.Main, "7. ", "", thr, d) },
 		"loopback": func() { r.loopback(main) },
-		"burst":    r.burst,
+		"burst": func() {
+			for _, v := range burstVariants() {
+				res.Timelines = append(res.Timelines, r.seedBurst(v))
+			}
+		},
 		"features": func() {
-			f := &r.res.Features
-			r.gobench(f, "10a. uncontended, route only", false, spread, plan.BenchRoute)
-			r.gobench(f, "10b. uncontended, request", false, spread, plan.BenchRequest)
-			r.gobench(f, "10c. saturated hand-off", true, pinned, plan.BenchHandoff)
-			d := plan.GrowthDepths
-			r.growth(f, "10d. ", " over flows", spread[:2], []int{d[0], d[len(d)-1]})
+			r.gobench(&res.Features, "10a. uncontended, route only", false, spread, plan.BenchRoute)
+			r.gobench(&res.Features, "10b. uncontended, request", false, spread, plan.BenchRequest)
+			r.gobench(&res.Features, "10c. saturated hand-off", true, pinned, plan.BenchHandoff)
+			r.growth(&res.Features, "10d. ", " over flows", spread[:2], []int{d[0], d[len(d)-1]})
 		},
 		"redis": r.redis, "goodput": r.goodput, "weighted": r.weighted,
 	}
@@ -241,8 +235,8 @@ func Run(plan Plan, only string, log io.Writer) (*Results, error) {
 			r.logf("  (%v)", time.Since(t).Round(100*time.Millisecond))
 		}
 	}
-	r.res.Took, r.res.LoadAfter = time.Since(start), loadAverage()
-	return r.res, nil
+	res.Took, res.LoadAfter = time.Since(start), loadAverage()
+	return res, nil
 }
 
 func names(vs []Variant) []string {
@@ -269,27 +263,22 @@ type stat struct {
 	reduce       func(pooled [][]float64) float64
 }
 
-// med is the median of the figures of kind k (the mean of the middle two
-// of an even count); pct is their q-quantile by the nearest rank.
-func med(k int) func([][]float64) float64 {
-	return func(s [][]float64) float64 {
-		if k >= len(s) || len(s[k]) == 0 {
-			return math.NaN()
-		}
-		x := slices.Sorted(slices.Values(s[k]))
-		return (x[(len(x)-1)/2] + x[len(x)/2]) / 2
-	}
-}
-
+// pct is the q-quantile of the figures of kind k by the nearest rank; med
+// is their median, the mean of the middle two of an even count.
 func pct(k int, q float64) func([][]float64) float64 {
 	return func(s [][]float64) float64 {
 		if k >= len(s) || len(s[k]) == 0 {
 			return math.NaN()
 		}
 		x := slices.Sorted(slices.Values(s[k]))
+		if q < 0 {
+			return (x[(len(x)-1)/2] + x[len(x)/2]) / 2
+		}
 		return x[max(0, min(int(math.Ceil(q*float64(len(x))))-1, len(x)-1))]
 	}
 }
+
+func med(k int) func([][]float64) float64 { return pct(k, -1) }
 
 func sum(xs []float64) (s float64) {
 	for _, x := range xs {
@@ -315,11 +304,8 @@ func (r *runner) measure(t *Table, name string, vs []Variant, rounds int, stats 
 				r.fail(v.Name, name, err)
 				continue
 			}
-			p := pooled[v.Name]
+			p := append(pooled[v.Name], make([][]float64, max(0, len(s)-len(pooled[v.Name])))...)
 			for k := range s {
-				if k == len(p) {
-					p = append(p, nil)
-				}
 				p[k] = append(p[k], s[k]...)
 			}
 			pooled[v.Name] = p
@@ -355,12 +341,13 @@ func (r *runner) gobench(t *Table, metric string, rate bool, vs []Variant, bench
 	})
 }
 
-func one(x float64, err error) ([][]float64, error) { return [][]float64{{x}}, err }
-
 func (r *runner) schedule(vs []Variant) {
 	r.measure(&r.res.Main, "3. schedule efficiency", vs, r.Rounds, []stat{
 		{"3. schedule efficiency", "ideal/measured", FormatRatio, true, med(0)},
-	}, func(_ int, v Variant) ([][]float64, error) { return one(r.scheduleEfficiency(v)) })
+	}, func(_ int, v Variant) ([][]float64, error) {
+		x, err := r.scheduleEfficiency(v)
+		return [][]float64{{x}}, err
+	})
 }
 
 func (r *runner) grant(vs []Variant) {
@@ -368,11 +355,7 @@ func (r *runner) grant(vs []Variant) {
 		{"4. grant latency p50", "", FormatDuration, false, pct(0, 0.5)},
 		{"4. grant latency p99", "", FormatDuration, false, pct(0, 0.99)},
 	}, func(_ int, v Variant) ([][]float64, error) {
-		n := r.GrantWaiters
-		if v.Slow {
-			n = r.GrantWaitersSlow
-		}
-		s, err := r.grantLatency(v, n)
+		s, err := r.grantLatency(v, map[bool]int{false: r.GrantWaiters, true: r.GrantWaitersSlow}[v.Slow])
 		return [][]float64{s}, err
 	})
 }
@@ -413,9 +396,8 @@ func (r *runner) growth(t *Table, prefix, flows string, vs []Variant, depths []i
 	for k, d := range depths {
 		stats = append(stats, stat{prefix + "per-request cost" + flows + ", queue depth " + digits(d), "per request", FormatDuration, false, med(k)})
 	}
-	last := len(depths) - 1
 	stats = append(stats, stat{prefix + "growth" + flows + ", deepest / shallowest", "ratio", FormatRatio, false,
-		func(s [][]float64) float64 { return med(last)(s) / med(0)(s) }})
+		func(s [][]float64) float64 { return med(len(depths)-1)(s) / med(0)(s) }})
 	r.measure(t, prefix+"growth", vs, min(r.Rounds, 3), stats, func(_ int, v Variant) ([][]float64, error) {
 		var s [][]float64
 		for _, d := range depths {
@@ -451,13 +433,6 @@ func (r *runner) loopback(vs []Variant) {
 		}
 		return [][]float64{{x}, {float64(round)}}, err
 	})
-}
-
-// burst runs the tutorial's test once per variant.
-func (r *runner) burst() {
-	for _, v := range burstVariants() {
-		r.res.Timelines = append(r.res.Timelines, r.seedBurst(v))
-	}
 }
 
 // digits prints n in groups of three digits: 100,000.

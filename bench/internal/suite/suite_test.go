@@ -39,10 +39,10 @@ func TestRun(t *testing.T) {
 			t.Errorf("target %q not measured", tg.Name)
 		}
 	}
-	if err := DrawBurst(&chart, r, "t"); err != nil || !strings.Contains(chart.String(), "<svg") {
+	if err := DrawBurst(&chart, r); err != nil || !strings.Contains(chart.String(), "<svg") {
 		t.Errorf("burst chart: %v", err)
 	}
-	if err := DrawGoodput(&chart, r, "t"); err != nil {
+	if err := DrawGoodput(&chart, r); err != nil {
 		t.Errorf("goodput chart: %v", err)
 	}
 	md.Reset()
@@ -92,17 +92,14 @@ func TestSeedIdleDelay(t *testing.T) {
 	})
 }
 
-// TestSendOnce: each way a goodput request can end, and the server sees a
+// TestSendOnce: each way a goodput request can end; the server sees a
 // client give up.
 func TestSendOnce(t *testing.T) {
 	hungUp := make(chan bool, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/ok":
-			_, _ = w.Write([]byte("ok"))
-		case "/full":
+		if r.URL.Path == "/full" {
 			w.WriteHeader(http.StatusServiceUnavailable)
-		default:
+		} else if r.URL.Path == "/hang" {
 			select {
 			case <-r.Context().Done():
 				hungUp <- true
@@ -113,47 +110,39 @@ func TestSendOnce(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := &http.Client{Transport: &http.Transport{}}
-	for path, want := range map[string]int{"/ok": delivered, "/full": refused, "/hang": gaveUp} {
-		at := time.Now()
-		if o, end, err := sendOnce(context.Background(), c, srv.URL+path, at.Add(100*time.Millisecond)); o != want || err != nil || (o == gaveUp) != (end.Sub(at) >= 100*time.Millisecond) {
+	for path, want := range map[string]int{"/ok": delivered, "/full": refused, "/hang": gaveUp, "x": failed} {
+		at, url := time.Now(), srv.URL+path
+		if path == "x" {
+			url = "http://127.0.0.1:1/" // nobody listens
+		}
+		if o, end, err := sendOnce(context.Background(), c, url, at.Add(100*time.Millisecond)); o != want || (err != nil) != (o == failed) || (o == gaveUp) != (end.Sub(at) >= 100*time.Millisecond) {
 			t.Errorf("%s: outcome %d after %v, %v; want %d", path, o, end.Sub(at), err, want)
 		}
 	}
 	if !<-hungUp {
 		t.Error("the server never saw the client give up")
 	}
-	if o, _, err := sendOnce(context.Background(), c, "http://127.0.0.1:1/", time.Now().Add(time.Second)); o != failed || err == nil {
-		t.Errorf("nobody listening: outcome %d, %v; want failed", o, err)
-	}
-}
-
-func TestParseRedisLoad(t *testing.T) {
-	cpu, calls, usec := parseRedisLoad("# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\nused_cpu_sys_children:9.0\r\n" +
-		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_eval:calls=2,usec=40\r\ncmdstat_ping:calls=99,usec=99\r\n")
-	if cpu != 3.75 || calls != 12 || usec != 190 {
+	if cpu, calls, usec := parseRedisLoad("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
+		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_eval:calls=2,usec=40\r\ncmdstat_ping:calls=99,usec=99\r\n"); cpu != 3.75 || calls != 12 || usec != 190 {
 		t.Errorf("parseRedisLoad = %v, %v, %v; want 3.75, 12, 190", cpu, calls, usec)
 	}
 }
 
-// TestTargets: a figure on each side of a limit, and the kinds of
-// comparison.
+// TestTargets: figures on each side of a limit, the kinds of comparison,
+// and the formats.
 func TestTargets(t *testing.T) {
 	r := &Results{Plan: FullPlan()}
-	row := func(metric string, higher bool, f Format, vals map[string]float64) Row {
-		return Row{Metric: metric, Higher: higher, Format: f, Values: vals}
-	}
 	r.Main.Rows = []Row{
-		row("1a. uncontended, route only: allocs", false, FormatCount, map[string]float64{Bare: 0, GinQueue: 0}),
-		row("2. saturated hand-off", true, FormatRate, map[string]float64{GinQueue: 900, Chi: 1000, XSync: 800}),
-		row("4. grant latency p99", false, FormatDuration, map[string]float64{GinQueue: 150e3}),
+		{Metric: "1a. uncontended, route only: allocs", Format: FormatCount, Values: map[string]float64{Bare: 0, GinQueue: 0}},
+		{Metric: "2. saturated hand-off", Higher: true, Format: FormatRate, Values: map[string]float64{GinQueue: 900, Chi: 1000, XSync: 800}},
+		{Metric: "4. grant latency p99", Format: FormatDuration, Values: map[string]float64{GinQueue: 150e3}},
 	}
-	r.Features.Rows = []Row{row("10c. saturated hand-off", true, FormatRate, map[string]float64{Plain: 1000, PrioFlows: 700, AdaptiveCol: 900})}
+	r.Features.Rows = []Row{{Metric: "10c. saturated hand-off", Higher: true, Format: FormatRate, Values: map[string]float64{Plain: 1000, PrioFlows: 700}}}
 	want := map[string]string{
 		"uncontended allocs/op = bare gin's (route only)":                       "yes: 0 vs bare gin 0",
 		"hand-off throughput ≥ 1.0× the best peer":                              "no: 900/s vs best peer chi Throttle 1,000/s: 0.90×",
 		"grant latency p99 ≤ 100 µs":                                            "no: 150.0 µs (limit 100.0 µs)",
 		"Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain": "no: 700/s vs plain ginqueue 1,000/s: 1.43× the cost (≤ 1.30×)",
-		"Adaptive: saturated hand-off, time per request ≤ 1.2× fixed":           "yes: 900/s vs plain ginqueue 1,000/s: 1.11× the cost (≤ 1.20×)",
 		"schedule efficiency ≥ the best peer's":                                 "not measured: –",
 	}
 	for _, tg := range targets(r) {
@@ -161,17 +150,12 @@ func TestTargets(t *testing.T) {
 			t.Errorf("%s: %s: %s, want %s", tg.Name, tg.Met, tg.Figure, w)
 		}
 	}
-	for _, tt := range []struct {
-		f    Format
-		x    float64
-		want string
-	}{
-		{FormatDuration, 41.6, "42 ns"}, {FormatDuration, 999.96e3, "1.0 ms"}, {FormatDuration, 999.97e6, "1.00 s"},
-		{FormatRate, 1234567, "1,234,567/s"}, {FormatBytes, -820, "-820 B"}, {FormatCount, 0.04, "0"},
-		{FormatRatio, 0.891, "0.89"}, {FormatShare, 0.9346, "93.5%"},
-	} {
-		if got := format(tt.f, tt.x); got != tt.want {
-			t.Errorf("format(%v, %v) = %q, want %q", tt.f, tt.x, got, tt.want)
+	for x, want := range map[float64]string{41.6: "42 ns", 999.96e3: "1.0 ms", 999.97e6: "1.00 s"} {
+		if got := format(FormatDuration, x); got != want {
+			t.Errorf("format(%v) = %q, want %q", x, got, want)
 		}
+	}
+	if got := format(FormatRate, 1234567) + format(FormatBytes, -820) + format(FormatShare, 0.9346); got != "1,234,567/s-820 B93.5%" {
+		t.Errorf("formats: %q", got)
 	}
 }

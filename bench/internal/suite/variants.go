@@ -18,27 +18,25 @@ import (
 	"github.com/ginqueue/ginqueue/promqueue"
 )
 
-// Limits are the throttle settings every variant of one measurement gets.
+// Limits are the throttle settings every variant of one measurement gets:
+// slots, waiting places beyond them, and the longest wait for a slot.
 type Limits struct {
-	MaxConcurrent int           // slots
-	MaxQueue      int           // waiting places beyond the slots
-	QueueTimeout  time.Duration // longest wait for a slot
+	MaxConcurrent, MaxQueue int
+	QueueTimeout            time.Duration
 }
 
-// Variant is one way of guarding a gin route.
+// Variant is one way of guarding a gin route, a column of the report.
+// New serves h on GET / behind the throttle; the func it returns releases
+// the throttle, answering at once the waiters still queued where the
+// variant can (ginqueue, the seed port), so that a harness never waits for
+// a deep queue to drain through a slow throttle. Request builds the seq-th
+// request of a client (nil: GET /); the feature variants send the headers
+// Priority and FlowKey read.
 type Variant struct {
-	Name string // the column heading
-	ID   string // the name in Go benchmark names
-	Peer bool   // a peer, one of those the best peer of a row is chosen from
-	Slow bool   // grants on a 100 ms tick: the harnesses give it fewer samples
-	// New serves h on GET / behind the throttle. The func it returns
-	// releases the throttle; where the variant can (ginqueue, the seed port),
-	// waiters still queued are answered at once, so that a harness never
-	// waits for a deep queue to drain through a slow throttle.
-	New func(l Limits, h gin.HandlerFunc) (http.Handler, func())
-	// Request builds the seq-th request of one client; nil is GET / with no
-	// headers. The feature variants send what Priority and FlowKey read.
-	Request func(client, seq int) *http.Request
+	Name, ID string // the column heading; the name in Go benchmark names
+	Slow     bool   // grants on a 100 ms tick: the harnesses give it fewer samples
+	New      func(l Limits, h gin.HandlerFunc) (http.Handler, func())
+	Request  func(client, seq int) *http.Request
 }
 
 func (v Variant) throttles() bool { return v.ID != "bare" }
@@ -50,20 +48,7 @@ func (v Variant) request(client, seq int) *http.Request {
 	return httptest.NewRequest(http.MethodGet, "/", nil)
 }
 
-// requests prebuilds what one client cycles through: one request, or one
-// per priority class for the feature variants.
-func (v Variant) requests(client int) []*http.Request {
-	rs := make([]*http.Request, 1)
-	if v.Request != nil {
-		rs = make([]*http.Request, len(priorities))
-	}
-	for i := range rs {
-		rs[i] = v.request(client, i)
-	}
-	return rs
-}
-
-// Column names of the report.
+// Column names of the report. The peers are chi, x/sync and the seed port.
 const (
 	Bare          = "bare gin"
 	GinQueue      = "ginqueue"
@@ -75,26 +60,23 @@ const (
 	PrioFlows     = "Priority + FlowKey"
 	Observed      = "ServerTiming + promqueue"
 	AdaptiveCol   = "Adaptive"
-	GoodFIFO      = "ginqueue FIFO"
-	GoodReject    = "FIFO + RejectEarly"
-	GoodCoDel     = "CoDel"
 	GoodCoDelLIFO = "CoDel + LIFO"
 )
 
-// Variants are the columns of the main table.
+// Variants are the columns of the main table, the bare route first.
 func Variants() []Variant {
 	return []Variant{
 		{Name: Bare, ID: "bare", New: func(_ Limits, h gin.HandlerFunc) (http.Handler, func()) { return route(h, func() {}) }},
 		{Name: GinQueue, ID: "ginqueue", New: withQueue(nil)},
-		{Name: Chi, ID: "chi", Peer: true, New: newChi},
-		{Name: XSync, ID: "xsync", Peer: true, New: newXSync},
-		{Name: Seed, ID: "seed", Peer: true, Slow: true, New: newSeed(false)},
+		{Name: Chi, ID: "chi", New: newChi},
+		{Name: XSync, ID: "xsync", New: newXSync},
+		{Name: Seed, ID: "seed", Slow: true, New: newSeed(false)},
 	}
 }
 
 // burstVariants are the table's and the seed port as the tutorial wrote it.
 func burstVariants() []Variant {
-	return append(Variants(), Variant{Name: SeedAsWritten, ID: "seed-as-written", Peer: true, Slow: true, New: newSeed(true)})
+	return append(Variants(), Variant{Name: SeedAsWritten, ID: "seed-as-written", Slow: true, New: newSeed(true)})
 }
 
 // route is a gin engine serving h on GET / behind mw; stop is its release.
@@ -106,6 +88,7 @@ func route(h gin.HandlerFunc, stop func(), mw ...gin.HandlerFunc) (http.Handler,
 	return r, stop
 }
 
+// newQueue is ginqueue with the limits l, changed by set.
 func newQueue(l Limits, set func(*ginqueue.Config)) *ginqueue.Queue {
 	cfg := ginqueue.Config{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout}
 	if set != nil {
@@ -118,7 +101,6 @@ func newQueue(l Limits, set func(*ginqueue.Config)) *ginqueue.Queue {
 	return q
 }
 
-// withQueue is ginqueue with the limits, changed by set.
 func withQueue(set func(*ginqueue.Config)) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
 	return func(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 		q := newQueue(l, set)
@@ -132,9 +114,7 @@ func withQueue(set func(*ginqueue.Config)) func(Limits, gin.HandlerFunc) (http.H
 // refusal (429) is left as a user of chi gets it.
 func newChi(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 	r, stop := route(h, func() {})
-	return middleware.ThrottleWithOpts(middleware.ThrottleOpts{
-		Limit: l.MaxConcurrent, BacklogLimit: l.MaxQueue, BacklogTimeout: l.QueueTimeout,
-	})(r), stop
+	return middleware.ThrottleWithOpts(middleware.ThrottleOpts{Limit: l.MaxConcurrent, BacklogLimit: l.MaxQueue, BacklogTimeout: l.QueueTimeout})(r), stop
 }
 
 // newXSync is the throttle a Gin user would write on
@@ -156,8 +136,7 @@ func newXSync(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 			ctx, cancel := context.WithTimeout(c.Request.Context(), l.QueueTimeout)
 			err := sem.Acquire(ctx, 1)
 			cancel()
-			waiting.Add(-1)
-			if err != nil && c.Request.Context().Err() != nil {
+			if waiting.Add(-1); err != nil && c.Request.Context().Err() != nil {
 				c.Abort()
 				c.Status(499) // nothing written: the client is gone
 				return
@@ -178,20 +157,20 @@ func newSeed(doubleIncrement bool) func(Limits, gin.HandlerFunc) (http.Handler, 
 	}
 }
 
-// The feature variants' requests: client c is flow c mod flows (header
-// X-Flow), its seq-th request has priority seq mod 3 (header X-Priority).
+// priorities are the X-Priority values the feature variants' clients
+// cycle through.
 var priorities = [...]string{"0", "1", "2"}
 
-// FeatureVariants are the columns of section 10, plain ginqueue first, over
-// flows flows. spread gives Adaptive the bounds [limit/2, 2 × limit], which
-// a harness whose limit is never reached cannot feel; otherwise MinLimit =
+// FeatureVariants are the columns of section 10, plain ginqueue first:
+// client c is flow c mod flows (X-Flow), its seq-th request has priority seq
+// mod 3. spread gives Adaptive the bounds [limit/2, 2 × limit], which a
+// harness whose limit is never reached cannot feel; otherwise MinLimit =
 // MaxLimit = limit, so that every sample, window and update runs while the
 // limit stays the plain one, and the figures compare cost, not limits.
 func FeatureVariants(flows int, spread bool) []Variant {
 	req := func(client, seq int) *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.Header["X-Flow"] = []string{strconv.Itoa(client % flows)}
-		r.Header["X-Priority"] = []string{priorities[seq%len(priorities)]}
+		r.Header["X-Flow"], r.Header["X-Priority"] = []string{strconv.Itoa(client % flows)}, []string{priorities[seq%len(priorities)]}
 		return r
 	}
 	return []Variant{
@@ -219,19 +198,17 @@ const ScrapeInterval = 5 * time.Millisecond
 // gathered every ScrapeInterval while the variant serves.
 func newObserved(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 	q := newQueue(l, func(c *ginqueue.Config) { c.ServerTiming = true })
-	col := promqueue.NewCollector()
+	col, reg := promqueue.NewCollector(), prometheus.NewRegistry()
 	if err := col.Add("bench", q); err != nil {
 		panic(err)
 	}
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(col)
-	done := make(chan struct{})
+	done, t := make(chan struct{}), time.NewTicker(ScrapeInterval)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for t := time.NewTicker(ScrapeInterval); ; {
+		for {
 			select {
 			case <-done:
-				t.Stop()
 				return
 			case <-t.C:
 				if _, err := reg.Gather(); err != nil {
@@ -240,7 +217,7 @@ func newObserved(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 			}
 		}
 	})
-	return route(h, func() { close(done); wg.Wait(); _ = q.Close() }, q.Handler())
+	return route(h, func() { close(done); wg.Wait(); t.Stop(); _ = q.Close() }, q.Handler())
 }
 
 // GoodputVariants are the columns of section 12: four configurations of
@@ -248,12 +225,15 @@ func newObserved(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 // CoDel is at its defaults (Target 5 ms, Interval 100 ms); its drops are
 // queue timeouts, answered 408.
 func GoodputVariants() []Variant {
+	codel := func(lifo bool) func(*ginqueue.Config) {
+		return func(c *ginqueue.Config) { c.CoDel = &ginqueue.CoDel{LIFO: lifo} }
+	}
 	return []Variant{
-		{Name: GoodFIFO, ID: "fifo", New: withQueue(nil)},
-		{Name: GoodReject, ID: "rejectearly", New: withQueue(func(c *ginqueue.Config) { c.RejectEarly = true })},
-		{Name: GoodCoDel, ID: "codel", New: withQueue(func(c *ginqueue.Config) { c.CoDel = &ginqueue.CoDel{} })},
-		{Name: GoodCoDelLIFO, ID: "codel-lifo", New: withQueue(func(c *ginqueue.Config) { c.CoDel = &ginqueue.CoDel{LIFO: true} })},
-		{Name: Chi, ID: "chi", Peer: true, New: newChi},
-		{Name: XSync, ID: "xsync", Peer: true, New: newXSync},
+		{Name: "ginqueue FIFO", ID: "fifo", New: withQueue(nil)},
+		{Name: "FIFO + RejectEarly", ID: "rejectearly", New: withQueue(func(c *ginqueue.Config) { c.RejectEarly = true })},
+		{Name: "CoDel", ID: "codel", New: withQueue(codel(false))},
+		{Name: GoodCoDelLIFO, ID: "codel-lifo", New: withQueue(codel(true))},
+		{Name: Chi, ID: "chi", New: newChi},
+		{Name: XSync, ID: "xsync", New: newXSync},
 	}
 }

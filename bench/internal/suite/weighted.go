@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -103,21 +104,22 @@ func (p Plan) WeightedSlotCapacity() int {
 // weighted runs section 13 once: its columns are the light requests, the
 // heavy ones, and all.
 func (r *runner) weighted() {
-	t := &r.res.Weighted
-	heavy := fmt.Sprintf("cost %d", r.WeightedHeavy)
+	t, heavy := &r.res.Weighted, fmt.Sprintf("cost %d", r.WeightedHeavy)
 	t.Cols = []string{"cost 1", heavy, "all"}
 	samples, most, err := r.weightedRun()
 	if err != nil {
 		r.fail(GinQueue, "13. weighted requests", err)
 		return
 	}
-	row := func(metric, unit string, f Format, given bool) Row {
-		return Row{Metric: "13. " + metric, Unit: unit, Format: f, Given: given, Values: map[string]float64{}}
+	rows := []Row{
+		{Metric: "13. offered load", Unit: "share of slot capacity, cost-weighted", Format: FormatShare, Given: true},
+		{Metric: "13. served", Unit: "requests", Format: FormatCount, Higher: true},
+		{Metric: "13. queue wait p50", Unit: "arrival to handler start", Format: FormatDuration},
+		{Metric: "13. queue wait p99", Unit: "arrival to handler start", Format: FormatDuration},
+		{Metric: "13. slots busy, mean", Unit: "share of slots", Format: FormatShare, Given: true},
+		{Metric: "13. most slots running at once", Unit: fmt.Sprintf("slots, of %d", r.WeightedLimits.MaxConcurrent), Format: FormatCount,
+			Values: map[string]float64{"all": float64(most)}, Note: "over the warm-up and the window, counted by the handlers inside the slots they were granted"},
 	}
-	offered, busy := row("offered load", "share of slot capacity, cost-weighted", FormatShare, true), row("slots busy, mean", "share of slots", FormatShare, true)
-	served := row("served", "requests", FormatCount, false)
-	served.Higher = true
-	p50, p99 := row("queue wait p50", "arrival to handler start", FormatDuration, false), row("queue wait p99", "arrival to handler start", FormatDuration, false)
 	capacity := float64(r.WeightedLimits.MaxConcurrent) * r.WeightedWindow.Seconds() // slot-seconds in the window
 	failed := 0
 	for i, col := range t.Cols {
@@ -127,25 +129,25 @@ func (r *runner) weighted() {
 			if (i == 0 && s.cost != 1) || (i == 1 && s.cost == 1) {
 				continue
 			}
-			work += float64(s.cost) * r.WeightedWork.Seconds()
-			if s.status != http.StatusOK {
+			if work += float64(s.cost) * r.WeightedWork.Seconds(); s.status != http.StatusOK {
 				failed += i / 2 // counted in the column of all
 				continue
 			}
 			waits = append(waits, float64(s.start.Sub(s.arrive)))
 			held += float64(s.cost) * s.end.Sub(s.start).Seconds()
 		}
-		offered.Values[col], served.Values[col], busy.Values[col] = work/capacity, float64(len(waits)), held/capacity
-		if len(waits) > 0 {
-			p50.Values[col], p99.Values[col] = pct(0, 0.5)([][]float64{waits}), pct(0, 0.99)([][]float64{waits})
+		for j, x := range []float64{work / capacity, float64(len(waits)), pct(0, 0.5)([][]float64{waits}), pct(0, 0.99)([][]float64{waits}), held / capacity} {
+			if rows[j].Values == nil {
+				rows[j].Values = map[string]float64{}
+			}
+			if !math.IsNaN(x) {
+				rows[j].Values[col] = x
+			}
 		}
 	}
-	mostRow := row("most slots running at once", fmt.Sprintf("slots, of %d", r.WeightedLimits.MaxConcurrent), FormatCount, false)
-	mostRow.Values["all"] = float64(most)
-	mostRow.Note = "over the warm-up and the window, counted by the handlers inside the slots they were granted"
 	if failed > 0 {
 		r.res.Errors = append(r.res.Errors, fmt.Sprintf("13. served: %d of %d requests were not served", failed, len(samples)))
 	}
 	r.logf("  %d requests in %v, most slots running %d of %d", len(samples), r.WeightedWindow, most, r.WeightedLimits.MaxConcurrent)
-	t.Rows = append(t.Rows, offered, served, p50, p99, busy, mostRow)
+	t.Rows = append(t.Rows, rows...)
 }
