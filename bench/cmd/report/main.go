@@ -25,6 +25,10 @@ func main() {
 	weighted := flag.Bool("weighted", false, "run section 13 (weighted requests) alone, print its targets and table, write nothing")
 	flag.Parse()
 	plan, only := suite.FullPlan(), map[bool]string{true: "goodput"}[*goodput]+map[bool]string{true: "weighted"}[*weighted]
+	if *goodput && *weighted {
+		fmt.Fprintln(os.Stderr, "report: -goodput and -weighted each run one section alone; give one")
+		os.Exit(2)
+	}
 	if *smoke {
 		plan = suite.SmokePlan()
 	}
@@ -32,7 +36,7 @@ func main() {
 		*out = ""
 	}
 	if err := run(plan, only, *out); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err) // -goodput with -weighted: no section "goodputweighted"
+		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }

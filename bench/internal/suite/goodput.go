@@ -15,25 +15,17 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// Section 12 offers a server more than it can serve, over real HTTP on
-// loopback, and counts what its clients got in time: Goodput's 8 slots,
-// handlers that sleep GoodputWork, a generous queue whose 10 s QueueTimeout
-// is longer than any client waits (a common misconfiguration), and open-loop
-// clients that send on a schedule whatever the answers and give up after
-// GoodputPatience, closing the connection so that the server sees it.
-
-// GoodputCapacity is what the slots can serve, in requests per second: the
-// unit of the offered loads and of the goodput.
+// GoodputCapacity is what section 12's slots can serve, in requests per
+// second: the unit of the offered loads and of the goodput.
 func (p Plan) GoodputCapacity() int {
 	return p.GoodputLimits.MaxConcurrent * int(time.Second/p.GoodputWork)
 }
 
-// GoodputWarmUpAt is how long a point offers load before its window
-// opens: GoodputWarmUp, and with GoodputFill at least the time a FIFO queue
-// takes to fill with requests older than the clients' patience, plus a
-// quarter of a second; before then a FIFO queue still serves in time, and
-// the window would measure how it collapses rather than where it ends up.
-// The request served at t arrived at t/load, so it waited t(1 − 1/load).
+// GoodputWarmUpAt is how long a point offers load before its window opens:
+// with GoodputFill, until a FIFO queue has filled with requests older than
+// the clients' patience (the one served at t arrived at t/load), plus a
+// quarter of a second, so that the window measures where it ends up, not
+// how it collapses.
 func (p Plan) GoodputWarmUpAt(load int) time.Duration {
 	if !p.GoodputFill || load <= 1 {
 		return p.GoodputWarmUp
@@ -41,10 +33,10 @@ func (p Plan) GoodputWarmUpAt(load int) time.Duration {
 	return max(p.GoodputWarmUp, p.GoodputPatience*time.Duration(load)/time.Duration(load-1)+250*time.Millisecond)
 }
 
-// How one request of a goodput client ended, and the kinds of figures a
-// point returns: a count of each outcome, then the delivered latencies (ns,
-// from the scheduled send), the window, the handlers' time and their count
-// (seconds, seconds, handlers), and the requests scheduled in the window.
+// How a goodput request ended, and the kinds of figures a point returns:
+// a count of each outcome, the delivered latencies (ns, from when each was
+// due), the window and the handlers' time (s), their count, and the
+// requests scheduled in the window.
 const (
 	delivered = iota // 200, received in full before the client gave up
 	refused          // any other status received in time
@@ -86,10 +78,9 @@ func sendOnce(base context.Context, c *http.Client, url string, deadline time.Ti
 	return refused, end, nil
 }
 
-// openConns opens n connections to addr for the clients' Transport to take
-// before it dials any: a busy service's clients have connections open when
-// a surge begins, and on 2 cores dialling alone can hold the server back for
-// seconds.
+// openConns opens n connections for the clients' Transport to take before
+// it dials: a busy service's clients have connections open when a surge
+// begins, and on 2 cores dialling alone can hold the server back for seconds.
 func openConns(addr string, n int) (chan net.Conn, error) {
 	conns := make(chan net.Conn, n)
 	var wg sync.WaitGroup
@@ -114,11 +105,10 @@ func openConns(addr string, n int) (chan net.Conn, error) {
 	return conns, nil
 }
 
-// goodputPoint offers v load × capacity requests per second for the
-// warm-up, then counts every request that ends in the next GoodputWindow.
-// Arrivals are evenly spaced, each on its own goroutine; a client that falls
-// behind its schedule sends at once, its latency and deadline still running
-// from the scheduled time, so that a slow client does not flatter the server.
+// goodputPoint offers v load × capacity for the warm-up, then counts every
+// request that ends in the next GoodputWindow. A client that falls behind
+// its schedule sends at once, its latency and deadline still running from
+// when it was due, so that a slow client does not flatter the server.
 func (p Plan) goodputPoint(v Variant, load int) ([][]float64, error) {
 	runtime.GC() // the previous point's garbage is collected on its own time
 	var busy, runs, inflight atomic.Int64

@@ -86,10 +86,9 @@ func counted(h http.Handler, n *atomic.Int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1); h.ServeHTTP(w, r) })
 }
 
-// bench serves from every b.RunParallel goroutine: with fresh a new
-// httptest request and recorder per operation; otherwise each goroutine
-// cycles through its prebuilt requests (one, or one per priority) with a
-// writer that allocates nothing.
+// bench serves from every b.RunParallel goroutine, with fresh a new
+// request and recorder per operation, or else prebuilt requests (one, or
+// one per priority) and a writer that allocates nothing.
 func bench(v Variant, l Limits, h gin.HandlerFunc, fresh bool, parallelism int) func(*testing.B) {
 	return func(b *testing.B) {
 		srv, stop := v.New(l, h)
@@ -126,29 +125,24 @@ func bench(v Variant, l Limits, h gin.HandlerFunc, fresh bool, parallelism int) 
 	}
 }
 
-// BenchRoute is metric 1, strictest form: limits never reached, prebuilt
-// requests and a writer that allocates nothing.
+// BenchRoute is metric 1a (BENCHMARKS.md says how each figure is measured).
 func (p Plan) BenchRoute(v Variant) func(*testing.B) {
 	return bench(v, p.Uncontended, noContent, false, 1)
 }
 
-// BenchRequest is metric 1 as a request costs in practice: a new httptest
-// request and recorder per operation.
+// BenchRequest is metric 1b.
 func (p Plan) BenchRequest(v Variant) func(*testing.B) {
 	return bench(v, p.Uncontended, noContent, true, 1)
 }
 
-// BenchHandoff is metric 2: HandoffGoroutines over Handoff's slots, handlers
-// that spin HandoffWork, so that nearly every request waits and is handed a
-// slot; ns/op is the inverse of the throughput.
+// BenchHandoff is metric 2; ns/op is the inverse of the throughput.
 func (p Plan) BenchHandoff(v Variant) func(*testing.B) {
 	procs := runtime.GOMAXPROCS(0)
 	return bench(v, p.Handoff, func(c *gin.Context) { spin(p.HandoffWork); noContent(c) }, false, (p.HandoffGoroutines+procs-1)/procs)
 }
 
-// grantLatency is metric 4: one slot, held while the waiters queue; then
-// they run one after another, each spinning GrantWork. A sample is the time
-// from one handler's return to the next handler's first line, in ns.
+// grantLatency is metric 4: from one handler's return to the next one's
+// first line, in ns.
 func (p Plan) grantLatency(v Variant, waiters int) ([]float64, error) {
 	base := time.Now()
 	starts, ends := make([]time.Duration, waiters+1), make([]time.Duration, waiters+1)
@@ -190,11 +184,8 @@ func (p Plan) grantLatency(v Variant, waiters int) ([]float64, error) {
 	return out, nil
 }
 
-// timeoutLateness is metric 5: TimeoutSlots held throughout, waiters
-// arriving 1 ms apart with a QueueTimeout of TimeoutDeadline, each answered
-// with a timeout; a sample is how late after its deadline, in ns. On the
-// bare route each waits on a plain time.Timer: the floor, how late the Go
-// runtime wakes a goroutine here.
+// timeoutLateness is metric 5: how late after its deadline each waiter was
+// answered, in ns; on the bare route, a plain time.Timer (the floor).
 func (p Plan) timeoutLateness(v Variant) ([]float64, error) {
 	n, slots := p.TimeoutWaiters, p.TimeoutSlots
 	var seq, served atomic.Int64
@@ -256,11 +247,10 @@ func liveBytes() (heap, stack int64) {
 	return int64(m.HeapAlloc), int64(m.StackInuse)
 }
 
-// parked starts n goroutines, each made by prepare, lets them all call what
-// prepare returned, and returns the growth of live heap and stacks from just
-// before to once waiting says all n wait, per goroutine: they exist before
-// the first reading, so what a bare goroutine costs is left out. wait waits
-// for them once they are let go.
+// parked lets n goroutines call what prepare made for each, and returns
+// the growth of live heap and stacks per goroutine once waiting says all
+// wait; they exist before the first reading, so a bare goroutine's cost is
+// left out. wait waits for them once they are let go.
 func parked(n int, prepare func() func(), waiting func() int) (heap, stack float64, wait func(), err error) {
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -279,8 +269,7 @@ func parked(n int, prepare func() func(), waiting func() int) (heap, stack float
 	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n), wg.Wait, err
 }
 
-// memoryPerWaiter is metric 6: with every slot held, MemoryWaiters requests
-// queue; what the router and the throttle hold per request, heap and stack.
+// memoryPerWaiter is metric 6.
 func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
 	n, slots := p.MemoryWaiters, p.MemorySlots
 	var seq, entered atomic.Int64
@@ -303,8 +292,8 @@ func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
 	return heap, stack, err
 }
 
-// backendHeapPerWaiter is ginqueue's own structures per waiter: the live
-// heap that MemoryWaiters parked Acquire calls add to its Backend, no gin.
+// backendHeapPerWaiter is metric 6's own structures: Acquire calls parked
+// on ginqueue's Backend, without gin.
 func (p Plan) backendHeapPerWaiter() (float64, error) {
 	b, bg := ginqueue.NewMemoryBackend(), context.Background()
 	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: p.MemoryWaiters, QueueTimeout: 5 * time.Minute}); err != nil {
@@ -327,12 +316,10 @@ func (p Plan) backendHeapPerWaiter() (float64, error) {
 	return heap, err
 }
 
-// growthCost is metric 7: depth+GrowthSlots clients in a closed loop over
-// GrowthSlots. The first requests hold the slots until every client has
-// queued; from then on a client that is served queues again at the tail,
-// which keeps the queue that deep. The wall time per completed request over
-// GrowthWindow, in ns. Handlers yield once while holding the slot: with more
-// slots than cores and handlers that never block, the queue would empty.
+// growthCost is metric 7, in ns per request: a served client queues again
+// at the tail, which keeps the queue depth deep. Handlers yield once while
+// holding the slot: with more slots than cores and handlers that never
+// block, the queue would empty.
 func (p Plan) growthCost(v Variant, depth int) (float64, error) {
 	var seq, entered, done, bad atomic.Int64
 	gate := make(chan struct{})
@@ -384,10 +371,8 @@ func listen(h http.Handler) (addr string, stop func(), err error) {
 	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
-// loopbackRate is metric 8: LoopbackClients keep-alive clients against a
-// real server on 127.0.0.1, limits not engaged; requests per second over
-// LoopbackWindow (three ticks at least for a Slow variant), once each client
-// has opened its connection.
+// loopbackRate is metric 8, requests per second once each client has
+// opened its connection, over three ticks at least for a Slow variant.
 func (p Plan) loopbackRate(v Variant) (float64, error) {
 	h, stop := v.New(p.Uncontended, noContent)
 	defer stop()
@@ -512,21 +497,18 @@ func (p Plan) burst(v Variant, l Limits, n int, work time.Duration) Timeline {
 	return Timeline{Variant: v.Name, Events: events}
 }
 
-// seedBurst is the tutorial's test: BurstRequests at once, BurstSlots,
-// BurstQueue places, BurstTimeout (the tutorial's is 5 s), handlers of
-// BurstWork.
+// seedBurst is the tutorial's test (the tutorial's timeout is 5 s).
 func (p Plan) seedBurst(v Variant) Timeline {
 	return p.burst(v, Limits{p.BurstSlots, p.BurstQueue, p.BurstTimeout}, p.BurstRequests, p.BurstWork)
 }
 
-// scheduleEfficiency is metric 3: ScheduleRequests of ScheduleWork at once
-// over ScheduleSlots; the ideal makespan over the measured one, from the
-// burst's start to the last response.
-func (p Plan) scheduleEfficiency(v Variant) (float64, error) {
+// scheduleEfficiency is metric 3: the ideal makespan over the measured
+// one, from the burst's start to the last response.
+func (p Plan) scheduleEfficiency(v Variant) ([]float64, error) {
 	n := p.ScheduleRequests
 	t := p.burst(v, Limits{p.ScheduleSlots, n, 30 * time.Second}, n, p.ScheduleWork)
 	if s := t.Count(OutcomeServed); s < n {
-		return 0, fmt.Errorf("%d of %d requests not served", n-s, n)
+		return nil, fmt.Errorf("%d of %d requests not served", n-s, n)
 	}
-	return float64(time.Duration(n)*p.ScheduleWork/time.Duration(p.ScheduleSlots)) / float64(t.Last()), nil
+	return []float64{float64(time.Duration(n)*p.ScheduleWork/time.Duration(p.ScheduleSlots)) / float64(t.Last())}, nil
 }

@@ -300,14 +300,13 @@ func DrawBurst(out io.Writer, r *Results) error {
 	}
 	for _, m := range []struct {
 		outcome, label string
-		c              color.RGBA
-		shape          draw.GlyphDrawer
+		glyph          draw.GlyphStyle
 	}{
-		{OutcomeFull, "refused at once (503, chi 429)", color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, draw.CrossGlyph{}},
-		{OutcomeTimeout, "timed out (408, chi 429)", color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, draw.RingGlyph{}},
+		{OutcomeFull, "refused at once (503, chi 429)", draw.GlyphStyle{Color: color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, Radius: vg.Points(3), Shape: draw.CrossGlyph{}}},
+		{OutcomeTimeout, "timed out (408, chi 429)", draw.GlyphStyle{Color: color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, Radius: vg.Points(3), Shape: draw.RingGlyph{}}},
 	} {
 		if s, err := plotter.NewScatter(marks[m.outcome]); err == nil && len(marks[m.outcome]) > 0 {
-			s.GlyphStyle = draw.GlyphStyle{Color: m.c, Radius: vg.Points(3), Shape: m.shape}
+			s.GlyphStyle = m.glyph
 			p.Add(s)
 			p.Legend.Add(m.label, s)
 		}

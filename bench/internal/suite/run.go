@@ -207,13 +207,67 @@ func Run(plan Plan, only string, log io.Writer) (*Results, error) {
 			r.gobench(&res.Main, "1a. uncontended, route only", false, main, plan.BenchRoute)
 			r.gobench(&res.Main, "1b. uncontended, request", false, main, plan.BenchRequest)
 		},
-		"handoff":  func() { r.gobench(&res.Main, "2. saturated hand-off", true, thr, plan.BenchHandoff) },
-		"schedule": func() { r.schedule(thr) },
-		"grant":    func() { r.grant(thr) },
-		"timeout":  func() { r.timeout(main) },
-		"memory":   func() { r.memory(thr) },
-		"growth":   func() { r.growth(&res.Main, "7. ", "", thr, d) },
-		"loopback": func() { r.loopback(main) },
+		"handoff": func() { r.gobench(&res.Main, "2. saturated hand-off", true, thr, plan.BenchHandoff) },
+		"schedule": func() {
+			r.measure(&res.Main, "3. schedule efficiency", thr, r.Rounds, []stat{
+				{"3. schedule efficiency", "ideal/measured", FormatRatio, true, med(0)},
+			}, func(_ int, v Variant) ([][]float64, error) { return kind(r.scheduleEfficiency(v)) })
+		},
+		"grant": func() {
+			r.measure(&res.Main, "4. grant latency", thr, r.Rounds, []stat{
+				{"4. grant latency p50", "", FormatDuration, false, pct(0, 0.5)},
+				{"4. grant latency p99", "", FormatDuration, false, pct(0, 0.99)},
+			}, func(_ int, v Variant) ([][]float64, error) {
+				return kind(r.grantLatency(v, map[bool]int{false: r.GrantWaiters, true: r.GrantWaitersSlow}[v.Slow]))
+			})
+		},
+		"timeout": func() {
+			r.measure(&res.Main, "5. timeout lateness", main, r.Rounds, []stat{
+				{"5. timeout lateness p50", "", FormatDuration, false, pct(0, 0.5)},
+				{"5. timeout lateness p99", "", FormatDuration, false, pct(0, 0.99)},
+				{"5. timeout lateness max", "", FormatDuration, false, pct(0, 1)},
+			}, func(_ int, v Variant) ([][]float64, error) { return kind(r.timeoutLateness(v)) })
+			res.Main.Rows[len(res.Main.Rows)-3].Note = "the bare gin column is the floor: a plain time.Timer under the same arrivals, without any throttle"
+		},
+		"memory": func() {
+			r.measure(&res.Main, "6. memory per queued request", thr, min(r.Rounds, 3), []stat{
+				{"6. memory per queued request", "heap+stack", FormatBytes, false, med(0)},
+				{"6. memory per queued request: heap only", "heap", FormatBytes, false, med(1)},
+				{"6. throttle's own heap per waiter", "heap", FormatBytes, false, med(2)},
+			}, func(_ int, v Variant) ([][]float64, error) {
+				heap, stack, err := r.memoryPerWaiter(v)
+				s := [][]float64{{heap + stack}, {heap}}
+				if v.Name == GinQueue && err == nil {
+					own, err := r.backendHeapPerWaiter()
+					return append(s, []float64{own}), err
+				}
+				return s, err
+			})
+			res.Main.Rows[len(res.Main.Rows)-1].Note = "ginqueue's Backend alone, without gin"
+		},
+		"growth": func() { r.growth(&res.Main, "7. ", "", thr, d) },
+		"loopback": func() {
+			bare := map[int]float64{}
+			ratio := func(s [][]float64) float64 {
+				var q []float64
+				for j, x := range s[0] {
+					if b := bare[int(s[1][j])]; b > 0 {
+						q = append(q, x/b)
+					}
+				}
+				return med(0)([][]float64{q})
+			}
+			r.measure(&res.Main, "8. loopback HTTP", main, r.LoopbackRounds, []stat{
+				{"8. loopback HTTP", "req/s", FormatRate, true, med(0)},
+				{"8. loopback HTTP, ratio to bare", "median of per-round ratios", FormatRatio, true, ratio},
+			}, func(round int, v Variant) ([][]float64, error) {
+				x, err := r.loopbackRate(v)
+				if v.ID == "bare" {
+					bare[round] = x
+				}
+				return [][]float64{{x}, {float64(round)}}, err
+			})
+		},
 		"burst": func() {
 			for _, v := range burstVariants() {
 				res.Timelines = append(res.Timelines, r.seedBurst(v))
@@ -280,6 +334,9 @@ func pct(k int, q float64) func([][]float64) float64 {
 
 func med(k int) func([][]float64) float64 { return pct(k, -1) }
 
+// kind is figures of one kind, as measure wants them.
+func kind(s []float64, err error) ([][]float64, error) { return [][]float64{s}, err }
+
 func sum(xs []float64) (s float64) {
 	for _, x := range xs {
 		s += x
@@ -341,54 +398,6 @@ func (r *runner) gobench(t *Table, metric string, rate bool, vs []Variant, bench
 	})
 }
 
-func (r *runner) schedule(vs []Variant) {
-	r.measure(&r.res.Main, "3. schedule efficiency", vs, r.Rounds, []stat{
-		{"3. schedule efficiency", "ideal/measured", FormatRatio, true, med(0)},
-	}, func(_ int, v Variant) ([][]float64, error) {
-		x, err := r.scheduleEfficiency(v)
-		return [][]float64{{x}}, err
-	})
-}
-
-func (r *runner) grant(vs []Variant) {
-	r.measure(&r.res.Main, "4. grant latency", vs, r.Rounds, []stat{
-		{"4. grant latency p50", "", FormatDuration, false, pct(0, 0.5)},
-		{"4. grant latency p99", "", FormatDuration, false, pct(0, 0.99)},
-	}, func(_ int, v Variant) ([][]float64, error) {
-		s, err := r.grantLatency(v, map[bool]int{false: r.GrantWaiters, true: r.GrantWaitersSlow}[v.Slow])
-		return [][]float64{s}, err
-	})
-}
-
-func (r *runner) timeout(vs []Variant) {
-	r.measure(&r.res.Main, "5. timeout lateness", vs, r.Rounds, []stat{
-		{"5. timeout lateness p50", "", FormatDuration, false, pct(0, 0.5)},
-		{"5. timeout lateness p99", "", FormatDuration, false, pct(0, 0.99)},
-		{"5. timeout lateness max", "", FormatDuration, false, pct(0, 1)},
-	}, func(_ int, v Variant) ([][]float64, error) {
-		s, err := r.timeoutLateness(v)
-		return [][]float64{s}, err
-	})
-	r.res.Main.Rows[len(r.res.Main.Rows)-3].Note = "the bare gin column is the floor: a plain time.Timer under the same arrivals, without any throttle"
-}
-
-func (r *runner) memory(vs []Variant) {
-	r.measure(&r.res.Main, "6. memory per queued request", vs, min(r.Rounds, 3), []stat{
-		{"6. memory per queued request", "heap+stack", FormatBytes, false, med(0)},
-		{"6. memory per queued request: heap only", "heap", FormatBytes, false, med(1)},
-		{"6. throttle's own heap per waiter", "heap", FormatBytes, false, med(2)},
-	}, func(_ int, v Variant) ([][]float64, error) {
-		heap, stack, err := r.memoryPerWaiter(v)
-		s := [][]float64{{heap + stack}, {heap}}
-		if v.Name == GinQueue && err == nil {
-			own, err := r.backendHeapPerWaiter()
-			return append(s, []float64{own}), err
-		}
-		return s, err
-	})
-	r.res.Main.Rows[len(r.res.Main.Rows)-1].Note = "ginqueue's Backend alone, without gin"
-}
-
 // growth measures growthCost at each depth, at most 3 rounds: a row per
 // depth and one of the deepest over the shallowest.
 func (r *runner) growth(t *Table, prefix, flows string, vs []Variant, depths []int) {
@@ -408,30 +417,6 @@ func (r *runner) growth(t *Table, prefix, flows string, vs []Variant, depths []i
 			s = append(s, []float64{c})
 		}
 		return s, nil
-	})
-}
-
-// loopback is metric 8, with the median of the per-round ratios to bare.
-func (r *runner) loopback(vs []Variant) {
-	bare := map[int]float64{}
-	ratio := func(s [][]float64) float64 {
-		var q []float64
-		for j, x := range s[0] {
-			if b := bare[int(s[1][j])]; b > 0 {
-				q = append(q, x/b)
-			}
-		}
-		return med(0)([][]float64{q})
-	}
-	r.measure(&r.res.Main, "8. loopback HTTP", vs, r.LoopbackRounds, []stat{
-		{"8. loopback HTTP", "req/s", FormatRate, true, med(0)},
-		{"8. loopback HTTP, ratio to bare", "median of per-round ratios", FormatRatio, true, ratio},
-	}, func(round int, v Variant) ([][]float64, error) {
-		x, err := r.loopbackRate(v)
-		if v.ID == "bare" {
-			bare[round] = x
-		}
-		return [][]float64{{x}, {float64(round)}}, err
 	})
 }
 

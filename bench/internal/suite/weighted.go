@@ -17,15 +17,6 @@ import (
 	"github.com/ginqueue/ginqueue"
 )
 
-// Section 13 serves a mix of light and heavy requests through ginqueue with
-// Config.Cost, in process: open-loop Poisson arrivals from a fixed seed, so
-// that every run offers the same sequence, of which WeightedHeavyShare cost
-// WeightedHeavy slots and the rest 1, offered at WeightedLoad of the slots'
-// capacity counted in slots. It checks that the slots the handlers hold
-// never add up to more than the limit, and compares what the two classes
-// wait: a heavy request waits for its slots at the head of the line, and
-// the light ones behind it wait with it.
-
 // weightedSample is one request. The goroutine that serves it writes arrive
 // and status; the handler, on that same goroutine, start and end.
 type weightedSample struct {
@@ -36,12 +27,10 @@ type weightedSample struct {
 
 type sampleKey struct{}
 
-// weightedRun offers the mix for WeightedWarmUp, then for WeightedWindow,
-// and returns the requests that arrived in the window once every request
-// has ended. The handler adds its request's cost to a count of running slots
-// on its first line and takes it off on its last, inside the slots the
-// Queue granted, so that the count is never above the slots truly held; most
-// is the highest it reached.
+// weightedRun is section 13: the requests that arrived in the window, once
+// every request has ended, and the most slots the handlers counted running
+// at once. A handler counts its cost on its first line and its last, inside
+// the slots the Queue granted, so the count is never above those truly held.
 func (p Plan) weightedRun() (window []*weightedSample, most int64, err error) {
 	runtime.GC() // the previous section's garbage is collected on its own time
 	var running, top atomic.Int64
