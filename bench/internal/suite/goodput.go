@@ -120,19 +120,17 @@ func (p Plan) goodputPoint(v Variant, load int) ([][]float64, error) {
 		runs.Add(1)
 	})
 	defer stop()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, closeSrv, err := listen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inflight.Add(1)
 		defer inflight.Add(-1)
 		h.ServeHTTP(w, r)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	}))
+	if err != nil {
+		return nil, err
+	}
+	defer closeSrv()
 	rate := int64(load * p.GoodputCapacity())
-	warm, err := openConns(ln.Addr().String(), int(rate/10))
+	warm, err := openConns(addr, int(rate/10))
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +148,7 @@ func (p Plan) goodputPoint(v Variant, load int) ([][]float64, error) {
 			return dialer.DialContext(ctx, network, addr)
 		}}
 	defer tr.CloseIdleConnections()
-	client, url := &http.Client{Transport: tr}, "http://"+ln.Addr().String()+"/"
+	client, url := &http.Client{Transport: tr}, "http://"+addr+"/"
 
 	var mu sync.Mutex
 	s := make([][]float64, gOffered+1)
@@ -193,7 +191,7 @@ func (p Plan) goodputPoint(v Variant, load int) ([][]float64, error) {
 	// connections close, and with them the server's request contexts.
 	b, n := time.Duration(busy.Load()-busy0), runs.Load()-runs0
 	cancelAll()
-	_ = srv.Close()
+	closeSrv()
 	stop()
 	clients.Wait()
 	if !waitFor(10*time.Second, func() bool { return inflight.Load() == 0 }) {
