@@ -366,3 +366,36 @@ func TestWaiterExpiresJustAfterFreeze(t *testing.T) {
 			timeouts, runs)
 	}
 }
+
+// An eviction that empties the queue deletes its keys; the arrival that
+// took the place writes them again, and they get their TTL there too, not
+// only at the next sync.
+func TestEvictionThatEmptiesTheQueueKeepsTheTTLs(t *testing.T) {
+	needRedis(t)
+	t.Parallel()
+	o := redisqueue.Options{Name: newName(t), TickInterval: time.Minute, LeaseTTL: 3 * time.Minute}
+	b := startBackends(t, 1, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute}, o)[0]
+	defer holdAll(t, b, 1)()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 2)
+	acquire := func(prio int) {
+		tk, err := b.Acquire(ctx, ginqueue.Arrival{Priority: prio})
+		if err == nil {
+			b.Release(tk)
+		}
+		errs <- err
+	}
+	go acquire(0)
+	waitQueued(t, b, 1)
+	go acquire(1) // evicts the first: the queue is empty for an instant
+	if err := <-errs; !errors.Is(err, ginqueue.ErrQueueFull) {
+		t.Fatalf("the waiter of lower priority got %v, want evicted (queue full)", err)
+	}
+	waitQueued(t, b, 1)
+	if keys, err := keysWithoutTTL(context.Background(), newClient(t, redisAddr), o.Name); err != nil || len(keys) > 0 {
+		t.Fatalf("keys without a TTL after the eviction: %v (%v)", keys, err)
+	}
+	cancel()
+	<-errs
+}

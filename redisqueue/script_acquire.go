@@ -85,10 +85,13 @@ end
 local seq = redis.call('INCR', SEQ)
 if seq == 1 then redis.call('PEXPIRE', SEQ, keep) end
 local m = pk .. string.format('%016x', seq) .. id
+-- counted now: expiries and evictions above may have emptied q, which
+-- deletes q, w and we
+local fresh = redis.call('ZCARD', Q) == 0
 redis.call('ZADD', Q, 0, m)
 redis.call('HSET', W, id, m)
 redis.call('ZADD', WE, clock() + live, id)
-if qn == 0 then
+if fresh then
   for _, k in ipairs({Q, W, WE}) do redis.call('PEXPIRE', k, keep) end
 end
 if cost > 1 then
