@@ -45,7 +45,7 @@ type Queue struct {
 
 	// counts of the rejections, by Outcome; the Backend counts Served, so
 	// that a request that runs writes nothing here.
-	counts [OutcomeClosed + 1]atomic.Uint64
+	counts [numOutcomes]atomic.Uint64
 
 	// closed is set by Close before the Backend closes, so that an arrival
 	// after Close is closed whatever RejectEarly would say of it.

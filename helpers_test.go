@@ -237,11 +237,11 @@ func (w *statsWatch) look(q *ginqueue.Queue) {
 			w.fails = append(w.fails, fmt.Sprintf(format, args...))
 		}
 	}
-	counters := func(s ginqueue.Stats) [5]uint64 {
-		return [5]uint64{s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed}
-	}
-	if now, was := counters(st), counters(w.last); now[0] < was[0] || now[1] < was[1] || now[2] < was[2] || now[3] < was[3] || now[4] < was[4] {
-		bad("a counter went down: %v after %v", now, was)
+	was := counted(w.last)
+	for o, n := range counted(st) {
+		if n < was[o] {
+			bad("the %v counter went down: %d after %d", o, n, was[o])
+		}
 	}
 	if uint64(max(st.Running, 0)) > st.Served || st.Running < 0 {
 		bad("Running %d with Served %d", st.Running, st.Served)

@@ -45,6 +45,9 @@ const (
 	// OutcomeClosed: 503. The Queue was closed before the request was
 	// granted.
 	OutcomeClosed
+
+	// numOutcomes is the number of outcomes: a new one goes above it.
+	numOutcomes
 )
 
 // String returns the outcome's name as used in metric labels: "served",

@@ -61,7 +61,7 @@ func main() {
 
 func run(log *slog.Logger) error {
 	gin.SetMode(gin.ReleaseMode)
-	var sampled [ginqueue.OutcomeClosed + 1]atomic.Uint64
+	var sampled sync.Map // Outcome -> *atomic.Uint64: a new outcome needs no change here
 	q, err := ginqueue.NewQueue(ginqueue.Config{
 		MaxConcurrent:   slots,
 		MaxQueue:        32,
@@ -77,7 +77,8 @@ func run(log *slog.Logger) error {
 			attrs := []any{"outcome", o, "client", c.GetHeader("X-Client"), "wait", wait.Round(time.Microsecond)}
 			log.Debug("ginqueue", attrs...)
 			// A sampled info line: the first of each outcome, then every 500th.
-			if n := sampled[o].Add(1); n == 1 || n%500 == 0 {
+			n, _ := sampled.LoadOrStore(o, new(atomic.Uint64))
+			if n := n.(*atomic.Uint64).Add(1); n == 1 || n%500 == 0 {
 				log.Info("ginqueue (sampled)", append(attrs, "nth", n)...)
 			}
 		},
