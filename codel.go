@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// CoDel: the option (Config.CoDel, its defaults and checks) and how the
-// dispatcher runs it.
+// CoDel: the option (Config.CoDel, its defaults and checks), its compiled
+// form and when the queue stands. The maximum wait it sets and the timer
+// that enforces it are in timeout.go (maxWait, wakeAt, expire); where the
+// queue starts being busy (push) and LIFO's grants, in waiters.go.
 
 // CoDel is controlled-delay queueing as Facebook runs it ("Fail at Scale",
 // ACM Queue, 2015). While the queue empties now and then, a waiter may wait

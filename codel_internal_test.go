@@ -32,7 +32,7 @@ func holdAll(t *testing.T, d *dispatcher, n int) {
 // waited the short one leaves at once, and later arrivals wait only that.
 // Without CoDel, every waiter waits QueueTimeout. The edge cases (Target ==
 // Interval, 1 ns, centuries, QueueTimeout below Target) follow the same rule.
-func TestCoDelBudgets(t *testing.T) {
+func TestCoDelMaximumWaits(t *testing.T) {
 	const (
 		every = 2 * time.Millisecond
 		until = 300 * time.Millisecond
@@ -198,7 +198,7 @@ func TestCoDelGrantChecksTheEffectiveDeadline(t *testing.T) {
 // in the room: grantLocked removes it before it asks for the maximum wait, so the
 // room looks empty, the queue "not standing", and the waiter gets Interval
 // instead of Target. It waited 99 ms of a 5 ms maximum wait and must time out.
-func TestCoDelLastWaiterGetsTheStandingBudget(t *testing.T) {
+func TestCoDelLastWaiterGetsTheStandingMaximumWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
 		holdAll(t, d, 1)
@@ -356,7 +356,7 @@ func TestLIFOHeadHoldsTheLine(t *testing.T) {
 // grantLocked then, so it waits with its slot free until the next event
 // (a filler's timeout at 110 ms): the "no head waits while its slots are
 // free" invariant FuzzSchedule checks.
-func TestCoDelLIFOHeadChangeWithEqualBudgets(t *testing.T) {
+func TestCoDelLIFOHeadChangeWithEqualMaximumWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 20, QueueTimeout: 30 * time.Millisecond, Weighted: true,
 			CoDel: &CoDel{Target: 50 * time.Millisecond, Interval: 100 * time.Millisecond, LIFO: true}})

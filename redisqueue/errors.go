@@ -34,10 +34,10 @@ func (e *unavailableError) Unwrap() []error {
 	return []error{ErrUnavailable, ginqueue.ErrQueueFull, e.cause}
 }
 
-// errCoDel refuses Config.CoDel. Its budget hangs on when the queue last
+// errCoDel refuses Config.CoDel. Its maximum wait hangs on when the queue last
 // emptied, and the queue here is the fleet's, while each replica times out
 // only its own waiters: each would apply a rule of its own.
-var errCoDel = errors.New("redisqueue: Config.CoDel is not supported: its budget depends on when the queue " +
+var errCoDel = errors.New("redisqueue: Config.CoDel is not supported: its maximum wait depends on when the queue " +
 	"shared by every replica last emptied, which no replica knows; leave Config.CoDel nil with this Backend")
 
 // errPerFlow refuses Config.MaxQueuePerFlow. The fleet's queue is ordered by

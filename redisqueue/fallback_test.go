@@ -227,7 +227,7 @@ func TestSecondOutageKeepsTheLimit(t *testing.T) {
 // A cost that cannot run within the replica's allowance while Redis is down is
 // refused at once, as unavailable: it does not run on fewer slots than its
 // cost.
-func TestWeightedAboveTheBudgetIsRefusedWhileDown(t *testing.T) {
+func TestWeightedAboveTheAllowanceIsRefusedWhileDown(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
