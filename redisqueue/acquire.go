@@ -160,8 +160,8 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 	}
 }
 
-// acquireReply reads the acquire script's reply, {outcome, limit, slots
-// granted, slots held in the fleet}, and notes the limit.
+// acquireReply reads the acquire script's reply (its layout is in
+// script_acquire.go) and notes the limit.
 func (b *Backend) acquireReply(res any) (outcome, slots, fleet int64, err error) {
 	r, _ := res.([]any)
 	if len(r) == 4 {

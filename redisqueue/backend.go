@@ -94,9 +94,10 @@ type Backend struct {
 	rank     int           // this replica's rank among them by id; see allowanceLocked
 	conflict error         // a limits conflict found after Start
 	token    string        // the recovery this replica was last asked to sync for; see sync
-	// heard is what the last reply from Redis that said told: the slots the
-	// fleet held, and how many of them were this replica's then (its own
-	// count at that moment). The FailOpen allowance starts from them.
+	// heard is the fleet's count of slots held, and how many of them were
+	// this replica's, as of the last reply of the acquire, leave or sync
+	// script (each reports it); a grant notice adds to mine. The FailOpen
+	// allowance starts from them.
 	heard struct{ fleet, mine int }
 
 	// The FailOpen fallback: one in-memory Backend for the Backend's life,
@@ -175,10 +176,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
 	b.lists = prefix + "g:"
 	b.list = b.lists + b.replica
-	for _, k := range []string{"h", "q", "w", "we", "seq", "r", "d", "ev"} {
-		b.keys = append(b.keys, prefix+k)
+	b.keys = make([]string, numKeys)
+	for i, k := range [numKeys]string{keyH: "h", keyQ: "q", keyW: "w", keyWE: "we", keySeq: "seq", keyR: "r",
+		keyD: "d", keyEV: "ev", keyL: "l", keyU: "u", keyF: "f"} {
+		b.keys[i] = prefix + k
 	}
-	b.keys = append(b.keys, b.list, prefix+"l", prefix+"u", prefix+"f")
+	b.keys[keyG] = b.list
 	b.keyArgs = append(b.keyArgs, len(b.keys))
 	for _, k := range b.keys {
 		b.keyArgs = append(b.keyArgs, k)

@@ -69,8 +69,8 @@ func TestCloseRacingAnAcquireInFlightLeavesNothing(t *testing.T) {
 		ctx := context.Background()
 		deadline := time.Now().Add(time.Second)
 		for {
-			h := b.rdb.ZCard(ctx, b.keys[0]).Val()
-			q := b.rdb.ZCard(ctx, b.keys[1]).Val()
+			h := b.rdb.ZCard(ctx, b.keys[keyH]).Val()
+			q := b.rdb.ZCard(ctx, b.keys[keyQ]).Val()
 			if h == 0 && q == 0 {
 				break
 			}

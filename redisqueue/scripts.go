@@ -74,9 +74,27 @@ import (
 // inside each script, at most once, so every replica sees a change at once
 // and no two scripts disagree. Time is redis.call('TIME'), read at most
 // once per script and only when needed; since Redis 5 scripts replicate
-// their effects, so that is deterministic on replicas. New builds KEYS in
-// this order.
+// their effects, so that is deterministic on replicas.
 //
+// Every script gets the same KEYS, in the order of the constants below
+// (KEYS[1] is h, ..., KEYS[12] is f; script_prelude.go names them H ... F),
+// built once by New; Backend.keys holds them at these indices.
+const (
+	keyH   = iota // h: the holders
+	keyQ          // q: the waiters in order
+	keyW          // w: lease id → member of q
+	keyWE         // we: when each place runs out
+	keySeq        // seq: the arrival counter
+	keyR          // r: the live replicas
+	keyD          // d: the limits each replica declared
+	keyEV         // ev: the evicted waiters
+	keyG          // g:R of the calling replica: its notices
+	keyL          // l: the limit, the costs, the recovery
+	keyU          // u: the replicas a recovery waits for
+	keyF          // f: the FailOpen replicas
+	numKeys
+)
+
 // Head of the line: a head waiter whose slots (its cost, clamped to the
 // limit) are not all free holds the line; nobody behind it is granted, and
 // an arrival takes free slots without queueing only if it is of a higher

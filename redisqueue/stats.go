@@ -82,10 +82,10 @@ func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
 	var h, q, r *redis.IntCmd
 	var l *redis.SliceCmd
 	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		h = p.ZCard(ctx, b.keys[0])
-		q = p.ZCard(ctx, b.keys[1])
-		r = p.ZCard(ctx, b.keys[5])
-		l = p.HMGet(ctx, b.keys[9], "n", "x")
+		h = p.ZCard(ctx, b.keys[keyH])
+		q = p.ZCard(ctx, b.keys[keyQ])
+		r = p.ZCard(ctx, b.keys[keyR])
+		l = p.HMGet(ctx, b.keys[keyL], "n", "x")
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {

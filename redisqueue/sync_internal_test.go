@@ -19,7 +19,7 @@ import (
 func TestSyncReconcilesPhantomLeases(t *testing.T) {
 	b, rdb := internalBackend(t, ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4})
 	ctx := context.Background()
-	h := b.keys[0]
+	h := b.keys[keyH]
 	phantom := b.leaseID(b.nextID.Add(1))      // given out, released, and the release lost
 	later := b.leaseID(b.nextID.Load() + 1000) // an acquire that begins after the sync's list
 	b.mu.Lock()
@@ -117,7 +117,7 @@ func TestReleaseRacingSyncLeavesNoGhost(t *testing.T) {
 		wg.Go(func() { b.Release(tk) })
 		wg.Wait()
 		deadline := time.Now().Add(200 * time.Millisecond)
-		for rdb.ZScore(ctx, b.keys[0], b.leaseID(tk.ID)).Err() == nil {
+		for rdb.ZScore(ctx, b.keys[keyH], b.leaseID(tk.ID)).Err() == nil {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: a released slot is still held in Redis 200 ms after its release", i)
 			}
