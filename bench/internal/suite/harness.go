@@ -247,73 +247,74 @@ func liveBytes() (heap, stack int64) {
 	return int64(m.HeapAlloc), int64(m.StackInuse)
 }
 
-// parked lets n goroutines call what prepare made for each, and returns
-// the growth of live heap and stacks per goroutine once waiting says all
-// wait; they exist before the first reading, so a bare goroutine's cost is
-// left out. wait waits for them once they are let go.
-func parked(n int, prepare func() func(), waiting func() int) (heap, stack float64, wait func(), err error) {
-	start := make(chan struct{})
+// memoryPerWaiter is metric 6. The waiters' goroutines exist before the
+// first reading, so what a bare goroutine costs is left out; each calls the
+// route directly, as a connection's goroutine would, so that no frame of the
+// harness's own adds to the stacks measured.
+func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
+	n, slots := p.MemoryWaiters, p.MemorySlots
+	var seq, entered atomic.Int64
+	gate, start := make(chan struct{}), make(chan struct{})
+	h, stop := v.New(Limits{slots, n + slots, 5 * time.Minute}, holding(int64(slots), &seq, gate, nil))
+	hc := counted(h, &entered)
 	var wg sync.WaitGroup
+	defer func() { close(gate); stop(); wg.Wait() }()
+	for range slots {
+		wg.Go(func() { get(hc) })
+	}
+	if !waitFor(5*time.Second, func() bool { return seq.Load() == int64(slots) }) {
+		return 0, 0, fmt.Errorf("the slot holders never started")
+	}
 	for range n {
-		call := prepare()
-		wg.Go(func() { <-start; call() })
+		req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+		wg.Go(func() {
+			<-start
+			hc.ServeHTTP(w, req)
+		})
 	}
 	time.Sleep(20 * time.Millisecond)
 	h0, s0 := liveBytes()
 	close(start)
-	if !waitFor(30*time.Second, func() bool { return waiting() >= n }) {
-		err = fmt.Errorf("only %d of %d waiters arrived", waiting(), n)
+	if !waitFor(30*time.Second, func() bool { return entered.Load() == int64(n+slots) }) {
+		return 0, 0, fmt.Errorf("only %d of %d requests arrived", entered.Load(), n+slots)
 	}
 	time.Sleep(50 * time.Millisecond) // let the last arrivals park
 	h1, s1 := liveBytes()
-	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n), wg.Wait, err
+	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n), nil
 }
 
-// memoryPerWaiter is metric 6.
-func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
-	n, slots := p.MemoryWaiters, p.MemorySlots
-	var seq, entered atomic.Int64
-	gate := make(chan struct{})
-	h, stop := v.New(Limits{slots, n + slots, 5 * time.Minute}, holding(int64(slots), &seq, gate, nil))
-	hc := counted(h, &entered)
-	var holders sync.WaitGroup
-	for range slots {
-		holders.Go(func() { get(hc) })
-	}
-	wait := func() {}
-	defer func() { close(gate); stop(); holders.Wait(); wait() }()
-	if !waitFor(5*time.Second, func() bool { return seq.Load() == int64(slots) }) {
-		return 0, 0, fmt.Errorf("the slot holders never started")
-	}
-	heap, stack, wait, err = parked(n, func() func() {
-		req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
-		return func() { serve(hc, w, req) }
-	}, func() int { return int(entered.Load()) - slots })
-	return heap, stack, err
-}
-
-// backendHeapPerWaiter is metric 6's own structures: Acquire calls parked
-// on ginqueue's Backend, without gin.
-func (p Plan) backendHeapPerWaiter() (float64, error) {
-	b, bg := ginqueue.NewMemoryBackend(), context.Background()
-	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: p.MemoryWaiters, QueueTimeout: 5 * time.Minute}); err != nil {
-		return 0, err
+// backendHeapPerWaiter is metric 6's own structures: the live heap that
+// parked Acquire calls add to ginqueue's Backend, without gin.
+func (p Plan) backendHeapPerWaiter() ([]float64, error) {
+	n, b, bg := p.MemoryWaiters, ginqueue.NewMemoryBackend(), context.Background()
+	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: n, QueueTimeout: 5 * time.Minute}); err != nil {
+		return nil, err
 	}
 	holder, err := b.Acquire(bg, ginqueue.Arrival{})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	heap, _, wait, err := parked(p.MemoryWaiters, func() func() {
-		return func() {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
 			if t, err := b.Acquire(bg, ginqueue.Arrival{}); err == nil {
 				b.Release(t)
 			}
-		}
-	}, func() int { return b.Stats().Queued })
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	before, _ := liveBytes()
+	close(start)
+	ok := waitFor(30*time.Second, func() bool { return b.Stats().Queued == n })
+	after, _ := liveBytes()
 	_ = b.Close()
-	wait()
-	b.Release(holder)
-	return heap, err
+	wg.Wait()
+	if b.Release(holder); !ok {
+		return nil, fmt.Errorf("ginqueue backend: %d of %d waiters queued", b.Stats().Queued, n)
+	}
+	return []float64{float64(after-before) / float64(n)}, nil
 }
 
 // growthCost is metric 7, in ns per request: a served client queues again
