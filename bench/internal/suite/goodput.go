@@ -224,8 +224,28 @@ func (r *runner) goodput() {
 	share := func(k int) func([][]float64) float64 {
 		return func(s [][]float64) float64 { return total(k)(s) / ended(s) }
 	}
+	pooled := map[int]map[string][][]float64{}
+	for round := range r.GoodputRounds { // the loads within a round, as the variants
+		for _, load := range r.GoodputLoads {
+			if pooled[load] == nil {
+				pooled[load] = map[string][][]float64{}
+			}
+			r.round(pooled[load], goodputMetric(load, "goodput"), vs, round, func(round int, v Variant) ([][]float64, error) {
+				s, err := r.goodputPoint(v, load)
+				if err != nil && s != nil { // counted all the same
+					r.fail(v.Name, goodputMetric(load, "goodput"), err)
+					err = nil
+				}
+				if err == nil {
+					r.logf("  round %d, %d×, %s: goodput %.1f%% of C, p99 %.1f ms, refused %.0f, gave up %.0f of %.0f", round+1, load, v.Name,
+						100*s[delivered][0]/s[gWindow][0]/c, pct(gLatency, 0.99)(s)/1e6, s[refused][0], s[gaveUp][0], s[gOffered][0])
+				}
+				return s, err
+			})
+		}
+	}
 	for _, load := range r.GoodputLoads {
-		r.measure(t, goodputMetric(load, "goodput"), vs, r.GoodputRounds, []stat{
+		addRows(t, []stat{
 			{goodputMetric(load, "goodput"), "share of C", FormatShare, true, func(s [][]float64) float64 { return total(delivered)(s) / total(gWindow)(s) / c }},
 			{goodputMetric(load, "delivered p50"), "", FormatDuration, false, pct(gLatency, 0.5)},
 			{goodputMetric(load, "delivered p99"), "", FormatDuration, false, pct(gLatency, 0.99)},
@@ -234,17 +254,6 @@ func (r *runner) goodput() {
 			{goodputMetric(load, "ceiling, slots ÷ mean handler time"), "share of C", FormatShare, true, func(s [][]float64) float64 {
 				return float64(r.GoodputLimits.MaxConcurrent) / (total(gBusy)(s) / total(gRuns)(s)) / c
 			}},
-		}, func(round int, v Variant) ([][]float64, error) {
-			s, err := r.goodputPoint(v, load)
-			if err != nil && s != nil { // counted all the same
-				r.fail(v.Name, goodputMetric(load, "goodput"), err)
-				err = nil
-			}
-			if err == nil {
-				r.logf("  round %d, %d×, %s: goodput %.1f%% of C, p99 %.1f ms, refused %.0f, gave up %.0f of %.0f", round+1, load, v.Name,
-					100*s[delivered][0]/s[gWindow][0]/c, pct(gLatency, 0.99)(s)/1e6, s[refused][0], s[gaveUp][0], s[gOffered][0])
-			}
-			return s, err
-		})
+		}, pooled[load])
 	}
 }

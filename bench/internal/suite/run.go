@@ -344,30 +344,39 @@ func sum(xs []float64) (s float64) {
 	return s
 }
 
-// measure calls f for each variant of vs in each of rounds rounds, rotating
-// the order so that no variant always runs first or last (a Slow variant
-// joins only its SlowRounds), pools what f returns kind by kind, and adds a
-// row per stat to t.
+// measure calls f for each variant of vs in each of rounds rounds, pools
+// what it returns kind by kind, and adds a row per stat to t.
 func (r *runner) measure(t *Table, name string, vs []Variant, rounds int, stats []stat, f func(round int, v Variant) ([][]float64, error)) {
 	pooled := map[string][][]float64{}
 	for round := range rounds {
-		for i := range vs {
-			v := vs[(i+round)%len(vs)]
-			if v.Slow && round >= r.SlowRounds {
-				continue
-			}
-			s, err := f(round, v)
-			if err != nil {
-				r.fail(v.Name, name, err)
-				continue
-			}
-			p := append(pooled[v.Name], make([][]float64, max(0, len(s)-len(pooled[v.Name])))...)
-			for k := range s {
-				p[k] = append(p[k], s[k]...)
-			}
-			pooled[v.Name] = p
-		}
+		r.round(pooled, name, vs, round, f)
 	}
+	addRows(t, stats, pooled)
+}
+
+// round calls f once for each variant of vs, rotating the order from round
+// to round so that no variant always runs first or last (a Slow variant
+// joins only its SlowRounds), and pools what f returns by variant.
+func (r *runner) round(pooled map[string][][]float64, name string, vs []Variant, round int, f func(round int, v Variant) ([][]float64, error)) {
+	for i := range vs {
+		v := vs[(i+round)%len(vs)]
+		if v.Slow && round >= r.SlowRounds {
+			continue
+		}
+		s, err := f(round, v)
+		if err != nil {
+			r.fail(v.Name, name, err)
+			continue
+		}
+		p := append(pooled[v.Name], make([][]float64, max(0, len(s)-len(pooled[v.Name])))...)
+		for k := range s {
+			p[k] = append(p[k], s[k]...)
+		}
+		pooled[v.Name] = p
+	}
+}
+
+func addRows(t *Table, stats []stat, pooled map[string][][]float64) {
 	for _, st := range stats {
 		row := Row{Metric: st.metric, Unit: st.unit, Format: st.format, Higher: st.higher, Values: map[string]float64{}}
 		for name, s := range pooled {
