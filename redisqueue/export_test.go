@@ -6,3 +6,11 @@ import "github.com/ginqueue/ginqueue"
 // rather than by Redis: the topology tests tell a policy answer from a
 // grant with it.
 func GrantedLocally(t ginqueue.Ticket) bool { return t.ID&localBit != 0 }
+
+// Rank is b's rank among the live replicas by id, as of its last sync: the
+// replica of rank i%n has the i-th share of a limit split n ways.
+func Rank(b *Backend) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rank
+}
