@@ -49,7 +49,8 @@ type Backend struct {
 	limit       atomic.Int64 // the fleet's limit as last seen in a reply from Redis
 	down        atomic.Bool  // Redis is considered unreachable; see markDown
 	fails       atomic.Int32 // consecutive failed calls; see failed
-	failedAt    atomic.Int64 // when the last failure that counted was seen, in Unix ns; see failed
+	failedAt    atomic.Int64 // when the last failure that counted was seen, in ns since born; see failed
+	born        time.Time    // when New made it: failedAt counts from here, on the monotonic clock
 	lastOK      atomic.Int64 // when a call last got an answer (UnixNano)
 	resync      atomic.Bool  // the reader saw another server: sync at once
 	// listening is set while the reader has a connection to the server
@@ -171,6 +172,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		localHeld: map[uint64]*localHold{},
 		pending:   map[uint64]int{},
 		downCh:    make(chan struct{}),
+		born:      time.Now(),
 	}
 	b.stopCtx, b.stopCancel = context.WithCancel(context.Background())
 	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
@@ -178,10 +180,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	b.list = b.lists + b.replica
 	b.keys = make([]string, numKeys)
 	for i, k := range [numKeys]string{keyH: "h", keyQ: "q", keyW: "w", keyWE: "we", keySeq: "seq", keyR: "r",
-		keyD: "d", keyEV: "ev", keyL: "l", keyU: "u", keyF: "f"} {
+		keyD: "d", keyEV: "ev", keyG: "g:" + b.replica, keyL: "l", keyU: "u", keyF: "f"} {
 		b.keys[i] = prefix + k
 	}
-	b.keys[keyG] = b.list
 	b.keyArgs = append(b.keyArgs, len(b.keys))
 	for _, k := range b.keys {
 		b.keyArgs = append(b.keyArgs, k)

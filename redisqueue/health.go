@@ -23,13 +23,13 @@ func (b *Backend) failed(err error, start time.Time) {
 		// keep dialing it until its periodic refresh, a minute later.
 		c.ReloadState(context.Background())
 	}
+	started := int64(start.Sub(b.born)) // monotonic: a step of the wall clock moves neither
 	for {
 		last := b.failedAt.Load()
-		if start.UnixNano() <= last {
-			b.wake() // caught in a stall already counted
-			return
+		if started < last {
+			return // caught in a stall already counted, which woke the maintainer
 		}
-		if b.failedAt.CompareAndSwap(last, time.Now().UnixNano()) {
+		if b.failedAt.CompareAndSwap(last, int64(time.Since(b.born))) {
 			break
 		}
 	}

@@ -84,9 +84,10 @@ type Options struct {
 
 	// FailureThreshold is how many calls in a row must fail, with no call
 	// succeeding between them, before this replica marks Redis down and
-	// turns every request to OnRedisDown until a probe answers (the
-	// README's "When Redis is slow, paused or down" says why). The request
-	// whose call failed gets OnRedisDown either way. Zero means
+	// turns every request to OnRedisDown until a probe answers; calls that
+	// were in flight together when one failed count as that one failure
+	// (the README's "When Redis is slow, paused or down" says why). The
+	// request whose call failed gets OnRedisDown either way. Zero means
 	// DefaultFailureThreshold (3); 1 marks Redis down at the first failure.
 	// Negative is refused. A Redis that does not answer at Start is marked
 	// down at once.
