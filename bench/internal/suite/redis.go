@@ -158,8 +158,10 @@ func (p Plan) redisHandoff(ctx context.Context, a, b *redisqueue.Backend) ([]flo
 		got := make(chan error, 1)
 		var at time.Time // written before got is sent
 		go func() {
-			err := pair(ctx, b)
-			at = time.Now()
+			t, err := b.Acquire(ctx, ginqueue.Arrival{})
+			if at = time.Now(); err == nil {
+				b.Release(t)
+			}
 			got <- err
 		}()
 		if err := globally(1, -1); err != nil {
@@ -242,16 +244,18 @@ func (r *runner) redis() {
 		d, err = timed(r.RedisPairs, func() error { return pair(ctx, rt) })
 	}
 	quantiles("11a. acquire+release round trip", d, err)
+	f.close() // each measurement's backends are closed before the next starts
 	d, err = timed(r.RedisPairs, func() error { return errors.Join(ctl.Ping(ctx).Err(), ctl.Ping(ctx).Err()) })
 	quantiles("11a. two PINGs, the floor of a pair,", d, err)
 	pairs := fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients)
+	before, err0 := ctl.Info(ctx, "cpu", "commandstats").Result() // 11d counts the backend's start and close too
 	b, err := f.backend("-pairs", uncontended)
-	before, err0 := ctl.Info(ctx, "cpu", "commandstats").Result()
 	var rates []float64
 	var n int64
 	if err == nil {
 		rates, n, err = r.redisPairs(ctx, b)
 	}
+	f.close()
 	after, err1 := ctl.Info(ctx, "cpu", "commandstats").Result()
 	if err != nil {
 		r.fail(redisCol, pairs, err)
