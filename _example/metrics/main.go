@@ -77,7 +77,10 @@ func run(log *slog.Logger) error {
 			attrs := []any{"outcome", o, "client", c.GetHeader("X-Client"), "wait", wait.Round(time.Microsecond)}
 			log.Debug("ginqueue", attrs...)
 			// A sampled info line: the first of each outcome, then every 500th.
-			n, _ := sampled.LoadOrStore(o, new(atomic.Uint64))
+			n, ok := sampled.Load(o)
+			if !ok { // the first of this outcome: allocate its counter once
+				n, _ = sampled.LoadOrStore(o, new(atomic.Uint64))
+			}
 			if n := n.(*atomic.Uint64).Add(1); n == 1 || n%500 == 0 {
 				log.Info("ginqueue (sampled)", append(attrs, "nth", n)...)
 			}
