@@ -249,3 +249,28 @@ type Counts struct {
 	// Releases (requests, whatever their cost). Both only grow.
 	Fast, Finished uint64
 }
+
+// ShareSetter is a LimitSetter whose limit may also be zero: a Backend that
+// is lent its slots by another (redisqueue's leased shares build on the
+// in-memory Backend this way) can hold none for a while. The in-memory
+// Backend is one. SetShare must be safe for concurrent use.
+type ShareSetter interface {
+	// SetShare is SetLimit that also takes 0: nobody is granted until the
+	// share is raised again, and waiters wait (or time out) meanwhile. It
+	// returns an error naming n when n is below 0 or above MaxLimit.
+	SetShare(n int) error
+}
+
+// FastPather is a Backend whose fast path depends on how it was built:
+// redisqueue's leased shares have one, its global queue none. NewQueue uses
+// FastPath's result as the Backend's FastBackend when it is not nil (and
+// then ignores whether the Backend itself is one). The FastBackend returned
+// must act on the same slots as the Backend: the Queue calls TryAcquire,
+// Counts and Acquire on it, and Release, Stats, Drain and Close on the
+// Backend.
+type FastPather interface {
+	Backend
+	// FastPath returns the fast path, or nil for none. NewQueue calls it
+	// once, after Start.
+	FastPath() FastBackend
+}

@@ -3,6 +3,7 @@ package ginqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,6 +140,7 @@ func NewMemoryBackend() Backend { return &dispatcher{room: newWaitroom()} }
 var (
 	_ FastBackend = (*dispatcher)(nil)
 	_ LimitSetter = (*dispatcher)(nil)
+	_ ShareSetter = (*dispatcher)(nil)
 )
 
 // Start implements Backend.
@@ -199,6 +201,20 @@ func (d *dispatcher) SetLimit(n int) error {
 	if err := CheckLimit(n); err != nil {
 		return err
 	}
+	return d.setLimit(n)
+}
+
+// SetShare implements ShareSetter: SetLimit, for n from 0. With a limit of
+// 0 no slot fits (see fits), so every arrival waits.
+func (d *dispatcher) SetShare(n int) error {
+	if n < 0 || n > MaxLimit {
+		return fmt.Errorf("ginqueue: share must be in [0, %d], got %d", MaxLimit, n)
+	}
+	return d.setLimit(n)
+}
+
+// setLimit moves the limit to n, checked by the caller.
+func (d *dispatcher) setLimit(n int) error {
 	d.lock()
 	defer d.unlock()
 	d.at(stepSetLimit)

@@ -96,6 +96,9 @@ func NewQueue(cfg Config) (*Queue, error) {
 		timeoutCode:  cmp.Or(cfg.QueueTimeoutStatus, http.StatusRequestTimeout),
 	}
 	q.fast, _ = b.(FastBackend)
+	if p, ok := b.(FastPather); ok {
+		q.fast = p.FastPath()
+	}
 	now := time.Now()
 	q.drain.rate(now, 0) // the base of the first drain rate
 	q.waits.start(now)

@@ -51,6 +51,9 @@ const (
 // are free and no waiter ahead of it in the global order waits, and the
 // Ticket's Cost says how many it got.
 func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	if b.sh != nil {
+		return b.sh.acquire(ctx, a)
+	}
 	var deadline time.Time
 	if b.limits.QueueTimeout > 0 {
 		deadline = time.Now().Add(b.limits.QueueTimeout)

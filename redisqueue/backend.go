@@ -123,6 +123,8 @@ type Backend struct {
 	localSlots int           // the sum of localHeld's slots
 	runID      string        // the run id of the server the reader last saw; guarded by mu
 	reader     *redis.Client // the reader's own connection; nil when not dialled
+
+	sh *shares // Shares mode; nil in GlobalQueue mode
 }
 
 // New returns a Backend that keeps its slots and queue in Redis through rdb,
@@ -183,6 +185,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		keyD: "d", keyEV: "ev", keyG: "g:" + b.replica, keyL: "l", keyU: "u", keyF: "f"} {
 		b.keys[i] = prefix + k
 	}
+	if o.Mode == Shares {
+		b.sh = newShares(b)
+		b.lists = prefix + "sg:"
+		b.list = b.lists + b.replica
+		b.keys = make([]string, numShareKeys)
+		for i, k := range [numShareKeys]string{skS: "s", skSE: "se", skSM: "sm", skR: "r", skD: "d", skG: "sg:" + b.replica} {
+			b.keys[i] = prefix + k
+		}
+	}
 	b.keyArgs = append(b.keyArgs, len(b.keys))
 	for _, k := range b.keys {
 		b.keyArgs = append(b.keyArgs, k)
@@ -203,6 +214,9 @@ var _ ginqueue.Backend = (*Backend)(nil)
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
 		return err
+	}
+	if b.sh != nil {
+		return b.sh.start(l)
 	}
 	if l.CoDel != nil {
 		return errCoDel
@@ -243,6 +257,9 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 // (by Redis or by the FailOpen fallback) was released and every release
 // reached Redis (or was given up after Close), or with ctx.Err().
 func (b *Backend) Drain(ctx context.Context) error {
+	if b.sh != nil {
+		return b.sh.mem.Drain(ctx)
+	}
 	for {
 		b.mu.Lock()
 		if len(b.held) == 0 && len(b.localHeld) == 0 && len(b.pending) == 0 {
@@ -272,6 +289,9 @@ func (b *Backend) Drain(ctx context.Context) error {
 // stops after the last Release.
 // Close does not close the Redis client. It may be called more than once.
 func (b *Backend) Close() error {
+	if b.sh != nil {
+		return b.sh.close()
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

@@ -53,7 +53,7 @@ func (b *Backend) markDown(cause error) {
 	b.outages.Add(1)
 	b.mu.Lock()
 	close(b.downCh)
-	if b.opts.OnRedisDown == FailOpen && !b.closed {
+	if b.opts.OnRedisDown == FailOpen && !b.closed && b.sh == nil {
 		b.openFallbackLocked()
 	}
 	b.mu.Unlock()

@@ -42,6 +42,9 @@ func (b *Backend) SetLimit(n int) error {
 	case b.down.Load():
 		return fmt.Errorf("redisqueue: SetLimit(%d): Redis is marked down, nothing changed: %w", n, ErrUnavailable)
 	}
+	if b.sh != nil {
+		return b.sh.setLimit(n)
+	}
 	res, err := b.call(setLimitScript, n, decl, b.replica)
 	if err != nil {
 		return fmt.Errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)

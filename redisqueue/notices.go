@@ -13,6 +13,12 @@ import (
 // or pending, runs after the grant in Redis and frees the slot; an evicted
 // lease holds nothing.
 func (b *Backend) notice(n string) bool {
+	if n == "s" {
+		// Shares mode: a move concerns this replica.
+		b.resync.Store(true)
+		b.wake()
+		return false
+	}
 	if tok, ok := strings.CutPrefix(n, "?"); ok {
 		// A recovery waits for this replica's sync, with its token.
 		b.mu.Lock()

@@ -40,11 +40,43 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", uint8(p))
 }
 
+// Mode is how the replicas of a Name share its limit.
+type Mode uint8
+
+const (
+	// GlobalQueue keeps the slots and one queue for the whole fleet in
+	// Redis: one order across replicas (FIFO within a priority, evictions
+	// fleet-wide), a Redis round trip or more per request. It is the zero
+	// value and the default.
+	GlobalQueue Mode = iota
+
+	// Shares splits the limit into shares that replicas lease from Redis:
+	// each admits and queues on its own, in memory, within the share it
+	// holds, with every feature of the in-memory Backend; Redis only moves
+	// shares, toward the replicas whose requests wait (higher priorities
+	// first), every SharePeriod or sooner. The slots held across the fleet
+	// never exceed the limit. The README's "Leased shares" says how, and
+	// what it costs.
+	Shares
+)
+
+// String returns "global-queue" or "shares".
+func (m Mode) String() string {
+	switch m {
+	case GlobalQueue:
+		return "global-queue"
+	case Shares:
+		return "shares"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
 // Defaults used for zero Options fields.
 const (
 	DefaultLeaseTTL     = 15 * time.Second
 	DefaultCallTimeout  = 150 * time.Millisecond
 	DefaultTickInterval = 500 * time.Millisecond
+	DefaultSharePeriod  = 50 * time.Millisecond
 
 	DefaultFailureThreshold = 3
 )
@@ -120,6 +152,20 @@ type Options struct {
 	// rounded up. Negative is refused. Ignored with FailClosed.
 	LocalQueue int
 
+	// Mode is how the replicas share the limit: GlobalQueue (the zero
+	// value) or Shares. Every replica of a Name must use the same Mode: a
+	// replica refuses to Start (ErrConflict) while replicas of the other
+	// mode are live.
+	Mode Mode
+
+	// SharePeriod is, in Shares mode, how often each replica reconciles its
+	// share with Redis (its demand, the share it may hold next); a replica
+	// whose requests start to wait, or that has slots to give back, does so
+	// at once, and Redis tells the replicas a move concerns. Zero means
+	// DefaultSharePeriod (50 ms). It must be at least 5 ms and at most
+	// LeaseTTL/4. Ignored in GlobalQueue mode.
+	SharePeriod time.Duration
+
 	// OnStateChange, when set, is called each time this replica marks Redis
 	// down (down true, with the error of the call that tipped it) and each
 	// time it finds Redis answering again (down false, err nil), in the
@@ -129,6 +175,9 @@ type Options struct {
 	// (ginqueue.BackendStats.Unavailable and Outages).
 	OnStateChange func(down bool, err error)
 }
+
+// minSharePeriod is the shortest SharePeriod.
+const minSharePeriod = 5 * time.Millisecond
 
 // minTick is the shortest TickInterval.
 const minTick = 10 * time.Millisecond
@@ -164,6 +213,14 @@ func (o Options) compile() (Options, error) {
 		return o, fmt.Errorf("redisqueue: Options.FailureThreshold must not be negative, got %d", o.FailureThreshold)
 	case o.LocalQueue < 0:
 		return o, fmt.Errorf("redisqueue: Options.LocalQueue must not be negative, got %d", o.LocalQueue)
+	case o.Mode > Shares:
+		return o, fmt.Errorf("redisqueue: Options.Mode must be GlobalQueue or Shares, got %v", o.Mode)
+	case o.SharePeriod < 0:
+		return o, fmt.Errorf("redisqueue: Options.SharePeriod must not be negative, got %v", o.SharePeriod)
+	case o.Mode == Shares && o.LocalLimit != 0:
+		return o, fmt.Errorf("redisqueue: Options.LocalLimit is for GlobalQueue mode; in Shares mode FailOpen keeps the share a replica holds, got %d", o.LocalLimit)
+	case o.Mode == Shares && o.LocalQueue != 0:
+		return o, fmt.Errorf("redisqueue: Options.LocalQueue is for GlobalQueue mode; in Shares mode every replica queues locally up to MaxQueue, got %d", o.LocalQueue)
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "ginqueue"
@@ -180,7 +237,14 @@ func (o Options) compile() (Options, error) {
 	if o.TickInterval == 0 {
 		o.TickInterval = min(DefaultTickInterval, o.LeaseTTL/3)
 	}
+	if o.SharePeriod == 0 {
+		o.SharePeriod = min(DefaultSharePeriod, o.LeaseTTL/4)
+	}
 	switch {
+	case o.Mode == Shares && o.SharePeriod < minSharePeriod:
+		return o, fmt.Errorf("redisqueue: Options.SharePeriod %v must be at least %v", o.SharePeriod, minSharePeriod)
+	case o.Mode == Shares && o.SharePeriod > o.LeaseTTL/4:
+		return o, fmt.Errorf("redisqueue: Options.SharePeriod %v must not exceed Options.LeaseTTL/4 (%v)", o.SharePeriod, o.LeaseTTL/4)
 	case o.LeaseTTL < 4*o.CallTimeout:
 		return o, fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 4 × Options.CallTimeout (%v)", o.LeaseTTL, o.CallTimeout)
 	case o.LeaseTTL < 100*time.Millisecond:

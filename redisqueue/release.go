@@ -12,6 +12,10 @@ import (
 // answers (or, after Close, until LeaseTTL has passed: the lease has expired
 // by then).
 func (b *Backend) Release(t ginqueue.Ticket) {
+	if b.sh != nil {
+		b.sh.release(t)
+		return
+	}
 	b.released.Add(uint64(max(t.Cost, 1)))
 	b.release(t)
 }

@@ -20,6 +20,9 @@ import (
 // here at this replica's next acquire or sync, within a TickInterval).
 // GlobalStats asks Redis for the fleet's.
 func (b *Backend) Stats() ginqueue.BackendStats {
+	if b.sh != nil {
+		return b.sh.stats()
+	}
 	now := time.Now()
 	released := b.released.Load() // before servedSlots: never more than it
 	byPrio := map[int]int{}
@@ -79,6 +82,9 @@ type GlobalStats struct {
 // fleet. Leases that expired but were not yet swept still count. It returns
 // the Redis error, if any; it is safe for concurrent use.
 func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
+	if b.sh != nil {
+		return b.sh.globalStats(ctx)
+	}
 	var h, q, r *redis.IntCmd
 	var l *redis.SliceCmd
 	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -1,0 +1,265 @@
+package redisqueue
+
+// The Redis data of one Name in Shares mode (see shares.go), beside the
+// GlobalQueue keys of scripts.go under the same hash tag:
+//
+//	s     HASH   replica id → "held need prio told queued": the slots Redis
+//	             counts as the replica's (never below what it runs or may
+//	             run before its next sync), its demand (its running slots
+//	             and waiters, at their peak since its previous sync), the
+//	             highest priority among its waiters ("" when none wait),
+//	             the share it was last told it may keep, and its waiters now
+//	se    ZSET   replica id → when its lease runs out (ms, Redis clock)
+//	sm    HASH   n: the fleet's limit set by SetLimit (absent: the declared
+//	             MaxConcurrent); d: the MaxConcurrent the live replicas
+//	             declared; e: the epoch, made when the keys are created, so
+//	             that a replica can tell Redis lost its data; fz: until when
+//	             no share grows (ms), after a loss
+//	sg:R  LIST   "s" notices for replica R: sync now
+//
+// Each replica also enters itself in GlobalQueue's r and d (with the lease
+// as its heartbeat and "Shares MaxConcurrent=n" as its limits), so that the
+// two modes never run under one Name: either refuses to start beside the
+// other (ErrConflict).
+//
+// The slots held across the fleet are the sum of s's held. A replica raises
+// the limit it admits within only to the held value a reply gave it, and
+// reports, before each call, at least what it runs and may run until it
+// hears again; Redis lowers a held value only on that replica's report, or
+// when its lease ran out. So the slots running across the fleet are never
+// above that sum, and a share grows only from what is free: the sum stays
+// at most the limit, except where SetLimit lowered it below what was held,
+// or a replica came back from an outage with slots Redis had counted away;
+// no share grows until the sum is back under the limit.
+
+// Shares-mode keys, in the order of the scripts' KEYS.
+const (
+	skS  = iota // s: the holders and their demand
+	skSE        // se: the leases
+	skSM        // sm: the limit, the declaration, the epoch
+	skR         // r: GlobalQueue's live replicas, to refuse mixing modes
+	skD         // d: GlobalQueue's declarations, likewise
+	skG         // sg:R of the calling replica
+	numShareKeys
+)
+
+// sharesScript is every Shares-mode operation, by ARGV[5]:
+//
+//	sync  ARGV[6..11] = held now, need, prio ("" none), queued, the epoch
+//	      this replica knows ("" none), the freeze (ms) after a loss.
+//	      Reply {held, target, shrink, limit, epoch, freeze left ms,
+//	      replicas, free}, or {"conflict", why}.
+//	limit ARGV[6] = the new limit. Reply: the limit.
+//	bye   the replica leaves: its share goes back at once. Reply: 1.
+//	stats Reply {held in all, queued in all, replicas, limit}.
+//
+// ARGV[1..4] (every call): the declared MaxConcurrent, the lease TTL (ms),
+// the prefix of the notice lists, this replica's id.
+var sharesScript = newScript(`
+local S, SE, SM, GR, GD, MINE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local declared, ttl, lists, me, op = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local keep = 10 * ttl
+
+local function notify(id)
+  local k = lists .. id
+  if redis.call('LLEN', k) == 0 then
+    redis.call('RPUSH', k, 's')
+    redis.call('PEXPIRE', k, keep)
+  end
+end
+
+-- Leases that ran out: their replicas stopped syncing.
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', now)) do
+  redis.call('HDEL', S, id)
+  redis.call('ZREM', SE, id)
+  redis.call('DEL', lists .. id)
+  redis.call('ZREM', GR, id)
+  redis.call('HDEL', GD, id)
+end
+
+-- Every replica's record.
+local ids, held, need, prio, told, queued = {}, {}, {}, {}, {}, {}
+local function load()
+  ids, held, need, prio, told, queued = {}, {}, {}, {}, {}, {}
+  local all = redis.call('HGETALL', S)
+  for i = 1, #all, 2 do
+    local id = all[i]
+    local h, n, p, d, q = string.match(all[i + 1], '^(%d+) (%d+) (%S*) (%d+) (%d+)$')
+    if h then
+      ids[#ids + 1] = id
+      held[id], need[id], prio[id], told[id], queued[id] = tonumber(h), tonumber(n), tonumber(p), tonumber(d), tonumber(q)
+    end
+  end
+  table.sort(ids)
+end
+
+local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz')
+local limit = tonumber(meta[1]) or tonumber(declared)
+
+if op == 'stats' then
+  load()
+  local h, q = 0, 0
+  for _, id in ipairs(ids) do h = h + held[id]; q = q + queued[id] end
+  return {h, q, #ids, limit}
+end
+
+if op == 'bye' then
+  redis.call('HDEL', S, me)
+  redis.call('ZREM', SE, me)
+  redis.call('DEL', MINE)
+  redis.call('ZREM', GR, me)
+  redis.call('HDEL', GD, me)
+  load()
+  for _, id in ipairs(ids) do
+    if need[id] > held[id] then notify(id) end
+  end
+  return 1
+end
+
+if op == 'limit' then
+  redis.call('HSET', SM, 'n', ARGV[6])
+  redis.call('PEXPIRE', SM, keep)
+  load()
+  for _, id in ipairs(ids) do
+    if id ~= me then notify(id) end
+  end
+  return tonumber(ARGV[6])
+end
+
+-- sync. A live replica in r that has no share runs in GlobalQueue mode.
+load()
+for _, r in ipairs(redis.call('ZRANGEBYSCORE', GR, '(' .. now, '+inf')) do
+  if r ~= me and not held[r] then
+    return {'conflict', 'replica ' .. r .. ' of this Name runs in GlobalQueue mode'}
+  end
+end
+local others = 0
+for _, id in ipairs(ids) do
+  if id ~= me then others = others + 1 end
+end
+if meta[2] and meta[2] ~= declared then
+  if others > 0 then
+    return {'conflict', 'live replicas declared MaxConcurrent=' .. meta[2] .. ', this one ' .. declared}
+  end
+  -- Nobody of the old declaration is live: the limit set for it goes too.
+  redis.call('HDEL', SM, 'n')
+  limit = tonumber(declared)
+end
+redis.call('HSET', SM, 'd', declared)
+
+local epoch, freeze = meta[3], tonumber(meta[4]) or 0
+local cur = tonumber(ARGV[6])
+if not epoch then
+  epoch = me .. '.' .. now
+  redis.call('HSET', SM, 'e', epoch)
+end
+if ARGV[10] ~= '' and ARGV[10] ~= epoch and cur > 0 then
+  -- This replica holds slots of an epoch Redis no longer has: Redis lost
+  -- its data. Others that hold some may not have synced since; no share
+  -- grows until they had time to.
+  freeze = math.max(freeze, now + tonumber(ARGV[11]))
+  redis.call('HSET', SM, 'fz', freeze)
+end
+
+if not held[me] then ids[#ids + 1] = me; table.sort(ids) end
+held[me], need[me], prio[me], queued[me] = cur, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+
+-- Targets: the limit goes to the demand of the highest priority first,
+-- then the next; within a priority in proportion to the demand (largest
+-- remainders first, then replica id); replicas with nobody waiting come
+-- last. What no demand takes is split evenly, as room for arrivals.
+local order = {}
+for i, id in ipairs(ids) do order[i] = id end
+table.sort(order, function(a, b)
+  local pa, pb = prio[a], prio[b]
+  if pa ~= pb then
+    if pa == nil then return false end
+    if pb == nil then return true end
+    return pa > pb
+  end
+  return a < b
+end)
+local target, left = {}, limit
+local i = 1
+while i <= #order do
+  local j, d = i, 0
+  while j <= #order and prio[order[j]] == prio[order[i]] do d = d + need[order[j]]; j = j + 1 end
+  if d <= left then
+    for k = i, j - 1 do target[order[k]] = need[order[k]] end
+    left = left - d
+  else
+    local given, fr = 0, {}
+    for k = i, j - 1 do
+      local id = order[k]
+      local exact = left * need[id] / d
+      target[id] = math.floor(exact)
+      given = given + target[id]
+      fr[#fr + 1] = {id, exact - target[id]}
+    end
+    table.sort(fr, function(a, b)
+      if a[2] ~= b[2] then return a[2] > b[2] end
+      return a[1] < b[1]
+    end)
+    for k = 1, left - given do target[fr[k][1]] = target[fr[k][1]] + 1 end
+    left = 0
+  end
+  i = j
+end
+if left > 0 then
+  local per, extra = math.floor(left / #ids), left % #ids
+  for k, id in ipairs(ids) do
+    target[id] = target[id] + per
+    if k <= extra then target[id] = target[id] + 1 end
+  end
+end
+
+-- This replica's share grows from what is free, after the needs of
+-- replicas of a higher priority.
+local sum = 0
+for _, id in ipairs(ids) do sum = sum + held[id] end
+local free = limit - sum
+local frozen = now < freeze
+if not frozen and target[me] > cur and free > 0 then
+  local reserve = 0
+  for _, id in ipairs(ids) do
+    if id ~= me and prio[id] ~= nil and (prio[me] == nil or prio[id] > prio[me]) then
+      reserve = reserve + math.max(0, target[id] - held[id])
+    end
+  end
+  local grant = math.max(0, math.min(target[me] - cur, free - reserve))
+  held[me] = cur + grant
+  free = free - grant
+end
+
+-- Shares shrink only while another's need is not met from what is free.
+local short = 0
+for _, id in ipairs(ids) do short = short + math.max(0, target[id] - held[id]) end
+local shrink = short > math.max(free, 0)
+-- told: the share this replica now believes it may keep.
+local keepTold = math.max(target[me], held[me])
+if shrink then keepTold = target[me] end
+redis.call('HSET', S, me, held[me] .. ' ' .. need[me] .. ' ' .. ARGV[8] .. ' ' .. keepTold .. ' ' .. queued[me])
+redis.call('ZADD', SE, now + ttl, me)
+-- Declared in GlobalQueue's keys as well, so that a replica of that mode
+-- refuses to start beside this one.
+redis.call('ZADD', GR, now + ttl, me)
+redis.call('HSET', GD, me, 'Shares MaxConcurrent=' .. declared)
+for _, id in ipairs(ids) do
+  if id ~= me then
+    -- Tell a replica above its target once, when its target fell below
+    -- the share it believes it may keep, so that it gives back; tell one
+    -- short of its target when slots are free.
+    if shrink and target[me] > held[me] and held[id] > target[id] and told[id] > target[id] then
+      notify(id)
+    elseif free > 0 and not frozen and target[id] > held[id] then
+      notify(id)
+    end
+  end
+end
+for _, k in ipairs({S, SE, SM, GR, GD}) do redis.call('PEXPIRE', k, keep) end
+local left_ms = 0
+if frozen then left_ms = freeze - now end
+return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, #ids, math.max(free, 0)}
+`)

@@ -1,0 +1,498 @@
+package redisqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ginqueue/ginqueue"
+)
+
+// Shares mode: each replica runs the in-memory Backend of ginqueue, whose
+// limit is the share this replica leases from Redis; a coordinator (the
+// goroutine shares.run) reconciles it with Redis every SharePeriod, at once
+// when requests start to wait here, when Redis sends a notice, and when
+// slots this replica owes can be given back. script_shares.go says what
+// Redis keeps and why the fleet never holds more than its limit.
+
+// shares is the Shares-mode state of a Backend.
+type shares struct {
+	b     *Backend
+	mem   ginqueue.Backend
+	fast  ginqueue.FastBackend
+	share ginqueue.ShareSetter
+
+	// demand since the previous sync, written on the request path: the
+	// peak of running + waiting (slots and requests), and whether a waiter
+	// came.
+	peak   atomic.Int64
+	waited atomic.Bool
+	// topPrio is the highest priority of a waiter since the previous sync,
+	// valid while waited is set.
+	topPrio atomic.Int64
+	// owing is set while this replica runs more than its share (it was
+	// lowered): the Release that brings it down to the share sets giveBack
+	// and wakes the coordinator, which reports the slots freed.
+	owing    atomic.Bool
+	giveBack atomic.Bool
+	// asked is set by an arrival that found no free slot, for the
+	// coordinator: sync soon, if it may help.
+	asked atomic.Bool
+
+	mu sync.Mutex
+	// Guarded by mu. local is the limit of mem: never above the held value
+	// of Redis's last reply, so never above what Redis counts as ours.
+	local    int
+	epoch    string    // the epoch of Redis's last reply
+	leaseEnd time.Time // the share is ours until then (monotonic clock)
+	// lost is set once the lease ran out with Redis unreachable under
+	// FailClosed: the share is 0 and arrivals are answered unavailable
+	// until a sync succeeds; lostCtx ends then, to answer the waiters.
+	lost       bool
+	lostCtx    context.Context
+	lostCancel context.CancelFunc
+	freeLast   int       // slots free in the fleet at the last reply
+	queuedLast int       // waiters reported at the last sync
+	target     int       // the target of the last reply
+	frozenTill time.Time // Redis grows no share before then (after a data loss)
+	replicas   int       // replicas of the last reply
+}
+
+// newShares builds the Shares-mode state; Start starts it.
+func newShares(b *Backend) *shares {
+	mem := ginqueue.NewMemoryBackend()
+	s := &shares{b: b, mem: mem, fast: mem.(ginqueue.FastBackend), share: mem.(ginqueue.ShareSetter)}
+	s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
+	return s
+}
+
+// start starts the in-memory Backend with l and a share of 0, makes the
+// first sync and starts the coordinator and the notice reader.
+func (s *shares) start(l ginqueue.Limits) error {
+	b := s.b
+	if err := s.mem.Start(l); err != nil {
+		return err
+	}
+	if err := s.share.SetShare(0); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.started || b.closed {
+		b.mu.Unlock()
+		_ = s.mem.Close()
+		return errors.New("redisqueue: Start called twice, or after Close; a Backend serves one Queue")
+	}
+	b.started = true
+	b.limits = l
+	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists, b.replica}
+	b.limit.Store(int64(l.MaxConcurrent))
+	b.mu.Unlock()
+	if err := s.sync(); errors.Is(err, ErrConflict) {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		_ = s.mem.Close()
+		b.stopCancel()
+		close(b.stop)
+		close(b.readDn)
+		close(b.mainDn)
+		return err
+	}
+	go b.read()
+	go s.run()
+	return nil
+}
+
+// acquire implements Backend.Acquire: the in-memory Backend's, within the
+// share.
+func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	c := s.fast.Counts()
+	s.notePeak(c.Running + c.Queued + max(a.Cost, 1))
+	if c.Running+max(a.Cost, 1) > c.Limit || c.Queued > 0 {
+		s.noteWaiter(a.Priority)
+	}
+	if s.b.opts.OnRedisDown == FailClosed {
+		s.mu.Lock()
+		lost, lostCtx := s.lost, s.lostCtx
+		s.mu.Unlock()
+		if lost {
+			s.b.wake() // probe at once: Redis may answer again
+			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("the share's lease ran out while Redis was unreachable")}
+		}
+		// A waiter is answered unavailable if the lease runs out first.
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(lostCtx, cancel)
+		defer stop()
+		t, err := s.mem.Acquire(wctx, a)
+		if err != nil && ctx.Err() == nil && lostCtx.Err() != nil && !errors.Is(err, ginqueue.ErrClosed) {
+			return t, &unavailableError{cause: errors.New("the share's lease ran out while Redis was unreachable")}
+		}
+		return t, err
+	}
+	return s.mem.Acquire(ctx, a)
+}
+
+// notePeak raises the peak demand since the previous sync to n.
+func (s *shares) notePeak(n int) {
+	for {
+		p := s.peak.Load()
+		if int64(n) <= p || s.peak.CompareAndSwap(p, int64(n)) {
+			return
+		}
+	}
+}
+
+// noteWaiter records a waiter of priority p since the previous sync, and
+// asks the coordinator to sync if that may get it slots sooner.
+func (s *shares) noteWaiter(p int) {
+	for {
+		if !s.waited.Load() {
+			s.topPrio.Store(int64(p))
+			if !s.waited.Swap(true) {
+				break
+			}
+		}
+		q := s.topPrio.Load()
+		if int64(p) <= q || s.topPrio.CompareAndSwap(q, int64(p)) {
+			break
+		}
+	}
+	if !s.asked.Swap(true) {
+		s.b.wake()
+	}
+}
+
+// release implements Backend.Release.
+func (s *shares) release(t ginqueue.Ticket) {
+	s.mem.Release(t)
+	if s.owing.Load() {
+		c := s.fast.Counts()
+		if c.Running <= c.Limit && s.owing.Swap(false) {
+			s.giveBack.Store(true)
+			s.b.wake()
+		}
+	}
+}
+
+// tryAcquire and counts make shares the Queue's FastBackend.
+type sharesFast struct{ s *shares }
+
+func (f sharesFast) Start(l ginqueue.Limits) error {
+	return errors.New("redisqueue: the fast path is not started")
+}
+func (f sharesFast) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	return f.s.acquire(ctx, a)
+}
+func (f sharesFast) Release(t ginqueue.Ticket)       { f.s.release(t) }
+func (f sharesFast) Stats() ginqueue.BackendStats    { return f.s.b.Stats() }
+func (f sharesFast) Drain(ctx context.Context) error { return f.s.b.Drain(ctx) }
+func (f sharesFast) Close() error                    { return f.s.b.Close() }
+func (f sharesFast) TryAcquire() uint64              { return f.s.fast.TryAcquire() }
+func (f sharesFast) Counts() ginqueue.Counts         { return f.s.fast.Counts() }
+
+// FastPath implements ginqueue.FastPather: in Shares mode the in-memory
+// Backend's fast path, so that a request that finds a slot of the share
+// free runs without a lock, a clock or Redis; nil in GlobalQueue mode.
+func (b *Backend) FastPath() ginqueue.FastBackend {
+	if b.sh == nil {
+		return nil
+	}
+	return sharesFast{b.sh}
+}
+
+var _ ginqueue.FastPather = (*Backend)(nil)
+
+// run is the coordinator: it syncs every SharePeriod (every downProbe while
+// Redis is down), and sooner when asked. After Close it goes on until the
+// last running request has released its slot, then says goodbye.
+func (s *shares) run() {
+	b := s.b
+	defer close(b.mainDn)
+	period := b.opts.SharePeriod
+	// An arrival that waits may make this replica sync at most this often
+	// beyond the period: at saturation every arrival waits, and Redis would
+	// otherwise see a call per request.
+	gap := max(period/8, time.Millisecond)
+	timer := time.NewTimer(period)
+	defer timer.Stop()
+	last := time.Now()
+	stop := b.stop
+	for {
+		select {
+		case <-timer.C:
+		case <-b.kick:
+		case <-stop:
+			stop = nil
+			s.mu.Lock()
+			s.local = 0
+			_ = s.share.SetShare(0)
+			s.mu.Unlock()
+		}
+		now := time.Now()
+		c := s.fast.Counts()
+		if stop == nil && c.Running == 0 {
+			s.bye()
+			return
+		}
+		s.mu.Lock()
+		leaseEnd, lost, freeLast, queuedLast, frozenTill := s.leaseEnd, s.lost, s.freeLast, s.queuedLast, s.frozenTill
+		s.mu.Unlock()
+		down := b.down.Load()
+		every := period
+		if down {
+			every = min(period, downProbe)
+		}
+		due := !now.Before(last.Add(every))
+		// Redis asked (a notice), or a failed call wants a probe.
+		due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0)
+		// Slots owed can be given back now.
+		due = due || s.giveBack.Swap(false)
+		if s.asked.Load() && !now.Before(last.Add(gap)) {
+			// A waiter came: it helps to tell Redis if slots are free, or
+			// if Redis does not know yet that requests wait here; and while
+			// Redis is down, a probe may find it back.
+			if down || freeLast > 0 || queuedLast == 0 || c.Queued > 2*queuedLast {
+				due = true
+			}
+		}
+		if !frozenTill.IsZero() && !now.Before(frozenTill) {
+			due = true
+		}
+		if due {
+			s.asked.Store(false)
+			_ = s.sync()
+			last = now
+		}
+		if !lost && !leaseEnd.IsZero() && !time.Now().Before(leaseEnd) {
+			s.leaseRanOut()
+		}
+		next := last.Add(every)
+		if s.asked.Load() {
+			next = minTime(next, last.Add(gap))
+		}
+		s.mu.Lock()
+		if !s.lost && !s.leaseEnd.IsZero() {
+			next = minTime(next, s.leaseEnd)
+		}
+		if !s.frozenTill.IsZero() {
+			next = minTime(next, s.frozenTill)
+		}
+		s.mu.Unlock()
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(time.Until(next), 100*time.Microsecond))
+	}
+}
+
+// leaseRanOut applies OnRedisDown once the share's lease ran out with no
+// answer from Redis: FailClosed gives the share up (Redis counts it away)
+// and answers every waiter and arrival as unavailable until a sync
+// succeeds; FailOpen keeps admitting within it.
+func (s *shares) leaseRanOut() {
+	if s.b.opts.OnRedisDown != FailClosed {
+		return
+	}
+	s.mu.Lock()
+	if s.lost {
+		s.mu.Unlock()
+		return
+	}
+	s.lost = true
+	s.local = 0
+	_ = s.share.SetShare(0)
+	cancel := s.lostCancel
+	s.mu.Unlock()
+	cancel()
+}
+
+// sync reports this replica's slots and demand to Redis and applies the
+// share Redis answers with.
+func (s *shares) sync() error {
+	b := s.b
+	// The share cannot move while the call is out: only this goroutine
+	// moves it (and Close, to zero). So what is reported, the limit or
+	// what runs if more, bounds what runs until the reply is applied.
+	s.mu.Lock()
+	local, epoch := s.local, s.epoch
+	s.mu.Unlock()
+	c := s.fast.Counts()
+	cur := max(local, c.Running)
+	need := max(int(s.peak.Swap(0)), c.Running+c.Queued)
+	prio := ""
+	if s.waited.Swap(false) || c.Queued > 0 {
+		p := s.topPrio.Load()
+		if c.Queued > 0 {
+			if st := s.mem.Stats(); len(st.QueuedByPriority) > 0 {
+				p = max(p, int64(st.QueuedByPriority[0].Priority))
+			}
+		}
+		prio = strconv.FormatInt(p, 10)
+	}
+	freeze := b.opts.SharePeriod + 2*b.opts.CallTimeout
+	sent := time.Now()
+	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, freeze.Milliseconds())
+	if err != nil {
+		return err
+	}
+	r, ok := res.([]any)
+	if ok && len(r) == 2 && r[0] == "conflict" {
+		why, _ := r[1].(string)
+		err := fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
+		b.mu.Lock()
+		b.conflict = err
+		b.mu.Unlock()
+		return err
+	}
+	if !ok || len(r) != 8 {
+		return fmt.Errorf("redisqueue: unexpected reply to the shares sync: %v", res)
+	}
+	held, _ := r[0].(int64)
+	target, _ := r[1].(int64)
+	shrink, _ := r[2].(int64)
+	limit, _ := r[3].(int64)
+	ep, _ := r[4].(string)
+	frozenMs, _ := r[5].(int64)
+	replicas, _ := r[6].(int64)
+	free, _ := r[7].(int64)
+	b.markUp()
+	b.limit.Store(limit)
+
+	s.mu.Lock()
+	next := s.local
+	if int(held) > next {
+		next = int(held)
+	}
+	if shrink == 1 && int(target) < next {
+		next = int(target)
+	}
+	if s.lost {
+		s.lost = false
+		s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
+	}
+	if b.isClosed() {
+		next = 0
+	}
+	lowered := next < s.local
+	s.local = next
+	_ = s.share.SetShare(next)
+	s.epoch = ep
+	s.leaseEnd = sent.Add(b.opts.LeaseTTL - b.opts.LeaseTTL/100)
+	s.target = int(target)
+	s.freeLast = int(free)
+	s.queuedLast = c.Queued
+	s.replicas = int(replicas)
+	s.frozenTill = time.Time{}
+	if frozenMs > 0 {
+		s.frozenTill = time.Now().Add(time.Duration(frozenMs) * time.Millisecond)
+	}
+	s.mu.Unlock()
+	if lowered || int(held) > next {
+		// Redis still counts the slots above the new share as ours: give
+		// them back at once if nothing runs on them, else when the
+		// requests on them end.
+		s.owing.Store(true)
+		if s.fast.Counts().Running <= next && s.owing.Swap(false) {
+			s.giveBack.Store(true)
+			b.wake()
+		}
+	}
+	return nil
+}
+
+// bye tells Redis this replica left, so that its share goes back at once.
+func (s *shares) bye() {
+	_, _ = s.b.call(sharesScript, "bye")
+}
+
+// stats implements Backend.Stats: the in-memory Backend's, whose Limit is
+// this replica's share.
+func (s *shares) stats() ginqueue.BackendStats {
+	st := s.mem.Stats()
+	st.Unavailable = s.b.down.Load()
+	st.Outages = s.b.outages.Load()
+	return st
+}
+
+// close implements Backend.Close.
+func (s *shares) close() error {
+	b := s.b
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.closedAt = time.Now()
+	started := b.started
+	r := b.reader
+	b.reader = nil
+	b.mu.Unlock()
+	err := s.mem.Close() // answers the waiters; running requests keep their slots
+	if !started {
+		return err
+	}
+	b.stopCancel()
+	close(b.stop)
+	if r != nil {
+		_ = r.Close() // unblocks BLPOP
+	}
+	<-b.readDn
+	if s.fast.Counts().Running == 0 {
+		<-b.mainDn
+	}
+	return err
+}
+
+// globalStats implements Backend.GlobalStats: Running is the slots the
+// replicas hold (a bound of what they run), Queued their waiters as of
+// their last syncs.
+func (s *shares) globalStats(ctx context.Context) (GlobalStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.b.opts.CallTimeout)
+	defer cancel()
+	res, err := s.b.callIn(ctx, sharesScript, "stats")
+	if err != nil {
+		return GlobalStats{}, err
+	}
+	r, ok := res.([]any)
+	if !ok || len(r) != 4 {
+		return GlobalStats{}, fmt.Errorf("redisqueue: unexpected reply to the shares stats: %v", res)
+	}
+	var v [4]int64
+	for i := range v {
+		v[i], _ = r[i].(int64)
+	}
+	return GlobalStats{Running: int(v[0]), Queued: int(v[1]), Replicas: int(v[2]), Limit: int(v[3])}, nil
+}
+
+// setLimit implements Backend.SetLimit, once its checks passed.
+func (s *shares) setLimit(n int) error {
+	res, err := s.b.call(sharesScript, "limit", n)
+	if err != nil {
+		return fmt.Errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
+	}
+	l, ok := res.(int64)
+	if !ok {
+		return fmt.Errorf("redisqueue: SetLimit(%d): unexpected reply %v", n, res)
+	}
+	s.b.limit.Store(l)
+	s.b.resync.Store(true)
+	s.b.wake() // this replica's share follows at once too
+	return nil
+}
+
+// isClosed reports whether Close was called.
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
