@@ -125,3 +125,68 @@ func TestBackendsLearnOfCosts(t *testing.T) {
 	}
 	assert.EqualValues(t, [2]int64{2, 1}, [2]int64{b.tries.Load(), b.acquires.Load()}, "tries and acquires")
 }
+
+// pather is a Backend that is no FastBackend itself but names one.
+type pather struct {
+	plainBackend
+	fast ginqueue.FastBackend
+}
+
+func (p pather) FastPath() ginqueue.FastBackend { return p.fast }
+
+// A FastPather's FastPath is the Queue's fast path; a nil one means none.
+func TestFastPatherNamesTheFastPath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := ginqueue.NewMemoryBackend()
+		c := &countingFast{FastBackend: mem.(ginqueue.FastBackend)}
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Minute,
+			Backend: pather{plainBackend{mem}, c}})
+		r := newEngine(q.Handler(), sleeper(10*time.Millisecond))
+		out := make(chan result, 8)
+		burst(r, 2, 0, out) // 1 runs, 1 waits
+		for range 2 {
+			require.Equal(t, http.StatusOK, (<-out).code)
+		}
+		assert.EqualValues(t, 2, c.tries.Load(), "both requests tried the named fast path")
+		assert.EqualValues(t, 1, c.acquires.Load(), "the one that waited went through its Acquire")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Minute,
+			Backend: pather{plainBackend{ginqueue.NewMemoryBackend()}, nil}})
+		r := newEngine(q.Handler(), sleeper(10*time.Millisecond))
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		assert.Equal(t, http.StatusOK, w.Code)
+	})
+}
+
+// SetShare takes 0, which admits nobody until the share is raised, and
+// refuses what SetLimit refuses beyond that.
+func TestSetShareOfZeroAdmitsNobody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := ginqueue.NewMemoryBackend()
+		require.NoError(t, mem.Start(ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4, Weighted: true}))
+		s := mem.(ginqueue.ShareSetter)
+		require.NoError(t, s.SetShare(0))
+		fast := mem.(ginqueue.FastBackend)
+		assert.Zero(t, fast.TryAcquire(), "no slot with a share of 0")
+		assert.Equal(t, 0, fast.Counts().Limit)
+		got := make(chan ginqueue.Ticket, 1)
+		go func() {
+			tk, err := mem.Acquire(context.Background(), ginqueue.Arrival{Cost: 2})
+			if err == nil {
+				got <- tk
+			}
+		}()
+		synctest.Wait()
+		assert.Empty(t, got, "a waiter waits while the share is 0")
+		require.NoError(t, s.SetShare(1))
+		synctest.Wait()
+		tk := <-got
+		assert.Equal(t, 1, tk.Cost, "a cost above the share is granted as the whole share")
+		mem.Release(tk)
+		assert.EqualError(t, s.SetShare(-1), "ginqueue: share must be in [0, 1073741824], got -1")
+		assert.EqualError(t, s.SetShare(ginqueue.MaxLimit+1), "ginqueue: share must be in [0, 1073741824], got 1073741825")
+		require.NoError(t, mem.Close())
+	})
+}

@@ -1,6 +1,8 @@
 package redisqueue_test
 
 import (
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,5 +78,257 @@ func TestSharesKeepTheLimitUnderUnevenLoad(t *testing.T) {
 	}
 	if p := f.peak.Load(); p > 16 {
 		t.Fatalf("peak %d running across the fleet, limit 16", p)
+	}
+}
+
+// sampler reads a fleet counter every millisecond and keeps the mean.
+type sampler struct {
+	stop chan struct{}
+	done chan float64
+}
+
+func sample(f *fleetCounter) *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan float64, 1)}
+	go func() {
+		var sum, n float64
+		tk := time.NewTicker(time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-s.stop:
+				s.done <- sum / max(n, 1)
+				return
+			case <-tk.C:
+				sum += float64(f.now.Load())
+				n++
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) mean() float64 { close(s.stop); return <-s.done }
+
+// Under uneven saturation (8, 8, 8 and 104 clients on four replicas, 20 ms
+// handlers) the shares follow the demand: the fleet runs at its limit, and
+// never above it.
+func TestSharesUseTheLimitUnderUnevenLoad(t *testing.T) {
+	needRedis(t)
+	var f fleetCounter
+	cfg := ginqueue.Config{MaxConcurrent: 64, MaxQueue: 128, QueueTimeout: 5 * time.Second}
+	rs := sharesFleet(t, 4, cfg, redisqueue.Options{}, f.handler(20*time.Millisecond))
+	var s *sampler
+	time.AfterFunc(500*time.Millisecond, func() { s = sample(&f) })
+	out := drive(rs, []int{8, 8, 8, 104}, 3*time.Second)
+	mean := s.mean()
+	for i, o := range out {
+		t.Logf("replica %d: %v, share at the end %d", i, o, rs[i].b.Stats().Limit)
+	}
+	t.Logf("mean running %.1f of 64, peak %d", mean, f.peak.Load())
+	if p := f.peak.Load(); p > 64 {
+		t.Errorf("peak %d running across the fleet, limit 64", p)
+	}
+	if mean < 0.95*64 {
+		t.Errorf("mean running %.1f, want at least %.1f (0.95 × the limit)", mean, 0.95*64)
+	}
+	for i, o := range out {
+		if o[200] == 0 {
+			t.Errorf("replica %d served nothing", i)
+		}
+	}
+}
+
+// shape is a load whose clients per replica change while it runs: worker j
+// of replica i sends requests while j < want[i]. Latencies of 200s are kept
+// per replica, from when keep is set.
+type shape struct {
+	want    []atomic.Int64
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	keep    atomic.Bool
+	mu      sync.Mutex
+	lat     [][]time.Duration
+	answers []map[int]int
+}
+
+func startShape(rs []*replica, most int) *shape {
+	s := &shape{want: make([]atomic.Int64, len(rs)), stop: make(chan struct{}),
+		lat: make([][]time.Duration, len(rs)), answers: make([]map[int]int, len(rs))}
+	for i, r := range rs {
+		s.answers[i] = map[int]int{}
+		for j := range most {
+			s.wg.Go(func() {
+				for {
+					select {
+					case <-s.stop:
+						return
+					default:
+					}
+					if int64(j) >= s.want[i].Load() {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					start := time.Now()
+					code := r.get()
+					d := time.Since(start)
+					s.mu.Lock()
+					s.answers[i][code]++
+					if code == 200 && s.keep.Load() {
+						s.lat[i] = append(s.lat[i], d)
+					}
+					s.mu.Unlock()
+				}
+			})
+		}
+	}
+	return s
+}
+
+func (s *shape) set(clients ...int) {
+	for i, n := range clients {
+		s.want[i].Store(int64(n))
+	}
+}
+
+func (s *shape) end() { close(s.stop); s.wg.Wait() }
+
+// medians returns the median latency of each replica since keep was set.
+func (s *shape) medians() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make([]time.Duration, len(s.lat))
+	for i, l := range s.lat {
+		if len(l) == 0 {
+			continue
+		}
+		c := slices.Clone(l)
+		slices.Sort(c)
+		m[i] = c[len(c)/2]
+	}
+	return m
+}
+
+// shareReaches returns how long after from replica r's share first reached
+// at least n, polling every millisecond for up to d; d+1 if never.
+func shareReaches(r *replica, n int, from time.Time, d time.Duration) time.Duration {
+	for time.Since(from) <= d {
+		if r.b.Stats().Limit >= n {
+			return time.Since(from)
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	return d + 1
+}
+
+// Shares follow the demand: an idle replica hands its slots to one whose
+// requests wait within 100 ms; a replica that gets 4× the clients of the
+// others has its share grown within 100 ms, and again when the load moves
+// to another; at steady state the median waits are within 2× of each other.
+func TestSharesFollowTheDemand(t *testing.T) {
+	needRedis(t)
+	const limit, handler = 32, 10 * time.Millisecond
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 256, QueueTimeout: 5 * time.Second}
+	var f fleetCounter
+	rs := sharesFleet(t, 4, cfg, redisqueue.Options{}, f.handler(handler))
+	ld := startShape(rs, 32)
+	defer ld.end()
+	// Idle: the limit is split evenly, as room for arrivals.
+	eventually(t, 2*time.Second, "idle shares not split evenly", func() bool {
+		for _, r := range rs {
+			if r.b.Stats().Limit != limit/4 {
+				return false
+			}
+		}
+		return true
+	})
+
+	t0 := time.Now()
+	ld.set(0, 32, 0, 0)
+	if d := shareReaches(rs[1], limit, t0, time.Second); d > 100*time.Millisecond {
+		t.Errorf("the idle replicas handed their slots on after %v, want within 100ms", d)
+	} else {
+		t.Logf("idle replicas handed every slot on within %v", d)
+	}
+
+	// 4× the clients on replica 0: its share is 32 × 32/56, 18.
+	t1 := time.Now()
+	ld.set(32, 8, 8, 8)
+	if d := shareReaches(rs[0], 17, t1, time.Second); d > 100*time.Millisecond {
+		t.Errorf("the busy replica's share grew to 17 after %v, want within 100ms", d)
+	} else {
+		t.Logf("replica 0's share grew to 17 within %v", d)
+	}
+	time.Sleep(500 * time.Millisecond)
+	ld.keep.Store(true)
+	time.Sleep(time.Second)
+	ld.keep.Store(false)
+	checkWaits(t, ld.medians(), handler)
+
+	// The load moves to replica 2.
+	t2 := time.Now()
+	ld.set(8, 8, 32, 8)
+	if d := shareReaches(rs[2], 17, t2, time.Second); d > 100*time.Millisecond {
+		t.Errorf("after the load moved, replica 2's share grew to 17 after %v, want within 100ms", d)
+	} else {
+		t.Logf("after the load moved, replica 2's share grew to 17 within %v", d)
+	}
+	if p := f.peak.Load(); p > limit {
+		t.Errorf("peak %d running across the fleet, limit %d", p, limit)
+	}
+}
+
+// checkWaits fails unless the median waits (latency less the handler) are
+// within 2× of each other.
+func checkWaits(t *testing.T, medians []time.Duration, handler time.Duration) {
+	t.Helper()
+	lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+	for _, m := range medians {
+		w := max(m-handler, time.Millisecond) // a wait below 1 ms is no wait
+		lo, hi = min(lo, w), max(hi, w)
+	}
+	t.Logf("median latencies %v (handler %v)", medians, handler)
+	if hi > 2*lo {
+		t.Errorf("median waits from %v to %v, want within 2× of each other", lo, hi)
+	}
+}
+
+// Priority across the fleet: high-priority waiters on one replica, low on
+// another: the slots go to the high-priority ones, within a move period of
+// their coming.
+func TestSharesGoToHigherPriorities(t *testing.T) {
+	needRedis(t)
+	const limit, handler = 8, 10 * time.Millisecond
+	o := redisqueue.Options{Name: newName(t)}
+	var f fleetCounter
+	low := sharesFleet(t, 1, ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 300 * time.Millisecond}, o, f.handler(handler))
+	high := sharesFleet(t, 1, ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 300 * time.Millisecond,
+		Priority: func(*gin.Context) int { return 10 }}, o, f.handler(handler))
+	rs := []*replica{low[0], high[0]}
+	ld := startShape(rs, 16)
+	defer ld.end()
+	ld.set(16, 0)
+	if d := shareReaches(rs[0], limit, time.Now(), time.Second); d > time.Second {
+		t.Fatal("the low-priority replica never got the whole limit")
+	}
+	t0 := time.Now()
+	ld.set(16, 16)
+	d := shareReaches(rs[1], limit, t0, time.Second)
+	t.Logf("the high-priority replica had the whole limit after %v", d)
+	if d > redisqueue.DefaultSharePeriod+handler+40*time.Millisecond {
+		t.Errorf("the high-priority replica had the whole limit after %v, want within a period and a handler", d)
+	}
+	time.Sleep(200 * time.Millisecond)
+	ld.mu.Lock()
+	before := ld.answers[0][200]
+	ld.mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	ld.mu.Lock()
+	after := ld.answers[0][200]
+	ld.mu.Unlock()
+	if after > before {
+		t.Errorf("the low-priority replica served %d while high-priority requests waited", after-before)
+	}
+	if p := f.peak.Load(); p > limit {
+		t.Errorf("peak %d running across the fleet, limit %d", p, limit)
 	}
 }
