@@ -248,6 +248,14 @@ type Counts struct {
 	// without waiting, whose wait the Queue records as zero); Finished the
 	// Releases (requests, whatever their cost). Both only grow.
 	Fast, Finished uint64
+	// Held is the slots held at the instant Counts read it, as the
+	// admission decisions count them. Running is worked out from the
+	// counters instead, so that it never exceeds the Served of Stats; it can
+	// miss grants and releases made while Counts reads them, where Held
+	// never does. A Backend that builds on another and must never count
+	// fewer slots than are taken (as redisqueue's leased shares report to
+	// Redis) reads Held.
+	Held int
 }
 
 // ShareSetter is a LimitSetter whose limit may also be zero: a Backend that

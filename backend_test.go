@@ -190,3 +190,20 @@ func TestSetShareOfZeroAdmitsNobody(t *testing.T) {
 		require.NoError(t, mem.Close())
 	})
 }
+
+// Counts.Held is the slots taken at the instant of the read, weighted
+// grants counted in slots.
+func TestCountsHeldIsTheSlotsTaken(t *testing.T) {
+	mem := ginqueue.NewMemoryBackend()
+	require.NoError(t, mem.Start(ginqueue.Limits{MaxConcurrent: 4, Weighted: true}))
+	fast := mem.(ginqueue.FastBackend)
+	require.NotZero(t, fast.TryAcquire())
+	tk, err := mem.Acquire(context.Background(), ginqueue.Arrival{Cost: 2})
+	require.NoError(t, err)
+	assert.Equal(t, 3, fast.Counts().Held)
+	mem.Release(tk)
+	assert.Equal(t, 1, fast.Counts().Held)
+	mem.Release(ginqueue.Ticket{})
+	assert.Equal(t, 0, fast.Counts().Held)
+	require.NoError(t, mem.Close())
+}

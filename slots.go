@@ -97,6 +97,7 @@ func (d *dispatcher) counts() (c Counts, served uint64) {
 		Limit:    int(limitOf(d.state.Load())),
 		Fast:     fast,
 		Finished: finished,
+		Held:     int(running(d.state.Load())),
 	}, fast + slow
 }
 

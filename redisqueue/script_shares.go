@@ -14,7 +14,9 @@ package redisqueue
 //	             MaxConcurrent); d: the MaxConcurrent the live replicas
 //	             declared; e: the epoch, made when the keys are created, so
 //	             that a replica can tell Redis lost its data; fz: until when
-//	             no share grows (ms), after a loss
+//	             no share grows (ms), after a loss, unless fw replicas (as
+//	             many as the replica that found the loss last saw) have
+//	             synced before
 //	sg:R  LIST   "s" notices for replica R: sync now
 //
 // Each replica also enters itself in GlobalQueue's r and d (with the lease
@@ -45,8 +47,9 @@ const (
 
 // sharesScript is every Shares-mode operation, by ARGV[5]:
 //
-//	sync  ARGV[6..11] = held now, need, prio ("" none), queued, the epoch
-//	      this replica knows ("" none), the freeze (ms) after a loss.
+//	sync  ARGV[6..12] = held now, need, prio ("" none), queued, the epoch
+//	      this replica knows ("" none), the freeze (ms) after a loss, the
+//	      replicas of this replica's last reply.
 //	      Reply {held, target, shrink, limit, epoch, freeze left ms,
 //	      replicas, free}, or {"conflict", why}.
 //	limit ARGV[6] = the new limit. Reply: the limit.
@@ -95,7 +98,7 @@ local function load()
   table.sort(ids)
 end
 
-local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz')
+local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw')
 local limit = tonumber(meta[1]) or tonumber(declared)
 
 if op == 'stats' then
@@ -155,15 +158,22 @@ if not epoch then
   epoch = me .. '.' .. now
   redis.call('HSET', SM, 'e', epoch)
 end
+local awaited = tonumber(meta[5]) or 0
 if ARGV[10] ~= '' and ARGV[10] ~= epoch and cur > 0 then
   -- This replica holds slots of an epoch Redis no longer has: Redis lost
   -- its data. Others that hold some may not have synced since; no share
-  -- grows until they had time to.
+  -- grows until as many replicas as this one last saw have, or they had
+  -- the time to.
   freeze = math.max(freeze, now + tonumber(ARGV[11]))
-  redis.call('HSET', SM, 'fz', freeze)
+  awaited = math.max(awaited, tonumber(ARGV[12]))
+  redis.call('HSET', SM, 'fz', freeze, 'fw', awaited)
 end
 
 if not held[me] then ids[#ids + 1] = me; table.sort(ids) end
+if now < freeze and #ids >= awaited then
+  freeze = 0
+  redis.call('HDEL', SM, 'fz', 'fw')
+end
 held[me], need[me], prio[me], queued[me] = cur, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
 -- Targets: the limit goes to the demand of the highest priority first,

@@ -112,8 +112,8 @@ func (s *shares) start(l ginqueue.Limits) error {
 // share.
 func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
 	c := s.fast.Counts()
-	s.notePeak(c.Running + c.Queued + max(a.Cost, 1))
-	if c.Running+max(a.Cost, 1) > c.Limit || c.Queued > 0 {
+	s.notePeak(c.Held + c.Queued + max(a.Cost, 1))
+	if c.Held+max(a.Cost, 1) > c.Limit || c.Queued > 0 {
 		s.noteWaiter(a.Priority)
 	}
 	if s.b.opts.OnRedisDown == FailClosed {
@@ -173,7 +173,7 @@ func (s *shares) release(t ginqueue.Ticket) {
 	s.mem.Release(t)
 	if s.owing.Load() {
 		c := s.fast.Counts()
-		if c.Running <= c.Limit && s.owing.Swap(false) {
+		if c.Held <= c.Limit && s.owing.Swap(false) {
 			s.giveBack.Store(true)
 			s.b.wake()
 		}
@@ -236,7 +236,7 @@ func (s *shares) run() {
 		}
 		now := time.Now()
 		c := s.fast.Counts()
-		if stop == nil && c.Running == 0 {
+		if stop == nil && c.Held == 0 {
 			s.bye()
 			return
 		}
@@ -323,11 +323,11 @@ func (s *shares) sync() error {
 	// moves it (and Close, to zero). So what is reported, the limit or
 	// what runs if more, bounds what runs until the reply is applied.
 	s.mu.Lock()
-	local, epoch := s.local, s.epoch
+	local, epoch, seen := s.local, s.epoch, s.replicas
 	s.mu.Unlock()
 	c := s.fast.Counts()
-	cur := max(local, c.Running)
-	need := max(int(s.peak.Swap(0)), c.Running+c.Queued)
+	cur := max(local, c.Held)
+	need := max(int(s.peak.Swap(0)), c.Held+c.Queued)
 	prio := ""
 	if s.waited.Swap(false) || c.Queued > 0 {
 		p := s.topPrio.Load()
@@ -340,7 +340,7 @@ func (s *shares) sync() error {
 	}
 	freeze := b.opts.SharePeriod + 2*b.opts.CallTimeout
 	sent := time.Now()
-	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, freeze.Milliseconds())
+	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, freeze.Milliseconds(), seen)
 	if err != nil {
 		return err
 	}
@@ -401,7 +401,7 @@ func (s *shares) sync() error {
 		// them back at once if nothing runs on them, else when the
 		// requests on them end.
 		s.owing.Store(true)
-		if s.fast.Counts().Running <= next && s.owing.Swap(false) {
+		if s.fast.Counts().Held <= next && s.owing.Swap(false) {
 			s.giveBack.Store(true)
 			b.wake()
 		}
@@ -447,7 +447,7 @@ func (s *shares) close() error {
 		_ = r.Close() // unblocks BLPOP
 	}
 	<-b.readDn
-	if s.fast.Counts().Running == 0 {
+	if s.fast.Counts().Held == 0 {
 		<-b.mainDn
 	}
 	return err
