@@ -6,6 +6,7 @@ import (
 
 	"github.com/ginqueue/ginqueue"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // failed counts a failed call, err, that started at start.
@@ -106,4 +107,36 @@ func (b *Backend) answering() bool {
 	}
 	_, err := b.call(probeScript)
 	return err == nil
+}
+
+// answersFresh reports whether the master of the Name's keys answers a
+// PING on a connection of its own, dialled for this call: a probe while
+// Redis is marked down. Through the Backend's client, the failed dials of
+// an outage would open go-redis's dial breaker, which lets that client dial
+// again only a second after the server is back; a fresh connection keeps
+// the client's dials for when Redis answers.
+func (b *Backend) answersFresh() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+	defer cancel()
+	var src *redis.Client
+	switch c := b.rdb.(type) {
+	case *redis.Client:
+		src = c
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, b.list)
+		if err != nil {
+			return false
+		}
+		src = node
+	default:
+		return false
+	}
+	opt := *src.Options()
+	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 1
+	opt.DialerRetries = 1
+	opt.MaxRetries = -1
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	c := redis.NewClient(&opt)
+	defer c.Close()
+	return c.Ping(ctx).Err() == nil
 }

@@ -121,7 +121,9 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 		lost, lostCtx := s.lost, s.lostCtx
 		s.mu.Unlock()
 		if lost {
-			s.b.wake() // probe at once: Redis may answer again
+			// Probe on demand: Redis may answer again.
+			s.asked.Store(true)
+			s.b.wake()
 			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("the share's lease ran out while Redis was unreachable")}
 		}
 		// A waiter is answered unavailable if the lease runs out first.
@@ -222,6 +224,7 @@ func (s *shares) run() {
 	timer := time.NewTimer(period)
 	defer timer.Stop()
 	last := time.Now()
+	slow := false // the last sync took half a CallTimeout or more
 	stop := b.stop
 	for {
 		select {
@@ -247,6 +250,12 @@ func (s *shares) run() {
 		every := period
 		if down {
 			every = min(period, downProbe)
+			if slow {
+				// The last probe waited its whole CallTimeout: the server
+				// holds calls (paused, frozen). Keep one probe waiting on it,
+				// so that the first answer comes as it answers again.
+				every = 0
+			}
 		}
 		due := !now.Before(last.Add(every))
 		// Redis asked (a notice), or a failed call wants a probe.
@@ -268,6 +277,7 @@ func (s *shares) run() {
 			s.asked.Store(false)
 			_ = s.sync()
 			last = now
+			slow = time.Since(now) >= b.opts.CallTimeout/2
 		}
 		if !lost && !leaseEnd.IsZero() && !time.Now().Before(leaseEnd) {
 			s.leaseRanOut()
@@ -339,6 +349,9 @@ func (s *shares) sync() error {
 		prio = strconv.FormatInt(p, 10)
 	}
 	freeze := b.opts.SharePeriod + 2*b.opts.CallTimeout
+	if b.down.Load() && !b.answersFresh() {
+		return errStillDown
+	}
 	sent := time.Now()
 	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, freeze.Milliseconds(), seen)
 	if err != nil {
@@ -408,6 +421,9 @@ func (s *shares) sync() error {
 	}
 	return nil
 }
+
+// errStillDown is a probe's answer while Redis does not answer.
+var errStillDown = errors.New("redisqueue: Redis still does not answer")
 
 // bye tells Redis this replica left, so that its share goes back at once.
 func (s *shares) bye() {

@@ -1,6 +1,7 @@
 package redisqueue_test
 
 import (
+	"context"
 	"math"
 	"slices"
 	"sync"
@@ -331,4 +332,193 @@ func TestSharesGoToHigherPriorities(t *testing.T) {
 	if p := f.peak.Load(); p > limit {
 		t.Errorf("peak %d running across the fleet, limit %d", p, limit)
 	}
+}
+
+// During an outage (Redis paused for 3 s, or killed and started again
+// empty) every replica goes on admitting within the share it holds: the
+// fleet never runs over its limit, nobody waits past QueueTimeout, and
+// after Redis is back the shares move again within a period.
+func TestSharesRideThroughAnOutage(t *testing.T) {
+	needRedis(t)
+	for _, fault := range []string{"paused", "killed"} {
+		for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
+			t.Run(fault+"/"+policy.String(), func(t *testing.T) {
+				srv := startRedis(t)
+				const limit, handler, timeout = 12, 10 * time.Millisecond, 500 * time.Millisecond
+				var f fleetCounter
+				cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: timeout}
+				o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy,
+					CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second}
+				var rs []*replica
+				for range 3 {
+					rs = append(rs, newReplica(t, srv.addr(), cfg, o, f.handler(handler)))
+				}
+				ld := startShape(rs, 12)
+				defer ld.end()
+				ld.set(6, 6, 6)
+				time.Sleep(500 * time.Millisecond)
+				ld.mu.Lock()
+				before := make([]int, 3)
+				for i := range before {
+					before[i] = ld.answers[i][200]
+				}
+				ld.mu.Unlock()
+				var back time.Time
+				switch fault {
+				case "paused":
+					pause(t, srv, 3*time.Second)
+					back = time.Now().Add(3 * time.Second)
+					time.Sleep(3 * time.Second)
+				case "killed":
+					srv.stop()
+					time.Sleep(2 * time.Second)
+					srv.start()
+					back = time.Now()
+				}
+				ld.mu.Lock()
+				for i := range before {
+					if n := ld.answers[i][200] - before[i]; n == 0 {
+						t.Errorf("replica %d served nothing during the outage", i)
+					}
+				}
+				ld.mu.Unlock()
+				// Demand moves after Redis is back: replica 0 alone.
+				ld.set(12, 0, 0)
+				d := shareReaches(rs[0], limit, back, 2*time.Second)
+				t.Logf("replica 0 had the whole limit %v after Redis was back", d)
+				if d > redisqueue.DefaultSharePeriod+handler+100*time.Millisecond {
+					t.Errorf("shares moved %v after Redis was back", d)
+				}
+				ld.end()
+				ld.stop = make(chan struct{}) // the deferred end has nothing left to stop
+				for i := range rs {
+					t.Logf("replica %d: %v, outages %d", i, ld.answers[i], rs[i].b.Stats().Outages)
+					if ld.answers[i][408] > 0 {
+						t.Errorf("replica %d answered %d × 408", i, ld.answers[i][408])
+					}
+				}
+				ld.mu.Lock()
+				for i, l := range ld.lat {
+					for _, x := range l {
+						if x > timeout+handler+100*time.Millisecond {
+							t.Errorf("replica %d: a request took %v, QueueTimeout %v", i, x, timeout)
+							break
+						}
+					}
+				}
+				ld.mu.Unlock()
+				if p := f.peak.Load(); p > limit {
+					t.Errorf("peak %d running across the fleet, limit %d", p, limit)
+				}
+			})
+		}
+	}
+}
+
+// event is one answer and when it came.
+type event struct {
+	at   time.Time
+	code int
+}
+
+// Once the lease of its share runs out with Redis still unreachable, a
+// replica applies OnRedisDown: under FailClosed it answers 503 (never 408)
+// until Redis answers, and then serves its first request within 50 ms;
+// under FailOpen it goes on admitting within the share.
+func TestSharesApplyOnRedisDownOnceTheLeaseRunsOut(t *testing.T) {
+	needRedis(t)
+	for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			srv := startRedis(t)
+			const lease = time.Second
+			var f fleetCounter
+			cfg := ginqueue.Config{MaxConcurrent: 4, MaxQueue: 16, QueueTimeout: 300 * time.Millisecond}
+			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy,
+				CallTimeout: 50 * time.Millisecond, LeaseTTL: lease}
+			rs := []*replica{newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond)),
+				newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))}
+			var mu sync.Mutex
+			var evs []event
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, r := range rs {
+				for range 2 {
+					wg.Go(func() {
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							code := r.get()
+							mu.Lock()
+							evs = append(evs, event{time.Now(), code})
+							mu.Unlock()
+							if code != 200 {
+								time.Sleep(2 * time.Millisecond)
+							}
+						}
+					})
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+			paused := time.Now()
+			pause(t, srv, 2500*time.Millisecond)
+			back := answersAgain(t, srv, paused.Add(2500*time.Millisecond))
+			time.Sleep(time.Until(back.Add(500 * time.Millisecond)))
+			close(stop)
+			wg.Wait()
+			inLease, afterLease, firstAfter := 0, map[int]int{}, time.Duration(-1)
+			for _, e := range evs {
+				switch {
+				case e.at.After(paused) && e.at.Before(paused.Add(lease*8/10)):
+					if e.code == 200 {
+						inLease++
+					}
+				case e.at.After(paused.Add(lease+100*time.Millisecond)) && e.at.Before(back):
+					afterLease[e.code]++
+				case !e.at.Before(back) && e.code == 200 && firstAfter < 0:
+					firstAfter = e.at.Sub(back)
+				}
+			}
+			t.Logf("%v: %d served in the lease, after it %v, first 200 %v after Redis answered", policy, inLease, afterLease, firstAfter)
+			if inLease == 0 {
+				t.Error("nothing served within the lease")
+			}
+			if afterLease[408] > 0 {
+				t.Errorf("%d × 408 after the lease ran out", afterLease[408])
+			}
+			switch policy {
+			case redisqueue.FailClosed:
+				if afterLease[200] > 0 || afterLease[503] == 0 {
+					t.Errorf("FailClosed after the lease: %v, want 503s only", afterLease)
+				}
+			case redisqueue.FailOpen:
+				if afterLease[200] == 0 {
+					t.Errorf("FailOpen after the lease: %v, want 200s", afterLease)
+				}
+			}
+			if firstAfter < 0 || firstAfter > 50*time.Millisecond {
+				t.Errorf("first 200 %v after Redis answered again, want within 50ms", firstAfter)
+			}
+			if p := f.peak.Load(); p > 4 {
+				t.Errorf("peak %d running across the fleet, limit 4", p)
+			}
+		})
+	}
+}
+
+// answersAgain returns when srv, paused until about end, answers again: a
+// PING sent just before end returns then (Redis ends a pause on its own
+// clock, up to a tenth of a second late).
+func answersAgain(t *testing.T, srv *redisServer, end time.Time) time.Time {
+	t.Helper()
+	c := newClient(t, srv.addr())
+	time.Sleep(time.Until(end.Add(-100 * time.Millisecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return time.Now()
 }
