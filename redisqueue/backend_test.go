@@ -37,6 +37,12 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"negative local limit", good, redisqueue.Options{Name: "a", LocalLimit: -1}, "Options.LocalLimit"},
 		{"negative local queue", good, redisqueue.Options{Name: "a", LocalQueue: -1}, "Options.LocalQueue"},
 		{"negative failure threshold", good, redisqueue.Options{Name: "a", FailureThreshold: -1}, "Options.FailureThreshold"},
+		{"unknown mode", good, redisqueue.Options{Name: "a", Mode: 2}, "Options.Mode"},
+		{"negative share period", good, redisqueue.Options{Name: "a", SharePeriod: -1}, "Options.SharePeriod"},
+		{"share period below 5 ms", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, SharePeriod: time.Millisecond}, "Options.SharePeriod"},
+		{"share period above lease/4", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, LeaseTTL: time.Second, SharePeriod: 300 * time.Millisecond}, "Options.SharePeriod"},
+		{"local limit in shares mode", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, LocalLimit: 3}, "Options.LocalLimit"},
+		{"local queue in shares mode", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, LocalQueue: 3}, "Options.LocalQueue"},
 		{"nil client", nil, redisqueue.Options{Name: "a"}, "nil"},
 		{"client without context timeouts", plain, redisqueue.Options{Name: "a"}, "ContextTimeoutEnabled"},
 	}

@@ -243,10 +243,13 @@ if not frozen and target[me] > cur and free > 0 then
   free = free - grant
 end
 
--- Shares shrink only while another's need is not met from what is free.
+-- Shares shrink only while the fleet holds more than its limit (SetLimit
+-- lowered it, or a replica came back with slots counted away), or while
+-- another's need is not met from what is free.
 local short = 0
 for _, id in ipairs(ids) do short = short + math.max(0, target[id] - held[id]) end
-local shrink = short > math.max(free, 0)
+local over = free < 0
+local shrink = over or short > free
 -- told: the share this replica now believes it may keep.
 local keepTold = math.max(target[me], held[me])
 if shrink then keepTold = target[me] end
@@ -261,7 +264,7 @@ for _, id in ipairs(ids) do
     -- Tell a replica above its target once, when its target fell below
     -- the share it believes it may keep, so that it gives back; tell one
     -- short of its target when slots are free.
-    if shrink and target[me] > held[me] and held[id] > target[id] and told[id] > target[id] then
+    if shrink and (over or target[me] > held[me]) and held[id] > target[id] and told[id] > target[id] then
       notify(id)
     elseif free > 0 and not frozen and target[id] > held[id] then
       notify(id)

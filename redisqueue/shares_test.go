@@ -2,8 +2,12 @@ package redisqueue_test
 
 import (
 	"context"
+	"errors"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -521,4 +525,117 @@ func answersAgain(t *testing.T, srv *redisServer, end time.Time) time.Time {
 		t.Fatal(err)
 	}
 	return time.Now()
+}
+
+// Every replica of a Name runs one mode and declares one MaxConcurrent: a
+// replica refuses to start beside live replicas of the other mode or of
+// another limit, naming what disagrees.
+func TestSharesRefuseToMix(t *testing.T) {
+	needRedis(t)
+	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8}
+	start := func(o redisqueue.Options, l ginqueue.Limits) error {
+		b, err := redisqueue.New(newClient(t, redisAddr), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = b.Start(l)
+		t.Cleanup(func() { _ = b.Close() })
+		return err
+	}
+	t.Run("global beside shares", func(t *testing.T) {
+		name := newName(t)
+		if err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, l); err != nil {
+			t.Fatal(err)
+		}
+		err := start(redisqueue.Options{Name: name}, l)
+		if !errors.Is(err, redisqueue.ErrConflict) || !strings.Contains(err.Error(), "Shares") {
+			t.Fatalf("a GlobalQueue replica beside a Shares one: %v", err)
+		}
+	})
+	t.Run("shares beside global", func(t *testing.T) {
+		name := newName(t)
+		if err := start(redisqueue.Options{Name: name}, l); err != nil {
+			t.Fatal(err)
+		}
+		err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, l)
+		if !errors.Is(err, redisqueue.ErrConflict) || !strings.Contains(err.Error(), "GlobalQueue") {
+			t.Fatalf("a Shares replica beside a GlobalQueue one: %v", err)
+		}
+	})
+	t.Run("another limit", func(t *testing.T) {
+		name := newName(t)
+		if err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, l); err != nil {
+			t.Fatal(err)
+		}
+		err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, ginqueue.Limits{MaxConcurrent: 5})
+		if !errors.Is(err, redisqueue.ErrConflict) || !strings.Contains(err.Error(), "MaxConcurrent=4, this one 5") {
+			t.Fatalf("a Shares replica of another limit: %v", err)
+		}
+	})
+}
+
+// Every in-memory feature works on each replica: CoDel, MaxQueuePerFlow and
+// FlowKey are accepted, and a flow over its cap is refused locally.
+func TestSharesHonourEveryLocalFeature(t *testing.T) {
+	needRedis(t)
+	release := make(chan struct{})
+	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, MaxQueuePerFlow: 1, QueueTimeout: 5 * time.Second,
+		FlowKey: func(c *gin.Context) string { return c.Query("flow") },
+		CoDel:   &ginqueue.CoDel{LIFO: true}}
+	rs := sharesFleet(t, 1, cfg, redisqueue.Options{}, func(*gin.Context) { <-release })
+	r := rs[0]
+	eventually(t, 2*time.Second, "no share", func() bool { return r.b.Stats().Limit == 2 })
+	codes := make(chan int, 8)
+	get := func(flow string) {
+		w := httptest.NewRecorder()
+		r.e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?flow="+flow, nil))
+		codes <- w.Code
+	}
+	go get("a")
+	go get("a")
+	eventually(t, time.Second, "two not running", func() bool { return r.b.Stats().Running == 2 })
+	go get("a")
+	eventually(t, time.Second, "one not queued", func() bool { return r.b.Stats().Queued == 1 })
+	go get("a") // over the flow's cap
+	if c := <-codes; c != http.StatusServiceUnavailable {
+		t.Fatalf("a second waiter of one flow: %d, want 503", c)
+	}
+	go get("b")
+	eventually(t, time.Second, "flow b not queued", func() bool { return r.b.Stats().Queued == 2 })
+	close(release)
+	for range 4 {
+		if c := <-codes; c != http.StatusOK {
+			t.Errorf("got %d, want 200", c)
+		}
+	}
+}
+
+// A replica that closes gives its share back at once; SetLimit moves the
+// fleet's limit up and down, and the shares follow.
+func TestSharesFollowCloseAndSetLimit(t *testing.T) {
+	needRedis(t)
+	var f fleetCounter
+	cfg := ginqueue.Config{MaxConcurrent: 8, MaxQueue: 64, QueueTimeout: 5 * time.Second}
+	rs := sharesFleet(t, 2, cfg, redisqueue.Options{}, f.handler(5*time.Millisecond))
+	eventually(t, 2*time.Second, "idle shares not split", func() bool {
+		return rs[0].b.Stats().Limit == 4 && rs[1].b.Stats().Limit == 4
+	})
+	if err := rs[1].q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	eventually(t, time.Second, "the closed replica's share did not come back", func() bool { return rs[0].b.Stats().Limit == 8 })
+	t.Logf("the whole limit on the survivor %v after the other closed", time.Since(t0))
+	if err := rs[0].q.SetLimit(12); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "the share did not follow SetLimit up", func() bool { return rs[0].b.Stats().Limit == 12 })
+	g, err := rs[0].b.GlobalStats(context.Background())
+	if err != nil || g.Limit != 12 || g.Replicas != 1 || g.Running != 12 {
+		t.Fatalf("GlobalStats %+v, %v; want limit 12, 1 replica, 12 held", g, err)
+	}
+	if err := rs[0].q.SetLimit(3); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "the share did not follow SetLimit down", func() bool { return rs[0].b.Stats().Limit == 3 })
 }
