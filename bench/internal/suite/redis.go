@@ -51,6 +51,55 @@ func (f *fleet) backend(name string, l ginqueue.Limits) (*redisqueue.Backend, er
 	return b, err
 }
 
+// openFleet is a fleet on the Redis at REDIS_ADDR (DefaultRedisAddr when
+// unset) under a prefix made fresh for the run, a control client on it and
+// the Redis version, or why no Redis answered: an error that names no host,
+// the address having become REDIS_ADDR. Close both either way.
+func openFleet(ctx context.Context) (f *fleet, ctl *redis.Client, version, why string) {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = DefaultRedisAddr
+	}
+	var name [6]byte
+	_, _ = rand.Read(name[:])
+	f = &fleet{addr: addr, prefix: "bench-" + hex.EncodeToString(name[:])}
+	ctl = newRedisClient(addr)
+	info, err := ctl.Info(ctx, "server").Result()
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), addr, "REDIS_ADDR")
+		if host, _, _ := net.SplitHostPort(addr); host != "" {
+			msg = strings.ReplaceAll(msg, host, "REDIS_ADDR")
+		}
+		return f, ctl, "", msg
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			version = v
+		}
+	}
+	return f, ctl, version, ""
+}
+
+// deleteKeys closes f and deletes the keys of its Names
+// (ginqueue:{prefix…}:…), logging how many; a failure counts against col
+// as metric.
+func (r *runner) deleteKeys(ctx context.Context, f *fleet, ctl *redis.Client, col, metric string) {
+	f.close()
+	var keys []string
+	iter := ctl.Scan(ctx, 0, "ginqueue:{"+f.prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	err := iter.Err()
+	for i := 0; i < len(keys) && err == nil; i += 500 {
+		err = ctl.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
+	}
+	if err != nil {
+		r.fail(col, metric, err)
+	}
+	r.logf("  deleted the run's %d keys", len(keys))
+}
+
 func (f *fleet) close() {
 	for i := len(f.closers) - 1; i >= 0; i-- {
 		f.closers[i]()
@@ -185,47 +234,16 @@ func (p Plan) redisHandoff(ctx context.Context, a, b *redisqueue.Backend) ([]flo
 func (r *runner) redis() {
 	t, ctx := &r.res.Redis, context.Background()
 	t.Cols = []string{redisCol}
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		addr = DefaultRedisAddr
-	}
-	var name [6]byte
-	_, _ = rand.Read(name[:])
-	f := &fleet{addr: addr, prefix: "bench-" + hex.EncodeToString(name[:])}
+	f, ctl, version, why := openFleet(ctx)
 	defer f.close()
-	ctl := newRedisClient(addr)
 	defer ctl.Close()
-	info, err := ctl.Info(ctx, "server").Result()
-	if err != nil { // the report names no host: the address becomes REDIS_ADDR
-		msg := strings.ReplaceAll(err.Error(), addr, "REDIS_ADDR")
-		if host, _, _ := net.SplitHostPort(addr); host != "" {
-			msg = strings.ReplaceAll(msg, host, "REDIS_ADDR")
-		}
-		r.res.RedisWhy = fmt.Sprintf("No Redis answered at REDIS_ADDR (default %s), so the Redis figures were not measured in this run (%s).", DefaultRedisAddr, msg)
+	if why != "" {
+		r.res.RedisWhy = fmt.Sprintf("No Redis answered at REDIS_ADDR (default %s), so the Redis figures were not measured in this run (%s).", DefaultRedisAddr, why)
 		r.logf("  %s", r.res.RedisWhy)
 		return
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			r.res.RedisVersion = v
-		}
-	}
-	defer func() {
-		f.close()
-		var keys []string
-		iter := ctl.Scan(ctx, 0, "ginqueue:{"+f.prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		err := iter.Err()
-		for i := 0; i < len(keys) && err == nil; i += 500 {
-			err = ctl.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
-		}
-		if err != nil {
-			r.fail(redisCol, "11. deleting the run's keys", err)
-		}
-		r.logf("  deleted the run's %d keys", len(keys))
-	}()
+	r.res.RedisVersion = version
+	defer r.deleteKeys(ctx, f, ctl, redisCol, "11. deleting the run's keys")
 	add := func(metric string, f Format, higher bool, x float64) {
 		t.Rows = append(t.Rows, Row{Metric: metric, Format: f, Higher: higher, Values: map[string]float64{redisCol: x}})
 	}
