@@ -4,6 +4,7 @@
 //	go run ./cmd/report -smoke    # every measurement once on tiny sizes; writes nothing
 //	go run ./cmd/report -goodput  # section 12 alone; prints its targets and table, writes nothing
 //	go run ./cmd/report -weighted # section 13 alone; prints its targets and table, writes nothing
+//	go run ./cmd/report -fleet    # section 14 alone; prints its table and targets, writes nothing
 package main
 
 import (
@@ -23,10 +24,16 @@ func main() {
 	smoke := flag.Bool("smoke", false, "run every measurement once on tiny sizes and write nothing")
 	goodput := flag.Bool("goodput", false, "run section 12 (goodput under overload) alone, print its targets and table, write nothing")
 	weighted := flag.Bool("weighted", false, "run section 13 (weighted requests) alone, print its targets and table, write nothing")
+	fleet := flag.Bool("fleet", false, "run section 14 (one limit for a fleet, three ways) alone, print its table and targets, write nothing")
 	flag.Parse()
-	plan, only := suite.FullPlan(), map[bool]string{true: "goodput"}[*goodput]+map[bool]string{true: "weighted"}[*weighted]
-	if *goodput && *weighted {
-		fmt.Fprintln(os.Stderr, "report: -goodput and -weighted each run one section alone; give one")
+	plan, only, alone := suite.FullPlan(), "", 0
+	for name, set := range map[string]bool{"goodput": *goodput, "weighted": *weighted, "fleet": *fleet} {
+		if set {
+			only, alone = name, alone+1
+		}
+	}
+	if alone > 1 {
+		fmt.Fprintln(os.Stderr, "report: -goodput, -weighted and -fleet each run one section alone; give one")
 		os.Exit(2)
 	}
 	if *smoke {
@@ -51,7 +58,7 @@ func run(plan suite.Plan, only, out string) error {
 	if err == nil && only == "" {
 		err = suite.DrawBurst(&burst, res)
 	}
-	if err == nil && only != "weighted" {
+	if err == nil && (only == "" || only == "goodput") {
 		err = suite.DrawGoodput(&good, res)
 	}
 	for _, e := range res.Errors {

@@ -16,6 +16,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
 // Where the charts go, relative to the repository root and BENCHMARKS.md.
@@ -54,6 +56,11 @@ func format(f Format, x float64) string {
 		return digits(int(math.Round(x))) + " B"
 	case FormatShare:
 		return fmt.Sprintf("%.1f%%", 100*x)
+	case FormatSmall:
+		if a == 0 || a >= 100 {
+			return fmt.Sprintf("%.0f", x)
+		}
+		return strconv.FormatFloat(x, 'f', 2-int(math.Floor(math.Log10(a))), 64)
 	}
 	return fmt.Sprintf("%.2f", x)
 }
@@ -97,6 +104,33 @@ func markdown(t Table, base func(Row) float64) string {
 	return b.String()
 }
 
+// byColumn renders t turned over: a row per column of t, headed corner,
+// and a column per row of t.
+func byColumn(t Table, corner string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| %s |", corner)
+	for _, row := range t.Rows {
+		h := row.Metric
+		if row.Unit != "" {
+			h += " (" + row.Unit + ")"
+		}
+		b.WriteString(" " + h + " |")
+	}
+	fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("---|", len(t.Rows)))
+	for _, c := range t.Cols {
+		fmt.Fprintf(&b, "| %s |", c)
+		for _, row := range t.Rows {
+			cell := "–"
+			if x, ok := row.Values[c]; ok {
+				cell = format(row.Format, x)
+			}
+			b.WriteString(" " + cell + " |")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
 // summary is the table a user wants first, ginqueue beside its peers: rows
 // copied from the sections, as naming the column that stands for ginqueue.
 func summary(r *Results) Table {
@@ -132,7 +166,8 @@ func summary(r *Results) Table {
 }
 
 // Markdown renders r as BENCHMARKS.md or, with only "goodput" or
-// "weighted", that section alone with its targets first.
+// "weighted", that section alone with its targets first; with only
+// "fleet", that section alone, whose targets are part of it.
 func Markdown(w io.Writer, r *Results, only string) error {
 	tmpl, err := template.New("report").Option("missingkey=error").Funcs(template.FuncMap{
 		"digits": digits, "pct": func(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) },
@@ -141,10 +176,13 @@ func Markdown(w io.Writer, r *Results, only string) error {
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
-	var ts []target
+	var ts, fleet []target
 	for _, t := range targets(r) {
 		if only == "" || t.Area == only {
 			ts = append(ts, t)
+		}
+		if t.Area == "fleet" {
+			fleet = append(fleet, t)
 		}
 	}
 	peer := func(row Row) float64 { _, x := bestPeer(row); return x }
@@ -153,7 +191,8 @@ func Markdown(w io.Writer, r *Results, only string) error {
 	if err := tmpl.ExecuteTemplate(w, map[bool]string{true: only + "-alone", false: "report"}[only != ""], map[string]any{
 		"R": r, "Targets": ts, "Summary": markdown(summary(r), peer), "Main": markdown(r.Main, peer),
 		"Features": markdown(r.Features, plain), "Redis": markdown(r.Redis, none), "Goodput": markdown(r.Goodput, none),
-		"Weighted": markdown(r.Weighted, none), "BurstChart": BurstChart, "GoodputChart": GoodputChart,
+		"Weighted": markdown(r.Weighted, none), "Fleet": byColumn(r.Fleet, "way"), "FleetTargets": fleet,
+		"SharePeriod": redisqueue.DefaultSharePeriod, "BurstChart": BurstChart, "GoodputChart": GoodputChart,
 		"Benchstat": BenchstatVersion, "DefaultRedisAddr": DefaultRedisAddr, "ScrapeInterval": ScrapeInterval,
 	}); err != nil {
 		return fmt.Errorf("render: %w", err)
@@ -177,8 +216,9 @@ func targets(r *Results) []target {
 	// cost over base's at most limit (time over time, or a rate's inverse,
 	// so that 1.10× reads 10% dearer either way); subject rounds to base;
 	// subject at least as good as the best peer; at most or at least limit;
-	// the median per-round ratio to bare over loopback at least limit.
-	const ratio, cost, equal, best, atMost, atLeast, perRound = 0, 1, 2, 3, 4, 5, 6
+	// the median per-round ratio to bare over loopback at least limit;
+	// subject over base at least limit.
+	const ratio, cost, equal, best, atMost, atLeast, perRound, ratioAtLeast = 0, 1, 2, 3, 4, 5, 6, 7
 	g, bare, pf, plain, heavy := GinQueue, Bare, PrioFlows, Plain, fmt.Sprintf("cost %d", r.WeightedHeavy)
 	specs := []struct {
 		area, name, metric, subject, base string
@@ -212,13 +252,19 @@ func targets(r *Results) []target {
 		{"goodput", "CoDel + LIFO at 5× C: p99 of delivered ≤ 100 ms", goodputMetric(5, "delivered p99"), GoodCoDelLIFO, "", atMost, 100e6},
 		{"weighted", fmt.Sprintf("Cost: slots running ≤ the limit (%d) at every instant", r.WeightedLimits.MaxConcurrent), "13. most slots running at once", "all", "", atMost, float64(r.WeightedLimits.MaxConcurrent)},
 		{"weighted", "Cost: p99 queue wait of " + heavy + " ≤ 2× that of cost 1", "13. queue wait p99", heavy, "cost 1", ratio, 2},
+		{"fleet", "Shares: admitted ≥ 0.8× the static split's", "14a. admitted", FleetShares, FleetStatic, ratioAtLeast, 0.8},
+		{"fleet", "Shares: ≤ 0.01 Redis round trips per admitted request at saturation", "14b. Redis round trips per admitted request", FleetShares, "", atMost, 0.01},
+		{"fleet", fmt.Sprintf("static split: peak running across the fleet ≤ %d", r.FleetLimits.MaxConcurrent), "14c. peak running across the fleet", FleetStatic, "", atMost, float64(r.FleetLimits.MaxConcurrent)},
+		{"fleet", fmt.Sprintf("GlobalQueue: peak running across the fleet ≤ %d", r.FleetLimits.MaxConcurrent), "14c. peak running across the fleet", FleetGlobal, "", atMost, float64(r.FleetLimits.MaxConcurrent)},
+		{"fleet", fmt.Sprintf("Shares: peak running across the fleet ≤ %d", r.FleetLimits.MaxConcurrent), "14c. peak running across the fleet", FleetShares, "", atMost, float64(r.FleetLimits.MaxConcurrent)},
+		{"fleet", "Shares: utilization under uneven saturation ≥ 95%", "14d. utilization, uneven", FleetShares, "", atLeast, 0.95},
 	}
 	ts := make([]target, len(specs))
 	for i, s := range specs {
 		ts[i] = target{Area: s.area, Name: s.name, Figure: "–", Met: "not measured"}
 		x, ok := r.value(s.metric, s.subject)
 		y, okBase := r.value(s.metric, s.base)
-		if !ok || (s.base != "" && !okBase) || ((s.kind == ratio || s.kind == cost) && (y <= 0 || (s.kind == cost && x <= 0))) {
+		if !ok || (s.base != "" && !okBase) || ((s.kind == ratio || s.kind == cost || s.kind == ratioAtLeast) && (y <= 0 || (s.kind == cost && x <= 0))) {
 			continue
 		}
 		row := r.Row(s.metric)
@@ -242,6 +288,8 @@ func targets(r *Results) []target {
 			fig, pass = fmt.Sprintf("%s vs best peer %s %s: %.2f×", f(x), peer, f(b), q), (row.Higher && q >= 1) || (!row.Higher && q <= 1)
 		case atLeast:
 			fig, pass = fmt.Sprintf("%s (at least %s)", f(x), f(s.limit)), x >= s.limit
+		case ratioAtLeast:
+			fig, pass = fmt.Sprintf("%s vs %s %s: %.2f× (≥ %.2f×)", f(x), s.base, f(y), q, s.limit), q >= s.limit
 		case perRound:
 			if q, ok = r.value("8. loopback HTTP, ratio to bare", s.subject); !ok {
 				continue

@@ -7,7 +7,8 @@
 // of 1, 2 and 7 on ginqueue with one feature on against plain ginqueue;
 // 11 is the redisqueue backend on a real Redis (redis.go); 12 is goodput
 // under overload over loopback (goodput.go); 13 is weighted requests
-// (weighted.go). report.go checks the targets and renders the report.
+// (weighted.go); 14 is one limit shared by a fleet of replicas, three ways
+// (fleet.go). report.go checks the targets and renders the report.
 package suite
 
 import (
@@ -40,6 +41,7 @@ type Plan struct {
 	RedisWindow, GoodputWarmUp, GoodputWindow, WeightedWarmUp, WeightedWindow       time.Duration
 	GoodputRounds                                                                   int
 	GoodputFill                                                                     bool // a warm-up lasts until a FIFO queue has filled
+	FleetWarmUp, FleetWindow                                                        time.Duration
 
 	Uncontended, Handoff                                  Limits // metric 1 (never reached), metric 2
 	HandoffGoroutines, ScheduleSlots, TimeoutSlots        int
@@ -54,6 +56,10 @@ type Plan struct {
 	WeightedWork                                          time.Duration
 	WeightedHeavy                                         int     // the cost of a heavy request; a light one costs 1
 	WeightedHeavyShare, WeightedLoad                      float64 // the heavy requests' share; the offered share of slot capacity
+	FleetLimits                                           Limits  // section 14: the fleet's slots; each replica's waiting places and timeout
+	FleetReplicas, FleetClients                           int     // replicas; closed-loop clients per replica at saturation
+	FleetUneven                                           []int   // closed-loop clients of each replica under uneven saturation
+	FleetWork, FleetUnevenWork                            time.Duration
 }
 
 // FullPlan is the plan of `make bench`: a few minutes on a 2-core machine.
@@ -67,6 +73,7 @@ func FullPlan() Plan {
 		RedisPairs: 5_000, RedisWindow: time.Second, RedisWindows: 3, RedisHandoffs: 500,
 		GoodputRounds: 2, GoodputWarmUp: time.Second, GoodputFill: true, GoodputWindow: 1500 * time.Millisecond,
 		WeightedWarmUp: 500 * time.Millisecond, WeightedWindow: 5 * time.Second,
+		FleetWarmUp: 500 * time.Millisecond, FleetWindow: 5 * time.Second,
 
 		Uncontended:       Limits{MaxConcurrent: 64, MaxQueue: 64, QueueTimeout: time.Second},
 		Handoff:           Limits{MaxConcurrent: 4, MaxQueue: 64, QueueTimeout: 10 * time.Second},
@@ -78,6 +85,9 @@ func FullPlan() Plan {
 		GoodputWork:   10 * time.Millisecond, GoodputPatience: time.Second, GoodputLoads: []int{1, 2, 5}, GoodputIdleConns: 1 << 14,
 		WeightedLimits: Limits{MaxConcurrent: 8, MaxQueue: 10_000, QueueTimeout: 10 * time.Second},
 		WeightedWork:   10 * time.Millisecond, WeightedHeavy: 4, WeightedHeavyShare: 0.25, WeightedLoad: 0.8,
+		FleetLimits:   Limits{MaxConcurrent: 64, MaxQueue: 1024, QueueTimeout: 10 * time.Second},
+		FleetReplicas: 4, FleetClients: 64, FleetUneven: []int{8, 8, 8, 104},
+		FleetWork: 200 * time.Microsecond, FleetUnevenWork: 20 * time.Millisecond,
 	}
 }
 
@@ -93,6 +103,7 @@ func SmokePlan() Plan {
 	p.RedisPairs, p.RedisWindow, p.RedisWindows, p.RedisHandoffs = 20, 50*time.Millisecond, 1, 5
 	p.GoodputRounds, p.GoodputWarmUp, p.GoodputFill, p.GoodputWindow = 1, 100*time.Millisecond, false, 200*time.Millisecond
 	p.WeightedWarmUp, p.WeightedWindow = 50*time.Millisecond, 200*time.Millisecond
+	p.FleetWarmUp, p.FleetWindow = 200*time.Millisecond, time.Second
 	return p
 }
 
@@ -107,6 +118,7 @@ const (
 	FormatBytes                  // bytes
 	FormatRatio                  // a plain number, two decimals
 	FormatShare                  // a fraction, printed as a percentage
+	FormatSmall                  // a plain number to three significant digits, for figures far below 1
 )
 
 // Row is one metric of a table: a figure per column.
@@ -133,15 +145,16 @@ type Results struct {
 	CPU, GoVersion, LoadBefore, LoadAfter string // the load averages are empty where the system does not tell
 	Cores, GOMAXPROCS                     int
 	Main, Features, Redis, Goodput        Table
-	Weighted                              Table
+	Weighted, Fleet                       Table
 	Timelines                             []Timeline
 	RedisVersion, RedisWhy                string // RedisWhy says why section 11 was not measured
+	FleetWhy                              string // why section 14 measured the static split alone
 	Errors                                []string
 }
 
 // Row is the row named metric, in any table, or nil.
 func (r *Results) Row(metric string) *Row {
-	for _, t := range []*Table{&r.Main, &r.Features, &r.Redis, &r.Goodput, &r.Weighted} {
+	for _, t := range []*Table{&r.Main, &r.Features, &r.Redis, &r.Goodput, &r.Weighted, &r.Fleet} {
 		for i := range t.Rows {
 			if t.Rows[i].Metric == metric {
 				return &t.Rows[i]
@@ -167,7 +180,7 @@ func loadAverage() string {
 
 // Sections are the parts of a run, in order; Run's only names one.
 var Sections = []string{"uncontended", "handoff", "schedule", "grant", "timeout", "memory", "growth",
-	"loopback", "burst", "features", "redis", "goodput", "weighted"}
+	"loopback", "burst", "features", "redis", "goodput", "weighted", "fleet"}
 
 type runner struct {
 	Plan
@@ -279,7 +292,7 @@ func Run(plan Plan, only string, log io.Writer) (*Results, error) {
 			r.gobench(&res.Features, "10c. saturated hand-off", true, pinned, plan.BenchHandoff)
 			r.growth(&res.Features, "10d. ", " over flows", spread[:2], []int{d[0], d[len(d)-1]})
 		},
-		"redis": r.redis, "goodput": r.goodput, "weighted": r.weighted,
+		"redis": r.redis, "goodput": r.goodput, "weighted": r.weighted, "fleet": r.fleet,
 	}
 	for i, name := range Sections {
 		if only == "" || only == name {

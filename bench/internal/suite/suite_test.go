@@ -19,6 +19,7 @@ func TestRun(t *testing.T) {
 	p := SmokePlan()
 	p.MemoryWaiters, p.GrowthDepths, p.Flows = 50, []int{10, 100}, 10
 	p.GoodputLoads, p.GoodputWindow, p.WeightedWindow, p.RedisPairs = []int{1, 5}, 100*time.Millisecond, 100*time.Millisecond, 5
+	p.FleetWarmUp, p.FleetWindow = 50*time.Millisecond, 200*time.Millisecond
 	r, err := Run(p, "", io.Discard)
 	if err != nil || len(r.Errors) > 0 {
 		t.Fatalf("%v %q", err, r.Errors)
@@ -29,13 +30,14 @@ func TestRun(t *testing.T) {
 	}
 	for _, s := range []string{"## Summary\n", "| overhead per request, the route alone (1a) | lower |", "| 7. growth, deepest / shallowest (ratio) |",
 		"| 10d. growth over flows, deepest / shallowest (ratio) |", "| 12. 5× C: goodput (share of C) |", "| 13. most slots running at once (slots, of 8) | lower | – | – |",
-		"| interval-polled, as written | 3 | 5 | 7 |"} {
+		"| interval-polled, as written | 3 | 5 | 7 |", "## 14. Fleet: one limit for 4 replicas, three ways\n",
+		"| way | 14a. admitted (req/s, 4 × 64 clients, 200µs handlers) |", "\n| static split | ", "| fleet | static split: peak running across the fleet ≤ 64 |"} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("report lacks %q", s)
 		}
 	}
 	for _, tg := range targets(r) {
-		if tg.Met == "not measured" && (r.RedisWhy == "" || tg.Area != "Redis backend") {
+		if noRedis := (r.RedisWhy != "" && tg.Area == "Redis backend") || (r.FleetWhy != "" && tg.Area == "fleet" && !strings.HasPrefix(tg.Name, "static")); tg.Met == "not measured" && !noRedis {
 			t.Errorf("target %q not measured", tg.Name)
 		}
 	}
@@ -48,6 +50,10 @@ func TestRun(t *testing.T) {
 	md.Reset()
 	if err := Markdown(&md, r, "weighted"); err != nil || !strings.HasPrefix(md.String(), "| area | target | figure | met |\n|---|---|---|---|\n| weighted |") {
 		t.Errorf("section 13 alone: %v\n%s", err, md.String())
+	}
+	md.Reset()
+	if err := Markdown(&md, r, "fleet"); err != nil || !strings.HasPrefix(md.String(), "## 14. Fleet") || !strings.Contains(md.String(), "\n| fleet | Shares: admitted ≥ 0.8× the static split's |") {
+		t.Errorf("section 14 alone: %v\n%s", err, md.String())
 	}
 }
 
@@ -122,6 +128,11 @@ func TestSendOnce(t *testing.T) {
 	if !<-hungUp {
 		t.Error("the server never saw the client give up")
 	}
+	cpu, calls := redisCounters("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
+		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_client|setinfo:calls=2,usec=4\r\ncmdstat_blpop:calls=3,usec=9\r\n")
+	if got := commands(calls); cpu != 3.75 || got != "evalsha 10, blpop 3, client|setinfo 2" {
+		t.Errorf("redisCounters = %v, %q; want 3.75, evalsha 10, blpop 3, client|setinfo 2", cpu, got)
+	}
 	if cpu, calls, usec := parseRedisLoad("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
 		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_eval:calls=2,usec=40\r\ncmdstat_ping:calls=99,usec=99\r\n"); cpu != 3.75 || calls != 12 || usec != 190 {
 		t.Errorf("parseRedisLoad = %v, %v, %v; want 3.75, 12, 190", cpu, calls, usec)
@@ -138,12 +149,24 @@ func TestTargets(t *testing.T) {
 		{Metric: "4. grant latency p99", Format: FormatDuration, Values: map[string]float64{GinQueue: 150e3}},
 	}
 	r.Features.Rows = []Row{{Metric: "10c. saturated hand-off", Higher: true, Format: FormatRate, Values: map[string]float64{Plain: 1000, PrioFlows: 700}}}
+	r.Fleet = Table{Cols: fleetWays(), Rows: []Row{
+		{Metric: "14a. admitted", Unit: "req/s", Higher: true, Format: FormatRate, Values: map[string]float64{FleetStatic: 50000, FleetShares: 39000}},
+		{Metric: "14b. Redis round trips per admitted request", Format: FormatSmall, Values: map[string]float64{FleetGlobal: 2.5, FleetShares: 0.002344}},
+		{Metric: "14c. peak running across the fleet", Format: FormatCount, Values: map[string]float64{FleetStatic: 64, FleetGlobal: 65, FleetShares: 64}},
+	}}
+	if got, want := byColumn(r.Fleet, "way"), "| way | 14a. admitted (req/s) | 14b. Redis round trips per admitted request | 14c. peak running across the fleet |\n"+
+		"|---|---|---|---|\n| static split | 50,000/s | – | 64 |\n| redisqueue GlobalQueue | – | 2.50 | 65 |\n| redisqueue Shares | 39,000/s | 0.00234 | 64 |\n"; got != want {
+		t.Errorf("byColumn:\n%s\nwant\n%s", got, want)
+	}
 	want := map[string]string{
 		"uncontended allocs/op = bare gin's (route only)":                       "yes: 0 vs bare gin 0",
 		"hand-off throughput ≥ 1.0× the best peer":                              "no: 900/s vs best peer chi Throttle 1,000/s: 0.90×",
 		"grant latency p99 ≤ 100 µs":                                            "no: 150.0 µs (limit 100.0 µs)",
 		"Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain": "no: 700/s vs plain ginqueue 1,000/s: 1.43× the cost (≤ 1.30×)",
 		"schedule efficiency ≥ the best peer's":                                 "not measured: –",
+		"Shares: admitted ≥ 0.8× the static split's":                            "no: 39,000/s vs static split 50,000/s: 0.78× (≥ 0.80×)",
+		"Shares: ≤ 0.01 Redis round trips per admitted request at saturation":   "yes: 0.00234 (limit 0.0100)",
+		"GlobalQueue: peak running across the fleet ≤ 64":                       "no: 65 (limit 64)",
 	}
 	for _, tg := range targets(r) {
 		if w, ok := want[tg.Name]; ok && tg.Met+": "+tg.Figure != w {
@@ -155,7 +178,7 @@ func TestTargets(t *testing.T) {
 			t.Errorf("format(%v) = %q, want %q", x, got, want)
 		}
 	}
-	if got := format(FormatRate, 1234567) + format(FormatBytes, -820) + format(FormatShare, 0.9346); got != "1,234,567/s-820 B93.5%" {
+	if got := format(FormatRate, 1234567) + format(FormatBytes, -820) + format(FormatShare, 0.9346) + " " + format(FormatSmall, 0) + " " + format(FormatSmall, 512.4); got != "1,234,567/s-820 B93.5% 0 512" {
 		t.Errorf("formats: %q", got)
 	}
 }

@@ -1,0 +1,395 @@
+package suite
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/redisqueue"
+)
+
+// Section 14: one limit for a fleet of replicas, shared three ways in the
+// same run (BENCHMARKS.md says how each figure is measured). Every replica
+// is a ginqueue.Queue on a gin engine of its own, called in process by
+// closed-loop clients, so that the Queue takes its fast path as it does in
+// production; the handlers count themselves running on one atomic of the
+// whole fleet, outside the library.
+
+// The ways of sharing the limit, the rows of section 14's table.
+const (
+	FleetStatic = "static split"
+	FleetGlobal = "redisqueue GlobalQueue"
+	FleetShares = "redisqueue Shares"
+)
+
+// fleetWays are section 14's ways, in the order each scenario runs them.
+func fleetWays() []string { return []string{FleetStatic, FleetGlobal, FleetShares} }
+
+// FleetShare is a replica's slots in the static split.
+func (p Plan) FleetShare() int { return p.FleetLimits.MaxConcurrent / p.FleetReplicas }
+
+// FleetUnevenClients lists the clients of each replica under uneven
+// saturation: "8, 8, 8 and 104".
+func (p Plan) FleetUnevenClients() string {
+	s := make([]string, len(p.FleetUneven))
+	for i, n := range p.FleetUneven {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// sentNames counts the commands clients send, by name, through a go-redis
+// hook on each: INFO commandstats counts the calls that scripts make inside
+// Redis under the same names as those clients send, and only the latter
+// are round trips. The counts tell the replicas' calls from those of other
+// clients of a shared Redis.
+type sentNames struct{ names sync.Map } // name → *atomic.Int64
+
+func (s *sentNames) add(cmd redis.Cmder) {
+	n, ok := s.names.Load(cmd.Name())
+	if !ok {
+		n, _ = s.names.LoadOrStore(cmd.Name(), new(atomic.Int64))
+	}
+	n.(*atomic.Int64).Add(1)
+}
+
+// counts is what the hooks have counted so far, by name.
+func (s *sentNames) counts() map[string]float64 {
+	m := map[string]float64{}
+	s.names.Range(func(k, v any) bool {
+		m[k.(string)] = float64(v.(*atomic.Int64).Load())
+		return true
+	})
+	return m
+}
+
+func (s *sentNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *sentNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { s.add(cmd); return next(ctx, cmd) }
+}
+
+func (s *sentNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			s.add(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// sent reports whether the commandstats entry name (a command, or
+// command|subcommand) is one a client sends. Besides what the hooks saw:
+// redisqueue's grant reader and probes run on clients of its own, which no
+// hook sees (BLPOP, INFO, PING), and every client opens its connections
+// with HELLO and CLIENT SETINFO.
+func (s *sentNames) sent(name string) bool {
+	cmd, _, _ := strings.Cut(name, "|")
+	_, ok := s.names.Load(cmd)
+	return ok || slices.Contains([]string{"blpop", "info", "ping", "hello", "client"}, cmd)
+}
+
+// queue is a Queue of cfg on a new redisqueue Backend of mode under the
+// Name prefix+name, on a client of its own, as a replica would have,
+// hooked to sent; f closes both.
+func (f *fleet) queue(name string, mode redisqueue.Mode, cfg ginqueue.Config, sent *sentNames) (*ginqueue.Queue, *redisqueue.Backend, error) {
+	rdb := newRedisClient(f.addr)
+	rdb.AddHook(sent)
+	f.closers = append(f.closers, func() { _ = rdb.Close() })
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name, Mode: mode})
+	if err != nil {
+		return nil, nil, err
+	}
+	f.closers = append(f.closers, func() { _ = b.Close() }) // NewQueue leaves b open when it fails
+	cfg.Backend = b
+	q, err := ginqueue.NewQueue(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.closers = append(f.closers, func() { _ = q.Close() })
+	return q, b, nil
+}
+
+// fleetPoint is what one way gave in one scenario.
+type fleetPoint struct {
+	admitted int64         // handlers that ended in the window
+	busy     time.Duration // handler time inside the window, summed over the fleet
+	peak     int64         // the most handlers running at once, over the warm-up and the window
+	refused  int64         // requests answered other than 204, over the warm-up and the window
+	status   int64         // the first such status
+	outages  uint64        // times a replica's Backend marked Redis down
+	// Redis only: its CPU seconds over the window; the commands the
+	// replicas sent in it, by name (the measurement's own INFO left out),
+	// and those that their scripts ran inside Redis; what the hooks on the
+	// replicas' clients counted; each replica's mean Backend.Stats().Limit
+	// in the window (in Shares mode its share).
+	cpu                   float64
+	sent, inScript, hooks map[string]float64
+	shares                []float64
+}
+
+// redisCounters reads what INFO cpu and commandstats say Redis has spent:
+// CPU seconds (used_cpu_sys + used_cpu_user) and the calls of every
+// command, by name.
+func redisCounters(info string) (cpu float64, calls map[string]float64) {
+	calls = map[string]float64{}
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch cmd, ok := strings.CutPrefix(k, "cmdstat_"); {
+		case k == "used_cpu_sys", k == "used_cpu_user":
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		case ok:
+			for kv := range strings.SplitSeq(v, ",") {
+				if n, ok := strings.CutPrefix(kv, "calls="); ok {
+					f, _ := strconv.ParseFloat(n, 64)
+					calls[cmd] += f
+				}
+			}
+		}
+	}
+	return cpu, calls
+}
+
+// commands lists calls by name, most first: "evalsha 1,234, blpop 56".
+func commands(calls map[string]float64) string {
+	names := slices.SortedFunc(maps.Keys(calls), func(a, b string) int { return cmp.Or(cmp.Compare(calls[b], calls[a]), cmp.Compare(a, b)) })
+	s := make([]string, 0, len(names))
+	for _, n := range names {
+		if calls[n] != 0 {
+			s = append(s, n+" "+digits(int(calls[n])))
+		}
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// fleetRun serves clients[i] closed-loop clients on replica i, whose
+// handlers sleep work, for the warm-up and the window, the replicas
+// sharing the fleet's limit as way says (Redis ways under the Name
+// prefix+name). ctl reads INFO around the window of a Redis way.
+func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []int, work time.Duration) (*fleetPoint, error) {
+	runtime.GC() // the previous measurement's garbage is collected on its own time
+	pt := &fleetPoint{}
+	var running, peak, admitted, busy, refused, status atomic.Int64
+	var from, to time.Time // set before the clients start, read by the handlers
+	h := func(c *gin.Context) {
+		n := running.Add(1)
+		for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
+		}
+		t0 := time.Now()
+		time.Sleep(work)
+		t1 := time.Now()
+		running.Add(-1)
+		if !t1.Before(from) && t1.Before(to) {
+			admitted.Add(1)
+		}
+		if d := min(t1.Sub(from), to.Sub(from)) - max(t0.Sub(from), 0); d > 0 {
+			busy.Add(int64(d))
+		}
+		c.Status(http.StatusNoContent)
+	}
+	defer f.close()
+	handlers := make([]http.Handler, len(clients))
+	var sent sentNames
+	var queues []*ginqueue.Queue
+	var backends []*redisqueue.Backend
+	for i := range clients {
+		cfg := ginqueue.Config{MaxConcurrent: p.FleetLimits.MaxConcurrent, MaxQueue: p.FleetLimits.MaxQueue, QueueTimeout: p.FleetLimits.QueueTimeout}
+		var q *ginqueue.Queue
+		var err error
+		switch way {
+		case FleetStatic: // nil Config.Backend: the in-memory Backend
+			cfg.MaxConcurrent = p.FleetShare()
+			if q, err = ginqueue.NewQueue(cfg); err == nil {
+				f.closers = append(f.closers, func() { _ = q.Close() })
+			}
+		case FleetGlobal, FleetShares:
+			mode := redisqueue.GlobalQueue
+			if way == FleetShares {
+				mode = redisqueue.Shares
+			}
+			var b *redisqueue.Backend
+			q, b, err = f.queue(name, mode, cfg, &sent)
+			backends = append(backends, b)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("replica %d: %w", i+1, err)
+		}
+		queues = append(queues, q)
+		handlers[i], _ = route(h, nil, q.Handler())
+	}
+	start := time.Now()
+	from = start.Add(p.FleetWarmUp)
+	to = from.Add(p.FleetWindow)
+	var wg sync.WaitGroup
+	for i, n := range clients {
+		for range n {
+			wg.Go(func() {
+				req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+				for time.Now().Before(to) {
+					if code := serve(handlers[i], w, req); code != http.StatusNoContent {
+						refused.Add(1)
+						status.CompareAndSwap(0, int64(code))
+						time.Sleep(time.Millisecond) // a refusal returns at once: do not spin on it
+					}
+				}
+			})
+		}
+	}
+	// Each replica's Backend.Stats().Limit, every 10 ms of the window.
+	sums, samples := make([]float64, len(backends)), 0
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		time.Sleep(time.Until(from))
+		for ; time.Now().Before(to); time.Sleep(10 * time.Millisecond) {
+			for i, b := range backends {
+				sums[i] += float64(b.Stats().Limit)
+			}
+			samples++
+		}
+	}()
+	var errs []error
+	readInfo := func() (string, map[string]float64) {
+		if len(backends) == 0 {
+			return "", nil
+		}
+		info, err := ctl.Info(context.Background(), "cpu", "commandstats").Result()
+		errs = append(errs, err)
+		return info, sent.counts()
+	}
+	time.Sleep(time.Until(from))
+	before, hooks0 := readInfo()
+	time.Sleep(time.Until(to))
+	after, hooks1 := readInfo()
+	wg.Wait()
+	<-sampled
+	for _, q := range queues {
+		pt.outages += q.Stats().Outages
+	}
+	pt.admitted, pt.busy, pt.peak = admitted.Load(), time.Duration(busy.Load()), peak.Load()
+	pt.refused, pt.status = refused.Load(), status.Load()
+	if err := errors.Join(errs...); err != nil {
+		return pt, fmt.Errorf("INFO cpu and commandstats: %w", err)
+	}
+	if len(backends) > 0 {
+		cpu0, calls0 := redisCounters(before)
+		cpu1, calls1 := redisCounters(after)
+		pt.cpu, pt.sent, pt.inScript, pt.hooks = cpu1-cpu0, map[string]float64{}, map[string]float64{}, map[string]float64{}
+		for c, n := range hooks1 {
+			pt.hooks[c] = n - hooks0[c]
+		}
+		for c, n := range calls1 {
+			if n -= calls0[c]; sent.sent(c) {
+				pt.sent[c] = n
+			} else {
+				pt.inScript[c] = n
+			}
+		}
+		// INFO counts itself in the next reply: the first reading is in
+		// the second's count, and is the measurement's, not a client's.
+		pt.sent["info"]--
+		for i := range sums {
+			pt.shares = append(pt.shares, sums[i]/float64(max(samples, 1)))
+		}
+	}
+	if pt.refused > 0 {
+		return pt, fmt.Errorf("%d requests not served, the first answered %d", pt.refused, pt.status)
+	}
+	return pt, nil
+}
+
+// fleet is section 14: every way under saturation of every replica, then
+// every way under uneven saturation. Without a Redis, the static split
+// alone. Its backends' keys are deleted at the end.
+func (r *runner) fleet() {
+	t, ctx := &r.res.Fleet, context.Background()
+	ways := fleetWays()
+	t.Cols = ways
+	f, ctl, _, why := openFleet(ctx)
+	defer f.close()
+	defer ctl.Close()
+	if why != "" {
+		r.res.FleetWhy = fmt.Sprintf("No Redis answered at REDIS_ADDR (default %s), so only the static split was measured in this run (%s).", DefaultRedisAddr, why)
+		r.logf("  %s", r.res.FleetWhy)
+		ways = ways[:1]
+	} else {
+		defer r.deleteKeys(ctx, f, ctl, FleetShares, "14. deleting the run's keys")
+	}
+	limit := float64(r.FleetLimits.MaxConcurrent)
+	rows := []Row{
+		{Metric: "14a. admitted", Unit: fmt.Sprintf("req/s, %d × %d clients, %v handlers", r.FleetReplicas, r.FleetClients, r.FleetWork), Format: FormatRate, Higher: true},
+		{Metric: "14a. ratio to the static split", Unit: "admitted", Format: FormatRatio, Higher: true},
+		{Metric: "14b. Redis round trips per admitted request", Unit: "commands the replicas sent, at saturation", Format: FormatSmall},
+		{Metric: "14b. Redis CPU per admitted request", Unit: "used_cpu_sys + used_cpu_user", Format: FormatDuration},
+		{Metric: "14c. peak running across the fleet", Unit: fmt.Sprintf("of %d, both scenarios", r.FleetLimits.MaxConcurrent), Format: FormatCount},
+		{Metric: "14d. mean running, uneven", Unit: fmt.Sprintf("of %d; %s clients, %v handlers", r.FleetLimits.MaxConcurrent, r.FleetUnevenClients(), r.FleetUnevenWork), Format: FormatCount, Higher: true},
+		{Metric: "14d. utilization, uneven", Unit: fmt.Sprintf("mean running ÷ %d", r.FleetLimits.MaxConcurrent), Format: FormatShare, Higher: true},
+	}
+	for i := range rows {
+		rows[i].Values = map[string]float64{}
+	}
+	saturated := slices.Repeat([]int{r.FleetClients}, r.FleetReplicas)
+	seq := 0
+	for _, scenario := range []struct {
+		name    string
+		clients []int
+		work    time.Duration
+	}{{"saturated", saturated, r.FleetWork}, {"uneven", r.FleetUneven, r.FleetUnevenWork}} {
+		for _, way := range ways {
+			seq++
+			metric := "14. " + scenario.name
+			pt, err := r.fleetRun(f, ctl, way, fmt.Sprintf("-fleet%d", seq), scenario.clients, scenario.work)
+			if err != nil {
+				r.fail(way, metric, err)
+			}
+			if pt == nil {
+				continue
+			}
+			line := fmt.Sprintf("  %s, %s: admitted %s, peak %d, mean running %.1f, refused %d, outages %d",
+				scenario.name, way, format(FormatRate, float64(pt.admitted)/r.FleetWindow.Seconds()), pt.peak, pt.busy.Seconds()/r.FleetWindow.Seconds(), pt.refused, pt.outages)
+			if pt.sent != nil {
+				line += fmt.Sprintf("; Redis: CPU %s, commands sent %s (the replicas' hooks counted %s), run by the scripts %s; Stats().Limit mean per replica %.1f",
+					format(FormatDuration, pt.cpu*1e9), commands(pt.sent), commands(pt.hooks), commands(pt.inScript), pt.shares)
+			}
+			r.logf("%s", line)
+			rows[4].Values[way] = max(rows[4].Values[way], float64(pt.peak))
+			if scenario.name == "uneven" {
+				mean := pt.busy.Seconds() / r.FleetWindow.Seconds()
+				rows[5].Values[way], rows[6].Values[way] = mean, mean/limit
+				continue
+			}
+			rows[0].Values[way] = float64(pt.admitted) / r.FleetWindow.Seconds()
+			if pt.sent != nil && pt.admitted > 0 {
+				rows[2].Values[way] = sum(slices.Collect(maps.Values(pt.sent))) / float64(pt.admitted)
+				rows[3].Values[way] = pt.cpu * 1e9 / float64(pt.admitted)
+			}
+		}
+	}
+	if base := rows[0].Values[FleetStatic]; base > 0 {
+		for _, way := range ways[1:] {
+			if x, ok := rows[0].Values[way]; ok {
+				rows[1].Values[way] = x / base
+			}
+		}
+	}
+	t.Rows = append(t.Rows, rows...)
+}
