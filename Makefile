@@ -5,7 +5,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 GO ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test test-long demo bench bench-smoke bench-goodput bench-weighted lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules check-outside
+.PHONY: test test-long demo bench bench-smoke bench-goodput bench-weighted bench-fleet lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules check-outside
 
 # Vet and race-test every module in the repository, without the long
 # suites (-short): a few minutes.
@@ -48,6 +48,12 @@ bench-goodput:
 # seconds); prints its targets and table, writes nothing.
 bench-weighted:
 	cd bench && $(GO) run ./cmd/report -weighted
+
+# Section 14 of the suite alone: one limit for 4 replicas, shared as a static
+# split, by redisqueue's GlobalQueue and by its Shares (under a minute; needs
+# the Redis of make test); prints its table and targets, writes nothing.
+bench-fleet:
+	cd bench && $(GO) run ./cmd/report -fleet
 
 # gofmt and staticcheck over every module.
 lint:
