@@ -3,10 +3,12 @@ package redisqueue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -638,4 +640,171 @@ func TestSharesFollowCloseAndSetLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, time.Second, "the share did not follow SetLimit down", func() bool { return rs[0].b.Stats().Limit == 3 })
+}
+
+// slotCounter is a Backend that counts, in f, the slots of the Tickets it
+// hands out, from the grant to the Release: a count of the slots held
+// across a fleet, outside the library, whatever cost each grant was clamped
+// to.
+type slotCounter struct {
+	*redisqueue.Backend
+	f *fleetCounter
+}
+
+func (c slotCounter) add(n int) {
+	v := c.f.now.Add(int64(n))
+	for p := c.f.peak.Load(); v > p && !c.f.peak.CompareAndSwap(p, v); p = c.f.peak.Load() {
+	}
+}
+
+func (c slotCounter) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	t, err := c.Backend.Acquire(ctx, a)
+	if err == nil {
+		c.add(max(t.Cost, 1))
+	}
+	return t, err
+}
+
+func (c slotCounter) Release(t ginqueue.Ticket) {
+	c.f.now.Add(-int64(max(t.Cost, 1)))
+	c.Backend.Release(t)
+}
+
+// FastPath counts the fast path's grants too.
+func (c slotCounter) FastPath() ginqueue.FastBackend { return countedFast{c.Backend.FastPath(), c} }
+
+type countedFast struct {
+	ginqueue.FastBackend
+	c slotCounter
+}
+
+func (f countedFast) TryAcquire() uint64 {
+	n := f.FastBackend.TryAcquire()
+	if n > 0 {
+		f.c.add(1)
+	}
+	return n
+}
+
+func (f countedFast) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	return f.c.Acquire(ctx, a)
+}
+
+// countedReplica is newReplica with its Backend's slots counted in f.
+func countedReplica(t *testing.T, addr string, cfg ginqueue.Config, o redisqueue.Options, f *fleetCounter, h gin.HandlerFunc) *replica {
+	t.Helper()
+	r := &replica{rdb: newClient(t, addr)}
+	var err error
+	if r.b, err = redisqueue.New(r.rdb, o); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backend = slotCounter{r.b, f}
+	if r.q, err = ginqueue.NewQueue(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.q.Close() })
+	r.e = gin.New()
+	r.e.GET("/", r.q.Handler(), h)
+	return r
+}
+
+// The slots running across the fleet never exceed the limit while shares
+// move under a random load of weighted requests, replicas join and leave,
+// SetLimit moves the limit down and up, and Redis loses its data.
+func TestSharesKeepTheLimitThroughChanges(t *testing.T) {
+	needRedis(t)
+	srv := startRedis(t) // FLUSHALL below
+	const most = 16
+	cost := func(c *gin.Context) int { n, _ := strconv.Atoi(c.Query("cost")); return max(n, 1) }
+	var f fleetCounter
+	var limitNow atomic.Int64 // the highest limit in force since the last check
+	limitNow.Store(most)
+	cfg := ginqueue.Config{MaxConcurrent: most, MaxQueue: 256, QueueTimeout: 2 * time.Second, Cost: cost}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond}
+	h := func(*gin.Context) { time.Sleep(3 * time.Millisecond) }
+	var mu sync.Mutex
+	reps := []*replica{}
+	for range 3 {
+		reps = append(reps, countedReplica(t, srv.addr(), cfg, o, &f, h))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	over := make(chan string, 1)
+	client := func(r *replica, seed int) {
+		defer wg.Done()
+		for i := seed; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w := httptest.NewRecorder()
+			r.e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?cost="+strconv.Itoa(1+i*7%3), nil))
+			if n := f.now.Load(); n > limitNow.Load() {
+				select {
+				case over <- fmt.Sprintf("%d slots running, limit %d", n, limitNow.Load()):
+				default:
+				}
+			}
+			if i%5 == 0 {
+				time.Sleep(time.Duration(i%4) * time.Millisecond) // uneven, bursty clients
+			}
+		}
+	}
+	for i, r := range reps {
+		for j := range 2 + 4*i {
+			wg.Add(1)
+			go client(r, j)
+		}
+	}
+	step := func(what string, fn func()) {
+		fn()
+		time.Sleep(300 * time.Millisecond)
+		t.Logf("%s: peak %d", what, f.peak.Load())
+	}
+	step("steady", func() {})
+	step("a replica joins", func() {
+		r := countedReplica(t, srv.addr(), cfg, o, &f, h)
+		mu.Lock()
+		reps = append(reps, r)
+		mu.Unlock()
+		for j := range 6 {
+			wg.Add(1)
+			go client(r, j)
+		}
+	})
+	step("a replica leaves", func() { _ = reps[0].q.Close() })
+	step("the limit goes down to 6", func() {
+		if err := reps[1].q.SetLimit(6); err != nil {
+			t.Error(err)
+		}
+		// Lowering preempts nobody: until what ran before ends, the old
+		// limit bounds the count.
+		time.Sleep(100 * time.Millisecond)
+		limitNow.Store(6)
+	})
+	step("the limit goes up to 20", func() {
+		limitNow.Store(20)
+		if err := reps[2].q.SetLimit(20); err != nil {
+			t.Error(err)
+		}
+	})
+	step("Redis loses its data", func() {
+		if err := newClient(t, srv.addr()).FlushAll(context.Background()).Err(); err != nil {
+			t.Error(err)
+		}
+		// The fleet limit returns to MaxConcurrent with the data.
+		time.Sleep(100 * time.Millisecond)
+		limitNow.Store(most)
+	})
+	close(stop)
+	wg.Wait()
+	select {
+	case m := <-over:
+		t.Error(m)
+	default:
+	}
+	if f.peak.Load() > 20 {
+		t.Errorf("peak %d slots running, limit at most 20", f.peak.Load())
+	}
 }
