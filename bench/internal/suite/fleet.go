@@ -94,14 +94,53 @@ func (s *sentNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 // sent reports whether the commandstats entry name (a command, or
-// command|subcommand) is one a client sends. Besides what the hooks saw:
-// redisqueue's grant reader and probes run on clients of its own, which no
-// hook sees (BLPOP, INFO, PING), and every client opens its connections
-// with HELLO and CLIENT SETINFO.
-func (s *sentNames) sent(name string) bool {
+// command|subcommand) is one a client sends: one the hooks saw, one that
+// Redis refuses to run inside a script (noscript: HELLO, BLPOP, ROLE…), or
+// INFO or PING, which redisqueue's grant reader and probes send on clients
+// of their own that no hook sees, and which its scripts do not call.
+func (s *sentNames) sent(name string, noscript map[string]bool) bool {
 	cmd, _, _ := strings.Cut(name, "|")
 	_, ok := s.names.Load(cmd)
-	return ok || slices.Contains([]string{"blpop", "info", "ping", "hello", "client"}, cmd)
+	return ok || noscript[name] || cmd == "info" || cmd == "ping"
+}
+
+// noscript asks Redis which of the commandstats entries names (command, or
+// command|subcommand) it refuses to run inside a script.
+func noscript(ctx context.Context, ctl *redis.Client, names []string) (map[string]bool, error) {
+	args := []any{"command", "info"}
+	for _, n := range names {
+		cmd, _, _ := strings.Cut(n, "|")
+		args = append(args, cmd)
+	}
+	res, err := ctl.Do(ctx, args...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	flagged := func(info []any) bool {
+		flags, _ := info[2].([]any)
+		return slices.Contains(flags, any("noscript"))
+	}
+	m := map[string]bool{}
+	for i, e := range res {
+		info, _ := e.([]any)
+		if len(info) < 3 {
+			continue // unknown to this Redis
+		}
+		if _, _, sub := strings.Cut(names[i], "|"); !sub {
+			m[names[i]] = flagged(info)
+			continue
+		}
+		if len(info) < 10 {
+			continue
+		}
+		subs, _ := info[9].([]any)
+		for _, s := range subs {
+			if si, _ := s.([]any); len(si) >= 3 && si[0] == names[i] {
+				m[names[i]] = flagged(si)
+			}
+		}
+	}
+	return m, nil
 }
 
 // queue is a Queue of cfg on a new redisqueue Backend of mode under the
@@ -297,8 +336,18 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		for c, n := range hooks1 {
 			pt.hooks[c] = n - hooks0[c]
 		}
+		var moved []string
 		for c, n := range calls1 {
-			if n -= calls0[c]; sent.sent(c) {
+			if n != calls0[c] {
+				moved = append(moved, c)
+			}
+		}
+		flagged, err := noscript(context.Background(), ctl, moved)
+		if err != nil {
+			return pt, fmt.Errorf("COMMAND INFO: %w", err)
+		}
+		for c, n := range calls1 {
+			if n -= calls0[c]; sent.sent(c, flagged) {
 				pt.sent[c] = n
 			} else {
 				pt.inScript[c] = n
