@@ -51,7 +51,8 @@ const (
 //	      this replica knows ("" none), the freeze (ms) after a loss, the
 //	      replicas of this replica's last reply.
 //	      Reply {held, target, shrink, limit, epoch, freeze left ms,
-//	      replicas, free}, or {"conflict", why}.
+//	      replicas, free, 1 if a replica is short of its target else 0},
+//	      or {"conflict", why}.
 //	limit ARGV[6] = the new limit. Reply: the limit.
 //	bye   the replica leaves: its share goes back at once. Reply: 1.
 //	stats Reply {held in all, queued in all, replicas, limit}.
@@ -245,11 +246,24 @@ end
 
 -- Shares shrink only while the fleet holds more than its limit (SetLimit
 -- lowered it, or a replica came back with slots counted away), or while
--- another's need is not met from what is free.
-local short = 0
-for _, id in ipairs(ids) do short = short + math.max(0, target[id] - held[id]) end
+-- another's need is not met from what is free. Slots a replica holds
+-- beyond its own demand (idle) go to any replica short of its target.
+-- Slots a busy replica uses go only to one short of its target by a
+-- quarter of it or more: demand measured at saturation wavers by a slot or
+-- two, and moving busy slots for that costs round trips and gains nothing.
+local function deficit(id) return math.max(0, target[id] - held[id]) end
+local function significant(id)
+  return deficit(id) >= math.max(1, math.floor(target[id] / 4))
+end
+local function idle(id) return held[id] > math.max(target[id], need[id]) end
+local short, shortBusy = 0, 0
+for _, id in ipairs(ids) do
+  short = short + deficit(id)
+  if significant(id) then shortBusy = shortBusy + deficit(id) end
+end
 local over = free < 0
-local shrink = over or short > free
+local shrinkIdle, shrinkBusy = short > free, shortBusy > free
+local shrink = over or shrinkBusy or (shrinkIdle and idle(me))
 -- told: the share this replica now believes it may keep.
 local keepTold = math.max(target[me], held[me])
 if shrink then keepTold = target[me] end
@@ -264,9 +278,10 @@ for _, id in ipairs(ids) do
     -- Tell a replica above its target once, when its target fell below
     -- the share it believes it may keep, so that it gives back; tell one
     -- short of its target when slots are free.
-    if shrink and (over or target[me] > held[me]) and held[id] > target[id] and told[id] > target[id] then
+    local give = over or (shrinkBusy and significant(me)) or (shrinkIdle and deficit(me) > 0 and idle(id))
+    if give and held[id] > target[id] and told[id] > target[id] then
       notify(id)
-    elseif free > 0 and not frozen and target[id] > held[id] then
+    elseif free > 0 and not frozen and deficit(id) > 0 then
       notify(id)
     end
   end
@@ -274,5 +289,7 @@ end
 for _, k in ipairs({S, SE, SM, GR, GD}) do redis.call('PEXPIRE', k, keep) end
 local left_ms = 0
 if frozen then left_ms = freeze - now end
-return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, #ids, math.max(free, 0)}
+local anyShort = 0
+if short > 0 then anyShort = 1 end
+return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, #ids, math.max(free, 0), anyShort}
 `)

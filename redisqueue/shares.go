@@ -40,6 +40,13 @@ type shares struct {
 	// and wakes the coordinator, which reports the slots freed.
 	owing    atomic.Bool
 	giveBack atomic.Bool
+	// needLast is the demand reported at the last sync, and shortLast
+	// whether a replica was short of its target then: a Release that finds
+	// the demand here fallen by a quarter sets dropped, so that the shares
+	// move now rather than at the next period.
+	needLast  atomic.Int64
+	shortLast atomic.Bool
+	dropped   atomic.Bool
 	// asked is set by an arrival that found no free slot, for the
 	// coordinator: sync soon, if it may help.
 	asked atomic.Bool
@@ -57,7 +64,7 @@ type shares struct {
 	lostCtx    context.Context
 	lostCancel context.CancelFunc
 	freeLast   int       // slots free in the fleet at the last reply
-	queuedLast int       // waiters reported at the last sync
+	lastPrio   string    // the last priority reported with waiters; see sync
 	target     int       // the target of the last reply
 	frozenTill time.Time // Redis grows no share before then (after a data loss)
 	replicas   int       // replicas of the last reply
@@ -92,7 +99,7 @@ func (s *shares) start(l ginqueue.Limits) error {
 	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists, b.replica}
 	b.limit.Store(int64(l.MaxConcurrent))
 	b.mu.Unlock()
-	if err := s.sync(); errors.Is(err, ErrConflict) {
+	if err := s.sync(true); errors.Is(err, ErrConflict) {
 		b.mu.Lock()
 		b.closed = true
 		b.mu.Unlock()
@@ -173,12 +180,16 @@ func (s *shares) noteWaiter(p int) {
 // release implements Backend.Release.
 func (s *shares) release(t ginqueue.Ticket) {
 	s.mem.Release(t)
-	if s.owing.Load() {
-		c := s.fast.Counts()
-		if c.Held <= c.Limit && s.owing.Swap(false) {
-			s.giveBack.Store(true)
-			s.b.wake()
-		}
+	if !s.owing.Load() && !s.shortLast.Load() {
+		return
+	}
+	c := s.fast.Counts()
+	if s.owing.Load() && c.Held <= c.Limit && s.owing.Swap(false) {
+		s.giveBack.Store(true)
+		s.b.wake()
+	}
+	if n := s.needLast.Load(); s.shortLast.Load() && int64(c.Held+c.Queued) < n-max(1, n/4) && !s.dropped.Swap(true) {
+		s.b.wake()
 	}
 }
 
@@ -221,6 +232,20 @@ func (s *shares) run() {
 	// beyond the period: at saturation every arrival waits, and Redis would
 	// otherwise see a call per request.
 	gap := max(period/8, time.Millisecond)
+	// pace is the time from one sync to the next, with no reason to sync
+	// sooner.
+	pace := func(down, slow bool) time.Duration {
+		switch {
+		case down && slow:
+			// The last probe waited its whole CallTimeout: the server holds
+			// calls (paused, frozen). Keep one probe waiting on it, so that
+			// the first answer comes as it answers again.
+			return 0
+		case down:
+			return min(period, downProbe)
+		}
+		return period
+	}
 	timer := time.NewTimer(period)
 	defer timer.Stop()
 	last := time.Now()
@@ -244,29 +269,27 @@ func (s *shares) run() {
 			return
 		}
 		s.mu.Lock()
-		leaseEnd, lost, freeLast, queuedLast, frozenTill := s.leaseEnd, s.lost, s.freeLast, s.queuedLast, s.frozenTill
+		leaseEnd, lost, freeLast, frozenTill := s.leaseEnd, s.lost, s.freeLast, s.frozenTill
+		needLast := int(s.needLast.Load())
 		s.mu.Unlock()
 		down := b.down.Load()
-		every := period
-		if down {
-			every = min(period, downProbe)
-			if slow {
-				// The last probe waited its whole CallTimeout: the server
-				// holds calls (paused, frozen). Keep one probe waiting on it,
-				// so that the first answer comes as it answers again.
-				every = 0
-			}
-		}
+		every := pace(down, slow)
 		due := !now.Before(last.Add(every))
+		periodic := due
 		// Redis asked (a notice), or a failed call wants a probe.
 		due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0)
 		// Slots owed can be given back now.
 		due = due || s.giveBack.Swap(false)
+		// The demand fell while another replica is short.
+		if s.dropped.Load() && !now.Before(last.Add(gap)) && s.dropped.Swap(false) {
+			due = true
+		}
 		if s.asked.Load() && !now.Before(last.Add(gap)) {
 			// A waiter came: it helps to tell Redis if slots are free, or
-			// if Redis does not know yet that requests wait here; and while
-			// Redis is down, a probe may find it back.
-			if down || freeLast > 0 || queuedLast == 0 || c.Queued > 2*queuedLast {
+			// if the demand here grew by more than Redis would move shares
+			// for (a quarter, see script_shares.go); and while Redis is
+			// down, a probe may find it back.
+			if need := c.Held + c.Queued; down || freeLast > 0 || need > needLast+max(1, needLast/4) {
 				due = true
 			}
 		}
@@ -275,14 +298,14 @@ func (s *shares) run() {
 		}
 		if due {
 			s.asked.Store(false)
-			_ = s.sync()
+			_ = s.sync(periodic)
 			last = now
 			slow = time.Since(now) >= b.opts.CallTimeout/2
 		}
 		if !lost && !leaseEnd.IsZero() && !time.Now().Before(leaseEnd) {
 			s.leaseRanOut()
 		}
-		next := last.Add(every)
+		next := last.Add(pace(b.down.Load(), slow))
 		if s.asked.Load() {
 			next = minTime(next, last.Add(gap))
 		}
@@ -326,8 +349,10 @@ func (s *shares) leaseRanOut() {
 }
 
 // sync reports this replica's slots and demand to Redis and applies the
-// share Redis answers with.
-func (s *shares) sync() error {
+// share Redis answers with. The demand is the peak since the previous sync
+// when periodic (so that bursts between syncs count), else the demand now:
+// a sync made because shares move must not report a demand that has gone.
+func (s *shares) sync(periodic bool) error {
 	b := s.b
 	// The share cannot move while the call is out: only this goroutine
 	// moves it (and Close, to zero). So what is reported, the limit or
@@ -337,7 +362,10 @@ func (s *shares) sync() error {
 	s.mu.Unlock()
 	c := s.fast.Counts()
 	cur := max(local, c.Held)
-	need := max(int(s.peak.Swap(0)), c.Held+c.Queued)
+	need := c.Held + c.Queued
+	if peak := int(s.peak.Swap(0)); periodic {
+		need = max(need, peak)
+	}
 	prio := ""
 	if s.waited.Swap(false) || c.Queued > 0 {
 		p := s.topPrio.Load()
@@ -348,6 +376,18 @@ func (s *shares) sync() error {
 		}
 		prio = strconv.FormatInt(p, 10)
 	}
+	s.mu.Lock()
+	if prio != "" {
+		s.lastPrio = prio
+	} else {
+		// Nobody waits here now, but what runs here was of the priority its
+		// waiters last had: counted there, not below every waiter of the
+		// fleet, or a replica whose share just fits would lose it at once
+		// to any waiter elsewhere, and get it back as soon as its next
+		// arrival waited.
+		prio = s.lastPrio
+	}
+	s.mu.Unlock()
 	freeze := b.opts.SharePeriod + 2*b.opts.CallTimeout
 	if b.down.Load() && !b.answersFresh() {
 		return errStillDown
@@ -366,7 +406,7 @@ func (s *shares) sync() error {
 		b.mu.Unlock()
 		return err
 	}
-	if !ok || len(r) != 8 {
+	if !ok || len(r) != 9 {
 		return fmt.Errorf("redisqueue: unexpected reply to the shares sync: %v", res)
 	}
 	held, _ := r[0].(int64)
@@ -377,6 +417,7 @@ func (s *shares) sync() error {
 	frozenMs, _ := r[5].(int64)
 	replicas, _ := r[6].(int64)
 	free, _ := r[7].(int64)
+	short, _ := r[8].(int64)
 	b.markUp()
 	b.limit.Store(limit)
 
@@ -402,7 +443,8 @@ func (s *shares) sync() error {
 	s.leaseEnd = sent.Add(b.opts.LeaseTTL - b.opts.LeaseTTL/100)
 	s.target = int(target)
 	s.freeLast = int(free)
-	s.queuedLast = c.Queued
+	s.needLast.Store(int64(need))
+	s.shortLast.Store(short == 1)
 	s.replicas = int(replicas)
 	s.frozenTill = time.Time{}
 	if frozenMs > 0 {
