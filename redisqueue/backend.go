@@ -15,17 +15,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Backend is a ginqueue.Backend whose slots and queue live in Redis and are
-// shared by every Backend of the same Name. Build it with New (the zero value
-// is not usable) and give it to exactly one ginqueue.Config. It is safe for
+// Backend is a ginqueue.Backend whose limit is shared through Redis by every
+// Backend of the same Name: in GlobalQueue mode its slots and queue live in
+// Redis; in Shares mode it admits in memory within a share of the limit it
+// leases from Redis (Options.Mode). Build it with New (the zero value is not
+// usable) and give it to exactly one ginqueue.Config. It is safe for
 // concurrent use.
 //
-// A Backend runs two goroutines from Start until Close: the grant reader and
-// the maintainer (heartbeat, lease refresh, safety-net tick, retries of
-// releases and cancels, probing while Redis is down). Close stops the reader
-// at once; the maintainer stays until the last running request has released
-// its slot, so that its lease is kept, and then flushes pending releases and
-// stops.
+// A Backend runs two goroutines from Start until Close: the notice reader
+// and the maintainer (GlobalQueue: heartbeat, lease refresh, safety-net
+// tick, retries of releases and cancels, probing while Redis is down;
+// Shares: the coordinator that reconciles the share with Redis). Close
+// stops the reader at once; the maintainer stays until the last running
+// request has released its slot, so that its lease is kept, then says
+// goodbye to Redis and stops.
 type Backend struct {
 	rdb     redis.UniversalClient
 	opts    Options
@@ -205,12 +208,14 @@ var _ ginqueue.Backend = (*Backend)(nil)
 
 // Start implements ginqueue.Backend. It declares l to the other replicas of
 // the Name and returns an error wrapping ErrConflict if a live one declared
-// other MaxConcurrent or MaxQueue. If Redis does not answer, Start succeeds
-// and OnRedisDown applies until it does; the declaration is then checked
-// when Redis answers. Start may be called once. It refuses l.CoDel
-// (Config.CoDel) and l.MaxQueuePerFlow, which no replica can honour for the
-// fleet (the README says why). With l.Weighted (ginqueue.Config.Cost) the
-// scripts count each request's Arrival.Cost in slots, across the fleet.
+// other MaxConcurrent or MaxQueue (in Shares mode: other MaxConcurrent), or
+// runs in the other Mode. If Redis does not answer, Start succeeds and
+// OnRedisDown applies until it does; the declaration is then checked when
+// Redis answers. Start may be called once. In GlobalQueue mode it refuses
+// l.CoDel (Config.CoDel) and l.MaxQueuePerFlow, which no replica can honour
+// for the fleet (the README says why); in Shares mode every Limits field
+// works, on each replica. With l.Weighted (ginqueue.Config.Cost) each
+// request holds its Arrival.Cost in slots of the fleet's limit.
 func (b *Backend) Start(l ginqueue.Limits) error {
 	if err := l.Validate(); err != nil {
 		return err

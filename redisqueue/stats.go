@@ -18,7 +18,8 @@ import (
 // MaxConcurrent until SetLimit moves it, then the value of the last acquire,
 // sync or SetLimit reply from Redis (a change made on another replica shows
 // here at this replica's next acquire or sync, within a TickInterval).
-// GlobalStats asks Redis for the fleet's.
+// GlobalStats asks Redis for the fleet's. In Shares mode Stats is the
+// in-memory backend's, whose Limit is this replica's share.
 func (b *Backend) Stats() ginqueue.BackendStats {
 	if b.sh != nil {
 		return b.sh.stats()
@@ -79,7 +80,9 @@ type GlobalStats struct {
 }
 
 // GlobalStats asks Redis for the slots held and the waiters of the whole
-// fleet. Leases that expired but were not yet swept still count. It returns
+// fleet. Leases that expired but were not yet swept still count. In Shares
+// mode Running is the slots the replicas hold (each its share, or what it
+// runs if more) and Queued their waiters as of their last syncs. It returns
 // the Redis error, if any; it is safe for concurrent use.
 func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
 	if b.sh != nil {

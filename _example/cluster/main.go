@@ -1,7 +1,10 @@
 // Command cluster runs three replicas of one service on three ports, sharing
-// one limit through Redis (REDIS_ADDR, default 127.0.0.1:6379), then fires a
-// burst at them round-robin and prints which replica served each request,
-// when, and the global outcome counts. It exits by itself.
+// one limit through Redis (REDIS_ADDR, default 127.0.0.1:6379), in each of
+// redisqueue's two modes. With the global queue (the default mode) it fires
+// a burst at them round-robin and prints which replica served each request,
+// when, and the global outcome counts. With leased shares it puts an uneven
+// load on them, moves it from one replica to another, and prints each
+// replica's share of the limit as it follows the load. It exits by itself.
 //
 //	go run ./cluster
 package main
@@ -17,7 +20,9 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -70,7 +75,7 @@ func run() error {
 
 	var servers []*server
 	for i := range replicas {
-		s, err := startReplica(string(rune('A'+i)), addr, name, cfg)
+		s, err := startReplica(string(rune('A'+i)), addr, name, cfg, redisqueue.GlobalQueue)
 		if err != nil {
 			return err
 		}
@@ -124,6 +129,85 @@ func run() error {
 		counts[http.StatusOK], counts[http.StatusServiceUnavailable], counts[http.StatusRequestTimeout])
 	fmt.Printf("(at most %d run at once in the fleet and %d wait, so about %d of the first %d are served; the rest wait or are refused)\n",
 		cfg.MaxConcurrent, cfg.MaxQueue, cfg.MaxConcurrent+cfg.MaxQueue, burst)
+	return shares(addr, name+"-shares")
+}
+
+// shares runs three replicas in Shares mode under an uneven load that
+// moves: each replica admits on its own within the share of the limit it
+// leases from Redis, and the shares follow the clients.
+func shares(addr, name string) error {
+	cfg := ginqueue.Config{MaxConcurrent: 12, MaxQueue: 64, QueueTimeout: 2 * time.Second}
+	fmt.Printf("\nLeased shares: 3 replicas, Name %q, MaxConcurrent %d for the whole fleet, 20 ms handlers\n", name, cfg.MaxConcurrent)
+	var servers []*server
+	for i := range replicas {
+		s, err := startReplica(string(rune('A'+i)), addr, name, cfg, redisqueue.Shares)
+		if err != nil {
+			return err
+		}
+		defer s.stop()
+		servers = append(servers, s)
+	}
+	// Closed-loop clients: want[i] of them send to replica i, one request
+	// after another.
+	var want [replicas]atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for i, s := range servers {
+		for j := range 24 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if int64(j) >= want[i].Load() {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					resp, err := client.Get(s.url + "?work=20ms")
+					if err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+					}
+				}
+			})
+		}
+	}
+	phases := []struct {
+		what    string
+		clients [replicas]int64
+	}{
+		{"idle", [replicas]int64{0, 0, 0}},
+		{"24 clients on A, 2 on B and C", [replicas]int64{24, 2, 2}},
+		{"the load moves to C", [replicas]int64{2, 2, 24}},
+	}
+	fmt.Println("\n  time   load                              shares of A, B, C (of 12)   running on A, B, C")
+	t0 := time.Now()
+	for _, p := range phases {
+		for i, n := range p.clients {
+			want[i].Store(n)
+		}
+		for k := range 5 {
+			time.Sleep(100 * time.Millisecond)
+			var sh, run []string
+			for _, s := range servers {
+				st := s.q.Stats()
+				sh = append(sh, fmt.Sprintf("%2d", st.Limit))
+				run = append(run, fmt.Sprintf("%2d", st.Running))
+			}
+			what := ""
+			if k == 0 {
+				what = p.what
+			}
+			fmt.Printf("%6.1fs  %-33s %-27s %s\n", time.Since(t0).Seconds(), what, strings.Join(sh, " "), strings.Join(run, " "))
+		}
+	}
+	close(stop)
+	wg.Wait()
+	fmt.Println("(idle, the limit is split evenly as room for arrivals; under load each replica's share follows its clients,")
+	fmt.Println(" and no replica waits on Redis to admit a request: Redis only moves the shares)")
 	return nil
 }
 
@@ -131,9 +215,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // startReplica starts one replica: its own Redis client, Backend, Queue and
 // HTTP server on a free port.
-func startReplica(name, addr, qname string, cfg ginqueue.Config) (*server, error) {
+func startReplica(name, addr, qname string, cfg ginqueue.Config, mode redisqueue.Mode) (*server, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: qname})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: qname, Mode: mode})
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +228,11 @@ func startReplica(name, addr, qname string, cfg ginqueue.Config) (*server, error
 	}
 	e := gin.New()
 	e.GET("/", q.Handler(), func(c *gin.Context) {
-		time.Sleep(work)
+		d := work
+		if w, err := time.ParseDuration(c.Query("work")); err == nil {
+			d = w
+		}
+		time.Sleep(d)
 		c.String(http.StatusOK, name)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
