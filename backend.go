@@ -275,7 +275,10 @@ type ShareSetter interface {
 // then ignores whether the Backend itself is one). The FastBackend returned
 // must act on the same slots as the Backend: the Queue calls TryAcquire,
 // Counts and Acquire on it, and Release, Stats, Drain and Close on the
-// Backend.
+// Backend. A type that embeds such a Backend to wrap its Acquire embeds
+// FastPath too, and the Queue would then call the embedded Backend's fast
+// path and Acquire, not the wrapper's: give the wrapper a FastPath of its
+// own (nil, or a fast path that wraps the embedded one).
 type FastPather interface {
 	Backend
 	// FastPath returns the fast path, or nil for none. NewQueue calls it
