@@ -244,18 +244,24 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 
 	err := b.sync(true)
 	if errors.Is(err, ErrConflict) {
-		b.mu.Lock()
-		b.closed = true
-		b.mu.Unlock()
-		b.stopCancel()
-		close(b.stop)
-		close(b.readDn)
-		close(b.mainDn)
+		b.refuseStart()
 		return err
 	}
 	go b.read()
 	go b.maintain()
 	return nil
+}
+
+// refuseStart closes a Backend whose Start found a conflict, before any of
+// its goroutines started.
+func (b *Backend) refuseStart() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.stopCancel()
+	close(b.stop)
+	close(b.readDn)
+	close(b.mainDn)
 }
 
 // Drain implements ginqueue.Backend: it returns once every slot granted here

@@ -100,14 +100,8 @@ func (s *shares) start(l ginqueue.Limits) error {
 	b.limit.Store(int64(l.MaxConcurrent))
 	b.mu.Unlock()
 	if err := s.sync(true); errors.Is(err, ErrConflict) {
-		b.mu.Lock()
-		b.closed = true
-		b.mu.Unlock()
 		_ = s.mem.Close()
-		b.stopCancel()
-		close(b.stop)
-		close(b.readDn)
-		close(b.mainDn)
+		b.refuseStart()
 		return err
 	}
 	go b.read()

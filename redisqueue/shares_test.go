@@ -200,8 +200,16 @@ func (s *shape) set(clients ...int) {
 
 func (s *shape) end() { close(s.stop); s.wg.Wait() }
 
-// medians returns the median latency of each replica since keep was set.
-func (s *shape) medians() []time.Duration {
+// steadyMedians returns the median latency of each replica over a second,
+// from half a second on, once the shares have settled.
+func (s *shape) steadyMedians() []time.Duration {
+	time.Sleep(500 * time.Millisecond)
+	s.mu.Lock()
+	s.lat = make([][]time.Duration, len(s.lat))
+	s.mu.Unlock()
+	s.keep.Store(true)
+	time.Sleep(time.Second)
+	s.keep.Store(false)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := make([]time.Duration, len(s.lat))
@@ -269,11 +277,7 @@ func TestSharesFollowTheDemand(t *testing.T) {
 	} else {
 		t.Logf("replica 0's share grew to %d within %v", grown, d)
 	}
-	time.Sleep(500 * time.Millisecond)
-	ld.keep.Store(true)
-	time.Sleep(time.Second)
-	ld.keep.Store(false)
-	checkWaits(t, ld.medians(), handler)
+	checkWaits(t, ld.steadyMedians(), handler)
 
 	// The load moves to replica 2.
 	t2 := time.Now()
@@ -283,12 +287,7 @@ func TestSharesFollowTheDemand(t *testing.T) {
 	} else {
 		t.Logf("after the load moved, replica 2's share grew to %d within %v", grown, d)
 	}
-	time.Sleep(500 * time.Millisecond)
-	ld.lat = make([][]time.Duration, len(rs))
-	ld.keep.Store(true)
-	time.Sleep(time.Second)
-	ld.keep.Store(false)
-	checkWaits(t, ld.medians(), handler)
+	checkWaits(t, ld.steadyMedians(), handler)
 	if p := f.peak.Load(); p > limit {
 		t.Errorf("peak %d running across the fleet, limit %d", p, limit)
 	}
