@@ -178,9 +178,11 @@ end
 held[me], need[me], prio[me], queued[me] = cur, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
 -- Targets: the limit goes to the demand of the highest priority first,
--- then the next; within a priority in proportion to the demand (largest
--- remainders first, then replica id); replicas with nobody waiting come
--- last. What no demand takes is split evenly, as room for arrivals.
+-- then the next; within a priority that the rest cannot cover, a slot to
+-- each replica with demand, then in proportion to the demand beyond it
+-- (largest remainders first, then replica id); replicas that never had
+-- waiters come last. What no demand takes is split evenly, as room for
+-- arrivals.
 local order = {}
 for i, id in ipairs(ids) do order[i] = id end
 table.sort(order, function(a, b)
@@ -201,19 +203,37 @@ while i <= #order do
     for k = i, j - 1 do target[order[k]] = need[order[k]] end
     left = left - d
   else
-    local given, fr = 0, {}
+    local dem = {}
     for k = i, j - 1 do
       local id = order[k]
-      local exact = left * need[id] / d
-      target[id] = math.floor(exact)
-      given = given + target[id]
-      fr[#fr + 1] = {id, exact - target[id]}
+      target[id] = 0
+      if need[id] > 0 then dem[#dem + 1] = id end
     end
-    table.sort(fr, function(a, b)
-      if a[2] ~= b[2] then return a[2] > b[2] end
-      return a[1] < b[1]
-    end)
-    for k = 1, left - given do target[fr[k][1]] = target[fr[k][1]] + 1 end
+    table.sort(dem)
+    if #dem > left then
+      -- Fewer slots than replicas that want one: a slot each to as many,
+      -- in an order that turns every second, so that none waits forever.
+      local turn, pos = math.floor(now / 1000), {}
+      for k, id in ipairs(dem) do pos[id] = (k - 1 + turn) % #dem end
+      table.sort(dem, function(a, b) return pos[a] < pos[b] end)
+      for k = 1, left do target[dem[k]] = 1 end
+    else
+      -- A slot each first, so that no replica whose requests wait is
+      -- starved by rounding; the rest in proportion to the demand beyond.
+      local rest, beyond, given, fr = left - #dem, d - #dem, 0, {}
+      for _, id in ipairs(dem) do
+        local exact = 0
+        if beyond > 0 then exact = rest * (need[id] - 1) / beyond end
+        target[id] = 1 + math.floor(exact)
+        given = given + math.floor(exact)
+        fr[#fr + 1] = {id, exact - math.floor(exact)}
+      end
+      table.sort(fr, function(a, b)
+        if a[2] ~= b[2] then return a[2] > b[2] end
+        return a[1] < b[1]
+      end)
+      for k = 1, rest - given do target[fr[k][1]] = target[fr[k][1]] + 1 end
+    end
     left = 0
   end
   i = j

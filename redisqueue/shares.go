@@ -57,10 +57,10 @@ type shares struct {
 	local    int
 	epoch    string    // the epoch of Redis's last reply
 	leaseEnd time.Time // the share is ours until then (monotonic clock)
-	// lost is set once the lease ran out with Redis unreachable under
-	// FailClosed: the share is 0 and arrivals are answered unavailable
-	// until a sync succeeds; lostCtx ends then, to answer the waiters.
+	// lost is set when this replica stops admitting until a sync succeeds
+	// (see halt), why says why; lostCtx ends then, to answer the waiters.
 	lost       bool
+	why        string
 	lostCtx    context.Context
 	lostCancel context.CancelFunc
 	freeLast   int       // slots free in the fleet at the last reply
@@ -117,28 +117,29 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 	if c.Held+max(a.Cost, 1) > c.Limit || c.Queued > 0 {
 		s.noteWaiter(a.Priority)
 	}
-	if s.b.opts.OnRedisDown == FailClosed {
-		s.mu.Lock()
-		lost, lostCtx := s.lost, s.lostCtx
-		s.mu.Unlock()
-		if lost {
-			// Probe on demand: Redis may answer again.
-			s.asked.Store(true)
-			s.b.wake()
-			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("the share's lease ran out while Redis was unreachable")}
-		}
-		// A waiter is answered unavailable if the lease runs out first.
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(lostCtx, cancel)
-		defer stop()
-		t, err := s.mem.Acquire(wctx, a)
-		if err != nil && ctx.Err() == nil && lostCtx.Err() != nil && !errors.Is(err, ginqueue.ErrClosed) {
-			return t, &unavailableError{cause: errors.New("the share's lease ran out while Redis was unreachable")}
-		}
-		return t, err
+	s.mu.Lock()
+	lost, lostCtx, why := s.lost, s.lostCtx, s.why
+	s.mu.Unlock()
+	if lost {
+		// Probe on demand: Redis may answer again.
+		s.asked.Store(true)
+		s.b.wake()
+		return ginqueue.Ticket{}, &unavailableError{cause: errors.New(why)}
 	}
-	return s.mem.Acquire(ctx, a)
+	// A waiter is answered unavailable if this replica stops admitting
+	// while it waits (see halt).
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(lostCtx, cancel)
+	defer stop()
+	t, err := s.mem.Acquire(wctx, a)
+	if err != nil && ctx.Err() == nil && lostCtx.Err() != nil && !errors.Is(err, ginqueue.ErrClosed) {
+		s.mu.Lock()
+		why := s.why
+		s.mu.Unlock()
+		return t, &unavailableError{cause: errors.New(why)}
+	}
+	return t, err
 }
 
 // notePeak raises the peak demand since the previous sync to n.
@@ -296,8 +297,17 @@ func (s *shares) run() {
 			last = now
 			slow = time.Since(now) >= b.opts.CallTimeout/2
 		}
-		if !lost && !leaseEnd.IsZero() && !time.Now().Before(leaseEnd) {
-			s.leaseRanOut()
+		switch {
+		case lost:
+		case b.opts.OnRedisDown == FailClosed && !leaseEnd.IsZero() && !time.Now().Before(leaseEnd):
+			// The share's lease ran out with no answer from Redis: Redis
+			// counts the share away, and FailClosed gives it up. (FailOpen
+			// goes on within it.)
+			s.halt("the share's lease ran out while Redis was unreachable")
+		case b.down.Load() && s.localLimit() == 0:
+			// Nothing to admit with, and nobody to move a share here: a
+			// waiter would only wait for its QueueTimeout.
+			s.halt("Redis is unreachable and this replica holds no share of the limit")
 		}
 		next := last.Add(pace(b.down.Load(), slow))
 		if s.asked.Load() {
@@ -321,25 +331,28 @@ func (s *shares) run() {
 	}
 }
 
-// leaseRanOut applies OnRedisDown once the share's lease ran out with no
-// answer from Redis: FailClosed gives the share up (Redis counts it away)
-// and answers every waiter and arrival as unavailable until a sync
-// succeeds; FailOpen keeps admitting within it.
-func (s *shares) leaseRanOut() {
-	if s.b.opts.OnRedisDown != FailClosed {
-		return
-	}
+// halt stops admitting until a sync succeeds: the share goes to 0, and
+// every waiter and arrival is answered with an error wrapping
+// ErrUnavailable and ginqueue.ErrQueueFull, naming why.
+func (s *shares) halt(why string) {
 	s.mu.Lock()
 	if s.lost {
 		s.mu.Unlock()
 		return
 	}
-	s.lost = true
+	s.lost, s.why = true, why
 	s.local = 0
 	_ = s.share.SetShare(0)
 	cancel := s.lostCancel
 	s.mu.Unlock()
 	cancel()
+}
+
+// localLimit is the limit of the in-memory Backend now.
+func (s *shares) localLimit() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local
 }
 
 // sync reports this replica's slots and demand to Redis and applies the

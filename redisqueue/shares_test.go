@@ -894,3 +894,42 @@ func TestSharesCallRedisRarelyAtSaturation(t *testing.T) {
 		t.Errorf("peak %d running across the fleet, limit 64", p)
 	}
 }
+
+// A replica that holds no share when Redis becomes unreachable cannot be
+// given one: its waiters and arrivals are answered 503 (unavailable), not
+// left to time out, under either policy; it serves again once Redis is back.
+func TestSharesWithoutAShareAnswerUnavailableDuringAnOutage(t *testing.T) {
+	needRedis(t)
+	for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			srv := startRedis(t)
+			var f fleetCounter
+			cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 2 * time.Second}
+			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy,
+				CallTimeout: 50 * time.Millisecond}
+			busy := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
+			idle := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
+			ld := startShape([]*replica{busy, idle}, 8)
+			defer ld.end()
+			ld.set(8, 0)
+			eventually(t, 2*time.Second, "the busy replica never held the whole limit", func() bool {
+				return busy.b.Stats().Limit == 2 && idle.b.Stats().Limit == 0
+			})
+			pause(t, srv, 1500*time.Millisecond)
+			if n := idle.b.Stats().Limit; n != 0 {
+				t.Fatalf("the idle replica held %d slots when Redis paused", n)
+			}
+			start := time.Now()
+			code := idle.get()
+			took := time.Since(start)
+			t.Logf("%v: the replica without a share answered %d after %v", policy, code, took)
+			if code != http.StatusServiceUnavailable || took > time.Second {
+				t.Errorf("got %d after %v, want 503 within a second (QueueTimeout is 2s)", code, took)
+			}
+			eventually(t, 3*time.Second, "no 200 after the pause", func() bool { return idle.get() == http.StatusOK })
+			if p := f.peak.Load(); p > 2 {
+				t.Errorf("peak %d running across the fleet, limit 2", p)
+			}
+		})
+	}
+}
