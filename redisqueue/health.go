@@ -47,11 +47,14 @@ func (b *Backend) failed(err error, start time.Time) {
 func (b *Backend) markDown(cause error) {
 	b.hookMu.Lock()
 	defer b.hookMu.Unlock()
+	// Under mu, with the fallback opened: a request that sees down under mu
+	// goes to the fallback, which must be there.
+	b.mu.Lock()
 	if b.down.Swap(true) {
+		b.mu.Unlock()
 		return
 	}
 	b.outages.Add(1)
-	b.mu.Lock()
 	close(b.downCh)
 	if b.opts.OnRedisDown == FailOpen && !b.closed {
 		b.openFallbackLocked()
