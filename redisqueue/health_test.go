@@ -246,13 +246,18 @@ func TestClosedWhileDownReportsRedisBack(t *testing.T) {
 // PAUSE: what is sent meanwhile is answered when it ends) and cut off by a
 // partition that swallows what is sent during it (nothing sent then is ever
 // answered). Each round lasts a different time, so that Redis answers again
-// at another point of the replica's probing.
+// at another point of the replica's probing; and each case's rounds a little
+// longer than the last case's, so that the cases, which run at once, do not
+// all find Redis back in the same instant.
 func TestFirstGrantAfterAnOutage(t *testing.T) {
 	needRedis(t)
 	const bound = 50 * time.Millisecond
 	outages := []time.Duration{800 * time.Millisecond, 910 * time.Millisecond, 1030 * time.Millisecond}
+	n := 0
 	for _, how := range []string{"paused", "partitioned"} {
 		for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
+			stagger := time.Duration(n) * 27 * time.Millisecond
+			n++
 			t.Run(how+"/"+policy.String(), func(t *testing.T) {
 				t.Parallel()
 				// cut makes Redis unreachable for d from now on, and returns a
@@ -286,6 +291,7 @@ func TestFirstGrantAfterAnOutage(t *testing.T) {
 					}}
 				b := startBackends2(t, addr, ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 100, QueueTimeout: time.Second}, o)
 				for i, d := range outages {
+					d += stagger
 					// Connections warm, and Redis marked up.
 					eventually(t, 2*time.Second, "no grant by Redis before the outage", func() bool {
 						tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
