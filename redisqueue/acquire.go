@@ -77,6 +77,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			b.mu.Unlock()
 			return ginqueue.Ticket{}, fmt.Errorf("%w (%w)", err, ginqueue.ErrQueueFull)
 		case b.down.Load():
+			b.probeLocked()
 			b.mu.Unlock()
 			t, err, again := b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
 			if again {

@@ -25,10 +25,12 @@ import (
 // A Backend runs two goroutines from Start until Close: the notice reader
 // and the maintainer (GlobalQueue: heartbeat, lease refresh, safety-net
 // tick, retries of releases and cancels, probing while Redis is down;
-// Shares: the coordinator that reconciles the share with Redis). Close
-// stops the reader at once; the maintainer stays until the last running
-// request has released its slot, so that its lease is kept, then says
-// goodbye to Redis and stops.
+// Shares: the coordinator that reconciles the share with Redis). In
+// GlobalQueue mode, while Redis is marked down, a request that arrives
+// starts a probe of its own as well, on a goroutine that lasts one short
+// call. Close stops the reader at once, and waits for such a probe; the
+// maintainer stays until the last running request has released its slot,
+// so that its lease is kept, then says goodbye to Redis and stops.
 type Backend struct {
 	rdb     redis.UniversalClient
 	opts    Options
@@ -73,6 +75,9 @@ type Backend struct {
 	stopCtx    context.Context
 	stopCancel context.CancelFunc
 
+	probes  sync.WaitGroup // the probes requests started while Redis was marked down; Close waits for them
+	givenUp sync.WaitGroup // the maintainer's probes of a Redis marked down; see probeDown
+
 	kick   chan struct{} // wakes the maintainer; capacity 1
 	redial chan struct{} // wakes a reader waiting to dial again; capacity 1
 	stop   chan struct{} // closed by Close
@@ -98,6 +103,13 @@ type Backend struct {
 	rank     int           // this replica's rank among them by id; see allowanceLocked
 	conflict error         // a limits conflict found after Start
 	token    string        // the recovery this replica was last asked to sync for; see sync
+	// probing is set while a probe that a request started is in flight,
+	// probedAt is when the last one began; see probeLocked.
+	probing  bool
+	probedAt time.Time
+	// stopProbe ends the maintainer's wait for its probe of a Redis marked
+	// down; nil when none is in flight. See probeDown.
+	stopProbe context.CancelFunc
 	// heard is the fleet's count of slots held, and how many of them were
 	// this replica's, as of the last reply of the acquire, leave or sync
 	// script (each reports it); a grant notice adds to mine. The FailOpen
@@ -296,8 +308,9 @@ func (b *Backend) Drain(ctx context.Context) error {
 // (within CallTimeout); new arrivals get ginqueue.ErrClosed. Running
 // requests, on slots from Redis or from the fallback, keep their slots (and
 // leases) until they Release. Close returns once the reader has stopped
-// and, if nothing is held here, the maintainer too; otherwise the maintainer
-// stops after the last Release.
+// (and a request's probe of a Redis marked down, if one is in flight: at
+// most 20 ms) and, if nothing is held here, the maintainer too; otherwise the
+// maintainer stops after the last Release.
 // Close does not close the Redis client. It may be called more than once.
 func (b *Backend) Close() error {
 	if b.sh != nil {
@@ -324,7 +337,8 @@ func (b *Backend) Close() error {
 	b.reader = nil
 	fb := b.fb
 	b.mu.Unlock()
-	b.stopCancel() // an acquire call in flight: its request is answered
+	b.stopCancel()  // an acquire call in flight: its request is answered
+	b.probes.Wait() // none starts once closed is set
 	if fb != nil {
 		_ = fb.Close() // answers the fallback's waiters
 	}

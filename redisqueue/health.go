@@ -48,11 +48,14 @@ func (b *Backend) failed(err error, start time.Time) {
 func (b *Backend) markDown(cause error) {
 	b.hookMu.Lock()
 	defer b.hookMu.Unlock()
+	// Under mu, with the fallback opened: a request that sees down under mu
+	// goes to the fallback, which must be there.
+	b.mu.Lock()
 	if b.down.Swap(true) {
+		b.mu.Unlock()
 		return
 	}
 	b.outages.Add(1)
-	b.mu.Lock()
 	close(b.downCh)
 	if b.opts.OnRedisDown == FailOpen && !b.closed && b.sh == nil {
 		b.openFallbackLocked()
@@ -93,6 +96,50 @@ func (b *Backend) markUp() {
 		h(false, nil)
 	}
 }
+
+// probeLocked starts a probe of Redis for a request that found it marked
+// down, unless one is in flight or began less than demandGap ago. The
+// maintainer's probe alone would leave the first request after Redis
+// answers again waiting: it comes every downProbe, and one sent while
+// Redis could not be reached may never be answered (a partition swallowed
+// it), holding the next back for the rest of its CallTimeout. This one is
+// bounded by downProbe instead, so that under traffic a swallowed probe
+// costs at most that; when it gets an answer, the maintainer stops waiting
+// for its own and syncs at once, which marks Redis up. A Redis slower than
+// that is still found by the maintainer's probe. A failure counts as any
+// call's (see failed), except running out of this shorter time. Requires
+// b.mu, with b.closed unset (Close waits for the probe).
+func (b *Backend) probeLocked() {
+	if b.probing || time.Since(b.probedAt) < demandGap {
+		return
+	}
+	b.probing, b.probedAt = true, time.Now()
+	b.probes.Add(1)
+	go func() {
+		defer b.probes.Done()
+		ctx, cancel := context.WithTimeout(b.stopCtx, min(b.opts.CallTimeout, downProbe))
+		defer cancel()
+		_, err := b.callIn(ctx, probeScript)
+		b.mu.Lock()
+		b.probing = false
+		stop := b.stopProbe
+		b.mu.Unlock()
+		if err != nil {
+			return
+		}
+		if stop != nil {
+			stop() // the maintainer's probe: its answer is not needed
+		} else {
+			b.resync.Store(true) // the maintainer waits for its next probe: sync now
+			b.wake()
+		}
+	}()
+}
+
+// demandGap is the least time between two probes that requests start
+// while Redis is marked down: a server that refuses at once is not dialled
+// for every request.
+const demandGap = 5 * time.Millisecond
 
 // answering reports whether Redis answers: no failed call since the last
 // answer and, if that answer is older than CallTimeout (the server may have

@@ -3,6 +3,9 @@ package redisqueue_test
 import (
 	"context"
 	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,3 +237,231 @@ func TestClosedWhileDownReportsRedisBack(t *testing.T) {
 		t.Error("OnStateChange never said Redis was back")
 	}
 }
+
+// TestFirstGrantAfterAnOutage: with the default timings (TickInterval
+// 500 ms, CallTimeout 150 ms, FailureThreshold 3), once a Redis that the
+// replica had marked down answers again, a client that keeps sending
+// requests (one every 2 ms) gets one granted by Redis, not by the FailOpen
+// fallback, within 50 ms. Redis is unreachable in two ways: paused (CLIENT
+// PAUSE: what is sent meanwhile is answered when it ends) and cut off by a
+// partition that swallows what is sent during it (nothing sent then is ever
+// answered). Each round lasts a different time, so that Redis answers again
+// at another point of the replica's probing; and each case's rounds a little
+// longer than the last case's, so that the cases, which run at once, do not
+// all find Redis back in the same instant.
+func TestFirstGrantAfterAnOutage(t *testing.T) {
+	needRedis(t)
+	const bound = 50 * time.Millisecond
+	outages := []time.Duration{800 * time.Millisecond, 910 * time.Millisecond, 1030 * time.Millisecond}
+	n := 0
+	for _, how := range []string{"paused", "partitioned"} {
+		for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
+			stagger := time.Duration(n) * 27 * time.Millisecond
+			n++
+			t.Run(how+"/"+policy.String(), func(t *testing.T) {
+				t.Parallel()
+				// cut makes Redis unreachable for d from now on, and returns a
+				// func that waits for the end and says when Redis answered
+				// again.
+				var cut func(d time.Duration) func() time.Time
+				var addr string
+				if how == "paused" {
+					srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
+					addr = srv.addr()
+					cut = pauseFor(t, srv)
+				} else {
+					p := newHoleProxy(t, redisAddr)
+					addr = p.addr()
+					cut = func(d time.Duration) func() time.Time {
+						p.setCut(true)
+						return func() time.Time {
+							time.Sleep(d)
+							back := time.Now() // the proxy forwards again just after
+							p.setCut(false)
+							return back
+						}
+					}
+				}
+				var downAt atomic.Int64
+				o := redisqueue.Options{Name: newName(t), OnRedisDown: policy,
+					OnStateChange: func(down bool, _ error) {
+						if down {
+							downAt.Store(time.Now().UnixNano())
+						}
+					}}
+				b := startBackends2(t, addr, ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 100, QueueTimeout: time.Second}, o)
+				for i, d := range outages {
+					d += stagger
+					// Connections warm, and Redis marked up.
+					eventually(t, 2*time.Second, "no grant by Redis before the outage", func() bool {
+						tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+						if err == nil {
+							b.Release(tk)
+						}
+						return err == nil && !redisqueue.GrantedLocally(tk)
+					})
+					downAt.Store(0)
+					end := cut(d)
+					backs := make(chan time.Time, 1)
+					go func() { backs <- end() }()
+					first, err := firstRedisGrant(b, time.Now().Add(d+2*time.Second))
+					back := <-backs
+					if err != nil {
+						t.Fatalf("round %d (%v): %v", i, d, err)
+					}
+					if back.IsZero() {
+						t.Fatalf("round %d (%v): no way to tell when Redis answered again (a call to it failed)", i, d)
+					}
+					down := time.Unix(0, downAt.Load())
+					if downAt.Load() == 0 || !down.Before(back) {
+						t.Fatalf("round %d (%v): Redis was not marked down before it answered again", i, d)
+					}
+					lag := first.Sub(back)
+					t.Logf("round %d: unreachable %v, marked down %v before it answered again; first grant by Redis %v after",
+						i, d, back.Sub(down).Round(time.Millisecond), lag.Round(100*time.Microsecond))
+					if lag > bound {
+						t.Errorf("round %d (%v): the first grant by Redis came %v after Redis answered again, want at most %v",
+							i, d, lag.Round(100*time.Microsecond), bound)
+					}
+				}
+				eventually(t, 3*time.Second, "slots or places leaked in Redis", func() bool { return globalIdle(b) })
+			})
+		}
+	}
+}
+
+// pauseFor returns a func that pauses srv (CLIENT PAUSE ALL) for d and
+// returns one that waits for the end and says when it was, by Redis's own
+// clock: Redis ends a pause at its next cron tick, up to 100 ms after d, so
+// the end is read from a TIME call sent during the pause, which Redis runs
+// as the pause ends. The zero time if a call failed.
+func pauseFor(t *testing.T, srv *redisServer) func(time.Duration) func() time.Time {
+	ctl := newClient(t, srv.addr())
+	witness := newClient(t, srv.addr())
+	return func(d time.Duration) func() time.Time {
+		ctx := context.Background()
+		// The witness's connection is ready before the pause.
+		if witness.Ping(ctx).Err() != nil || ctl.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err() != nil {
+			return func() time.Time { return time.Time{} }
+		}
+		return func() time.Time {
+			back, err := witness.Time(ctx).Result()
+			if err != nil {
+				return time.Time{}
+			}
+			return back
+		}
+	}
+}
+
+// firstRedisGrant sends a request to b every 2 ms, each on a goroutine of
+// its own with a context of its own, and returns when the first one that
+// Redis granted (not the FailOpen fallback) returned, or an error if none
+// had by end. Every request it sent has been answered, and released, when
+// it returns.
+func firstRedisGrant(b *redisqueue.Backend, end time.Time) (time.Time, error) {
+	grants := make(chan time.Time, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.NewTimer(time.Until(end))
+	defer timeout.Stop()
+	for {
+		select {
+		case at := <-grants:
+			return at, nil
+		case <-timeout.C:
+			return time.Time{}, errors.New("no grant by Redis")
+		case <-tick.C:
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+			at := time.Now()
+			if err != nil {
+				return
+			}
+			b.Release(tk)
+			if !redisqueue.GrantedLocally(tk) {
+				select {
+				case grants <- at:
+				default:
+				}
+			}
+		})
+	}
+}
+
+// holeProxy forwards TCP to a server until cut: then it swallows what
+// either side sends, as a partition would (what was sent during it is never
+// delivered), and forwards again once healed. Connections stay open.
+type holeProxy struct {
+	l   net.Listener
+	cut atomic.Bool
+}
+
+func newHoleProxy(t *testing.T, to string) *holeProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holeProxy{l: l}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !p.cut.Load() {
+				if _, err := dst.Write(buf[:n]); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		_ = dst.Close()
+		_ = src.Close()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", to)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Add(2)
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return p
+}
+
+func (p *holeProxy) addr() string { return p.l.Addr().String() }
+
+func (p *holeProxy) setCut(cut bool) { p.cut.Store(cut) }

@@ -1,6 +1,7 @@
 package redisqueue
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 // Redis and returns.
 func (b *Backend) maintain() {
 	defer close(b.mainDn)
+	defer b.givenUp.Wait()
 	tick := b.opts.TickInterval
 	probeEvery := min(tick, downProbe)
 	timer := time.NewTimer(tick)
@@ -72,7 +74,7 @@ func (b *Backend) maintain() {
 		// reader saw another server: reconcile at once.
 		probe := !b.down.Load() && b.fails.Load() > 0 || b.resync.Swap(false)
 		if probe || !now.Before(last.Add(every)) {
-			if b.sync(false) == nil {
+			if b.maintainSync() == nil {
 				if !b.listening.Load() {
 					b.wakeReader() // the server answers: no need to wait
 				} else if queued {
@@ -104,9 +106,56 @@ func (b *Backend) maintain() {
 }
 
 // downProbe is how often the maintainer probes a Redis marked down (or
-// each TickInterval, if shorter): the first request after Redis answers
-// again goes to Redis within about that.
+// each TickInterval, if shorter), and how long a probe that a request
+// starts meanwhile may take (see probeLocked).
 const downProbe = 20 * time.Millisecond
+
+// maintainSync is the maintainer's sync. While Redis is marked down a
+// probe goes first, and the sync only once Redis answers it. A call sent
+// while Redis could not be reached may never be answered (a partition
+// swallowed it), and waiting for it would hold the next back for the rest of
+// its CallTimeout; but only a probe, which changes nothing, may be left
+// unanswered: a sync left so could still run in Redis after the next one,
+// and start a recovery that this replica never hears of.
+func (b *Backend) maintainSync() error {
+	if b.down.Load() {
+		if err := b.probeDown(); err != nil {
+			return err
+		}
+	}
+	return b.sync(false)
+}
+
+// probeDown probes a Redis marked down, with CallTimeout so that a slow
+// Redis is found too, and returns nil once it answers, or once a request's
+// probe got an answer meanwhile (see probeLocked). go-redis ends a call at
+// its deadline, not when it is cancelled: the probe runs on a goroutine of
+// its own, which the maintainer waits for when it stops (givenUp), and is
+// left to run out its time, its answer dropped, when the request's probe
+// answered first.
+func (b *Backend) probeDown() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.mu.Lock()
+	b.stopProbe = cancel
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.stopProbe = nil
+		b.mu.Unlock()
+	}()
+	done := make(chan error, 1)
+	b.givenUp.Go(func() {
+		_, err := b.callIn(ctx, probeScript)
+		done <- err
+	})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
 
 // minTime is the earlier of a and b.
 func minTime(a, b time.Time) time.Time {

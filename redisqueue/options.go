@@ -132,10 +132,13 @@ type Options struct {
 	// ticks, but at least a tick and 4 call timeouts, at most LeaseTTL; 1.5
 	// s with the defaults) while the others' go on is taken for dead (the
 	// README's "How the global queue works" says what then). While Redis
-	// is marked down, this replica probes it every 20 ms, or every tick if
-	// shorter. Zero means DefaultTickInterval (500 ms), or LeaseTTL/3 if
-	// that is shorter. It must be at least 10 ms and at most LeaseTTL/3. In
-	// Shares mode SharePeriod paces the syncs instead.
+	// is marked down, this replica probes it every 20 ms (or every tick if
+	// shorter), and at once when a request arrives (one such probe at a
+	// time, given at most 20 ms, or CallTimeout if shorter): the first
+	// request after Redis answers again goes to Redis within a few tens of
+	// milliseconds, not a tick. Zero means DefaultTickInterval (500 ms), or
+	// LeaseTTL/3 if that is shorter. It must be at least 10 ms and at most
+	// LeaseTTL/3. In Shares mode SharePeriod paces the syncs instead.
 	TickInterval time.Duration
 
 	// OnRedisDown is the policy while Redis cannot be reached. The zero
