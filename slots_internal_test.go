@@ -112,14 +112,14 @@ func TestStatsCountSlots(t *testing.T) {
 		assert.Equal(t, 5, d.Stats().Running)
 		assert.Equal(t, 1, d.Stats().Queued)
 		assert.Equal(t, uint64(3), d.Stats().Served)
-		assert.Equal(t, Counts{Running: 5, Queued: 1, Limit: 6, Fast: 2}, d.Counts())
+		assert.Equal(t, Counts{Running: 5, Queued: 1, Limit: 6, Fast: 2, Held: 5}, d.Counts())
 
 		d.Release(Ticket{})
 		d.Release(three)
 		r := <-heavy
 		require.NoError(t, r.err)
 		assert.Equal(t, BackendStats{Running: 5, Limit: 6, Served: 4}, d.Stats())
-		assert.Equal(t, Counts{Running: 5, Limit: 6, Fast: 2, Finished: 2}, d.Counts())
+		assert.Equal(t, Counts{Running: 5, Limit: 6, Fast: 2, Finished: 2, Held: 5}, d.Counts())
 		d.Release(Ticket{})
 		d.Release(r.t)
 		assert.Equal(t, BackendStats{Limit: 6, Served: 4}, d.Stats())
