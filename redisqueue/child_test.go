@@ -124,6 +124,7 @@ const fleetEnv = "REDISQUEUE_TEST_FLEET"
 type fleetSpec struct {
 	Addr, CounterAddr, Counter, Name string
 	Policy                           redisqueue.Policy
+	Mode                             redisqueue.Mode // GlobalQueue (the zero value) or Shares
 	Limit, Workers                   int
 	Handler, Run, QueueTimeout       time.Duration
 }
@@ -136,6 +137,7 @@ type fleetResult struct {
 	Outages  uint64
 	Replicas int
 	Over     []int64 // when the counter saw more than Limit (Unix ms)
+	Served   []int64 // when each 200 was answered (Unix ms)
 }
 
 // fleetMain is one replica of runFleet.
@@ -147,7 +149,7 @@ func fleetMain() int {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
 	ctr := redis.NewClient(&redis.Options{Addr: s.CounterAddr})
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: s.Name, OnRedisDown: s.Policy})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: s.Name, OnRedisDown: s.Policy, Mode: s.Mode})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -194,6 +196,9 @@ func fleetMain() int {
 				mu.Lock()
 				res.Codes[code]++
 				res.Longest = max(res.Longest, d)
+				if code == 200 {
+					res.Served = append(res.Served, time.Now().UnixMilli())
+				}
 				mu.Unlock()
 				if code != 200 {
 					time.Sleep(5 * time.Millisecond) // a client that was refused does not spin

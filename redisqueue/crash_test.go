@@ -36,6 +36,7 @@ type doomedSpec struct {
 	Tick    time.Duration
 	Call    time.Duration
 	Lease   time.Duration
+	Mode    redisqueue.Mode // GlobalQueue (the zero value) or Shares
 }
 
 // client builds the client of s.Kind.
@@ -52,7 +53,7 @@ func (s doomedSpec) client() redis.UniversalClient {
 }
 
 func (s doomedSpec) options() redisqueue.Options {
-	return redisqueue.Options{Name: s.Name, TickInterval: s.Tick, CallTimeout: s.Call, LeaseTTL: s.Lease}
+	return redisqueue.Options{Name: s.Name, TickInterval: s.Tick, CallTimeout: s.Call, LeaseTTL: s.Lease, Mode: s.Mode}
 }
 
 func (s doomedSpec) limits() ginqueue.Limits {
