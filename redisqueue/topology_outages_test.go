@@ -122,6 +122,9 @@ func runShutdownDuringKill(t *testing.T, top topology) {
 		go func() { ev, _ := r.serve(gone, hold); held <- ev }()
 	}
 	eventually(t, 2*time.Second, "the two slots were not taken", func() bool {
+		if r.mode == redisqueue.Shares {
+			return r.conc.Load() == 2 // Redis counts shares, not requests
+		}
 		s, err := r.reps[0].b.GlobalStats(ctx)
 		return err == nil && s.Running == 2 && r.conc.Load() == 2
 	})
@@ -165,6 +168,10 @@ func runShutdownDuringKill(t *testing.T, top topology) {
 	for _, z := range zs {
 		t.Logf("%s: holder %v on the new master, lease expires in %.1fs", what, z.Member,
 			(time.UnixMilli(int64(z.Score)).Sub(tt)).Seconds())
+	}
+	if r.mode == redisqueue.Shares {
+		recs, _ := nc.HGetAll(ctx, "ginqueue:{"+r.name+"}:s").Result()
+		t.Logf("%s: share records on the new master (held need prio told queued): %v", what, recs)
 	}
 	top.heal(t, killed, replica)
 }

@@ -70,6 +70,9 @@ type topology struct {
 	again time.Duration
 	// spec is how a doomed replica (another OS process) reaches it.
 	spec doomedSpec
+	// mode is every replica's Options.Mode; topology_shares_test.go says
+	// what the runs expect in Shares mode.
+	mode redisqueue.Mode
 }
 
 func clusterTopology(c *testCluster) topology {
@@ -205,13 +208,27 @@ func runTopology(t *testing.T, top topology) {
 			})
 		}
 	}
-	t.Run("lost-writes", func(t *testing.T) { runLostWrites(t, top) })
+	t.Run("lost-writes", func(t *testing.T) {
+		if top.mode == redisqueue.Shares {
+			runLostWritesShares(t, top)
+			return
+		}
+		runLostWrites(t, top)
+	})
 	t.Run("dead-replica-with-waiters", func(t *testing.T) {
 		s := top.spec
 		s.Name, s.Limit, s.Waiters = newName(t), 4, 6
 		s.Tick, s.Call, s.Lease = 100*time.Millisecond, 50*time.Millisecond, 10*time.Second
+		if top.mode == redisqueue.Shares {
+			needRedis(t) // the counter outside the library
+			s.Tick, s.Lease = 0, 2*time.Second
+		}
 		c := s.client()
 		t.Cleanup(func() { _ = c.Close() })
+		if top.mode == redisqueue.Shares {
+			runSharesKill(t, s, c)
+			return
+		}
 		runDeadReplicaWithWaiters(t, s, c)
 	})
 }
