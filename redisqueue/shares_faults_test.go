@@ -525,6 +525,84 @@ func TestSharesLostWritesBoundTheOverrun(t *testing.T) {
 	}
 }
 
+// A replica shut down while Redis does not answer (a rolling deploy during
+// an outage) ends its running requests, and its share goes back to the
+// fleet once Redis answers again: the replicas left have the whole limit
+// within 2 s, not after the closed one's LeaseTTL (1 min here).
+func TestSharesShutdownDuringOutageGivesTheShareBack(t *testing.T) {
+	needRedis(t)
+	srv := startRedis(t) // CLIENT PAUSE below
+	const limit, handler, lease = 4, 10 * time.Millisecond, time.Minute
+	var f fleetCounter
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: time.Second}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, LeaseTTL: lease}
+	var rs []*replica
+	for range 3 {
+		rs = append(rs, newReplica(t, srv.addr(), cfg, o, f.handler(handler)))
+	}
+	ctx := context.Background()
+	eventually(t, 2*time.Second, "the replicas did not all register", func() bool {
+		g, err := rs[0].b.GlobalStats(ctx)
+		return err == nil && g.Replicas == 3
+	})
+	// Replica 2 runs two requests.
+	var tks []ginqueue.Ticket
+	for range 2 {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		tk, err := rs[2].b.Acquire(c, ginqueue.Arrival{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tks = append(tks, tk)
+	}
+	time.Sleep(200 * time.Millisecond)
+	paused := time.Now()
+	pause(t, srv, 2*time.Second)
+	time.Sleep(500 * time.Millisecond) // every replica has marked Redis down
+	shut := make(chan error, 1)
+	go func() {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		shut <- rs[2].q.Shutdown(c)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	for _, tk := range tks {
+		rs[2].b.Release(tk)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	back := answersAgain(t, srv, paused.Add(2*time.Second))
+	ld := startShape(rs[:2], 6)
+	defer ld.end()
+	ld.set(6, 6)
+	whole := time.Duration(-1)
+	for time.Since(back) < 3*time.Second {
+		if rs[0].b.Stats().Limit+rs[1].b.Stats().Limit == limit {
+			whole = time.Since(back)
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g, err := rs[0].b.GlobalStats(ctx)
+	recs, _ := newClient(t, srv.addr()).HGetAll(ctx, "ginqueue:{"+o.Name+"}:s").Result()
+	ld.end()
+	ld.stop = make(chan struct{}) // the deferred end has nothing left to stop
+	t.Logf("the replicas left had the whole limit %s Redis answered again; their shares %d and %d; "+
+		"fleet %+v (%v); share records (held need prio told queued) %v; answers %v",
+		after(whole), rs[0].b.Stats().Limit, rs[1].b.Stats().Limit, g, err, recs, ld.answers)
+	if whole < 0 || whole > 2*time.Second {
+		t.Errorf("the shut-down replica's share did not come back within 2 s of Redis answering (LeaseTTL %v): fleet %+v", lease, g)
+	}
+	if err != nil || g.Replicas != 2 {
+		t.Errorf("after Redis answered again: %+v, %v; want the 2 replicas left", g, err)
+	}
+	if p := f.peak.Load(); p > limit {
+		t.Errorf("peak %d running across the fleet, limit %d", p, limit)
+	}
+}
+
 // after writes a delay measured from an event: "never" when negative.
 func after(d time.Duration) string {
 	if d < 0 {
