@@ -3,20 +3,22 @@ package redisqueue
 // The Redis data of one Name in Shares mode (see shares.go), beside the
 // GlobalQueue keys of scripts.go under the same hash tag:
 //
-//	s     HASH   replica id → "held need prio told queued": the slots Redis
-//	             counts as the replica's (never below what it runs or may
-//	             run before its next sync), its demand (its running slots
-//	             and waiters, at their peak since its previous sync), the
-//	             highest priority among its waiters ("" when none wait),
-//	             the share it was last told it may keep, and its waiters now
+//	s     HASH   replica id → "held need prio told queued v": the slots
+//	             Redis counts as the replica's (never below what it runs or
+//	             may run before its next sync), its demand (its running
+//	             slots and waiters, at their peak since its previous sync),
+//	             the highest priority among its waiters ("" when none
+//	             wait), the share it was last told it may keep, its waiters
+//	             now, and the v of its last sync
 //	se    ZSET   replica id → when its lease runs out (ms, Redis clock)
 //	sm    HASH   n: the fleet's limit set by SetLimit (absent: the declared
 //	             MaxConcurrent); d: the MaxConcurrent the live replicas
 //	             declared; e: the epoch, made when the keys are created, so
-//	             that a replica can tell Redis lost its data; fz: until when
-//	             no share grows (ms), after a loss, unless fw replicas (as
-//	             many as the replica that found the loss last saw) have
-//	             synced before
+//	             that a replica can tell Redis lost its data; v: the syncs of
+//	             the epoch, so that a replica can tell Redis lost its last
+//	             writes; fz: until when no share grows (ms), after a loss,
+//	             unless fw replicas (as many as the replica that found the
+//	             loss last saw) have synced since v was fs
 //	sg:R  LIST   "s" notices for replica R: sync now
 //
 // Each replica also enters itself in GlobalQueue's r and d (with the lease
@@ -48,11 +50,10 @@ const (
 // sharesScript is every Shares-mode operation, by ARGV[5]:
 //
 //	sync  ARGV[6..12] = held now, need, prio ("" none), queued, the epoch
-//	      this replica knows ("" none), the freeze (ms) after a loss, the
-//	      replicas of this replica's last reply.
-//	      Reply {held, target, shrink, limit, epoch, freeze left ms,
-//	      replicas, free, 1 if a replica is short of its target else 0},
-//	      or {"conflict", why}.
+//	      this replica knows ("" none), the replicas and the v of its last
+//	      reply. Reply {held, target, shrink, limit, epoch, freeze left
+//	      ms, replicas, free, 1 if a replica is short of its target else
+//	      0, v}, or {"conflict", why}.
 //	limit ARGV[6] = the new limit. Reply: the limit.
 //	bye   the replica leaves: its share goes back at once. Reply: 1.
 //	stats Reply {held in all, queued in all, replicas, limit}.
@@ -84,22 +85,23 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', now)) do
 end
 
 -- Every replica's record.
-local ids, held, need, prio, told, queued = {}, {}, {}, {}, {}, {}
+local ids, held, need, prio, told, queued, synced = {}, {}, {}, {}, {}, {}, {}
 local function load()
-  ids, held, need, prio, told, queued = {}, {}, {}, {}, {}, {}
+  ids, held, need, prio, told, queued, synced = {}, {}, {}, {}, {}, {}, {}
   local all = redis.call('HGETALL', S)
   for i = 1, #all, 2 do
     local id = all[i]
-    local h, n, p, d, q = string.match(all[i + 1], '^(%d+) (%d+) (%S*) (%d+) (%d+)$')
+    local h, n, p, d, q, v = string.match(all[i + 1], '^(%d+) (%d+) (%S*) (%d+) (%d+) (%d+)$')
     if h then
       ids[#ids + 1] = id
       held[id], need[id], prio[id], told[id], queued[id] = tonumber(h), tonumber(n), tonumber(p), tonumber(d), tonumber(q)
+      synced[id] = tonumber(v)
     end
   end
   table.sort(ids)
 end
 
-local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw')
+local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw', 'v', 'fs')
 local limit = tonumber(meta[1]) or tonumber(declared)
 
 if op == 'stats' then
@@ -159,21 +161,37 @@ if not epoch then
   epoch = me .. '.' .. now
   redis.call('HSET', SM, 'e', epoch)
 end
-local awaited = tonumber(meta[5]) or 0
-if ARGV[10] ~= '' and ARGV[10] ~= epoch and cur > 0 then
-  -- This replica holds slots of an epoch Redis no longer has: Redis lost
-  -- its data. Others that hold some may not have synced since; no share
-  -- grows until as many replicas as this one last saw have, or they had
-  -- the time to.
-  freeze = math.max(freeze, now + tonumber(ARGV[11]))
-  awaited = math.max(awaited, tonumber(ARGV[12]))
-  redis.call('HSET', SM, 'fz', freeze, 'fw', awaited)
+-- v counts the syncs of the epoch; each record keeps the v of its last.
+local awaited, v, since = tonumber(meta[5]) or 0, tonumber(meta[6]) or 0, tonumber(meta[7]) or 0
+local seenV = tonumber(ARGV[12]) or 0
+local lostData = ARGV[10] ~= '' and ARGV[10] ~= epoch
+if lostData or (ARGV[10] == epoch and seenV > v) then
+  -- This replica saw an epoch Redis no longer has (Redis lost its data), or
+  -- a later sync than Redis remembers (it lost its last writes, as a
+  -- failover to a replica they had not reached does): shares may have moved
+  -- to replicas that Redis no longer counts. No share grows until as many
+  -- replicas as this one last saw have synced since, or for a lease (by
+  -- then a replica that did not has stopped using its share).
+  v = math.max(v, seenV)
+  since = v + 1
+  freeze = math.max(freeze, now + ttl)
+  awaited = math.max(awaited, tonumber(ARGV[11]))
+  redis.call('HSET', SM, 'fz', freeze, 'fw', awaited, 'fs', since)
 end
+v = v + 1
+redis.call('HSET', SM, 'v', v)
 
 if not held[me] then ids[#ids + 1] = me; table.sort(ids) end
-if now < freeze and #ids >= awaited then
-  freeze = 0
-  redis.call('HDEL', SM, 'fz', 'fw')
+synced[me] = v
+if now < freeze then
+  local back = 0
+  for _, id in ipairs(ids) do
+    if synced[id] >= since then back = back + 1 end
+  end
+  if back >= awaited then
+    freeze = 0
+    redis.call('HDEL', SM, 'fz', 'fw', 'fs')
+  end
 end
 held[me], need[me], prio[me], queued[me] = cur, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
@@ -287,7 +305,7 @@ local shrink = over or shrinkBusy or (shrinkIdle and idle(me))
 -- told: the share this replica now believes it may keep.
 local keepTold = math.max(target[me], held[me])
 if shrink then keepTold = target[me] end
-redis.call('HSET', S, me, held[me] .. ' ' .. need[me] .. ' ' .. ARGV[8] .. ' ' .. keepTold .. ' ' .. queued[me])
+redis.call('HSET', S, me, held[me] .. ' ' .. need[me] .. ' ' .. ARGV[8] .. ' ' .. keepTold .. ' ' .. queued[me] .. ' ' .. v)
 redis.call('ZADD', SE, now + ttl, me)
 -- Declared in GlobalQueue's keys as well, so that a replica of that mode
 -- refuses to start beside this one.
@@ -311,5 +329,5 @@ local left_ms = 0
 if frozen then left_ms = freeze - now end
 local anyShort = 0
 if short > 0 then anyShort = 1 end
-return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, #ids, math.max(free, 0), anyShort}
+return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, #ids, math.max(free, 0), anyShort, v}
 `)

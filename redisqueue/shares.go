@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/redis/go-redis/v9"
 )
 
 // Shares mode: each replica runs the in-memory Backend of ginqueue, whose
@@ -68,6 +69,7 @@ type shares struct {
 	target     int       // the target of the last reply
 	frozenTill time.Time // Redis grows no share before then (after a data loss)
 	replicas   int       // replicas of the last reply
+	version    int64     // the epoch's sync count in the last reply; see script_shares.go
 }
 
 // newShares builds the Shares-mode state; Start starts it.
@@ -260,8 +262,13 @@ func (s *shares) run() {
 		now := time.Now()
 		c := s.fast.Counts()
 		if stop == nil && c.Held == 0 {
-			s.bye()
-			return
+			if s.bye() {
+				return
+			}
+			// Redis did not answer: the share would stay counted until its
+			// lease ran out. Try again soon.
+			resetTimer(timer, downProbe)
+			continue
 		}
 		s.mu.Lock()
 		leaseEnd, lost, freeLast, frozenTill := s.leaseEnd, s.lost, s.freeLast, s.frozenTill
@@ -321,13 +328,7 @@ func (s *shares) run() {
 			next = minTime(next, s.frozenTill)
 		}
 		s.mu.Unlock()
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(max(time.Until(next), 100*time.Microsecond))
+		resetTimer(timer, max(time.Until(next), 100*time.Microsecond))
 	}
 }
 
@@ -365,7 +366,7 @@ func (s *shares) sync(periodic bool) error {
 	// moves it (and Close, to zero). So what is reported, the limit or
 	// what runs if more, bounds what runs until the reply is applied.
 	s.mu.Lock()
-	local, epoch, seen := s.local, s.epoch, s.replicas
+	local, epoch, seen, seenV := s.local, s.epoch, s.replicas, s.version
 	s.mu.Unlock()
 	c := s.fast.Counts()
 	cur := max(local, c.Held)
@@ -395,12 +396,11 @@ func (s *shares) sync(periodic bool) error {
 		prio = s.lastPrio
 	}
 	s.mu.Unlock()
-	freeze := b.opts.SharePeriod + 2*b.opts.CallTimeout
 	if b.down.Load() && !b.answersFresh() {
 		return errStillDown
 	}
 	sent := time.Now()
-	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, freeze.Milliseconds(), seen)
+	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, seen, seenV)
 	if err != nil {
 		return err
 	}
@@ -413,7 +413,7 @@ func (s *shares) sync(periodic bool) error {
 		b.mu.Unlock()
 		return err
 	}
-	if !ok || len(r) != 9 {
+	if !ok || len(r) != 10 {
 		return fmt.Errorf("redisqueue: unexpected reply to the shares sync: %v", res)
 	}
 	held, _ := r[0].(int64)
@@ -425,6 +425,7 @@ func (s *shares) sync(periodic bool) error {
 	replicas, _ := r[6].(int64)
 	free, _ := r[7].(int64)
 	short, _ := r[8].(int64)
+	version, _ := r[9].(int64)
 	b.markUp()
 	b.limit.Store(limit)
 
@@ -447,6 +448,7 @@ func (s *shares) sync(periodic bool) error {
 	s.local = next
 	_ = s.share.SetShare(next)
 	s.epoch = ep
+	s.version = version
 	s.leaseEnd = sent.Add(b.opts.LeaseTTL - b.opts.LeaseTTL/100)
 	s.target = int(target)
 	s.freeLast = int(free)
@@ -471,12 +473,34 @@ func (s *shares) sync(periodic bool) error {
 	return nil
 }
 
+// resetTimer makes t fire after d, whether or not it fired and was read.
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
+}
+
 // errStillDown is a probe's answer while Redis does not answer.
 var errStillDown = errors.New("redisqueue: Redis still does not answer")
 
 // bye tells Redis this replica left, so that its share goes back at once.
-func (s *shares) bye() {
-	_, _ = s.b.call(sharesScript, "bye")
+// It reports whether the coordinator may stop: Redis answered, the client
+// was closed (it never will), or this replica's lease has run out, so that
+// Redis counts the share away already.
+func (s *shares) bye() bool {
+	_, err := s.b.call(sharesScript, "bye")
+	if err == nil {
+		s.b.markUp()
+		return true
+	}
+	s.mu.Lock()
+	end := s.leaseEnd
+	s.mu.Unlock()
+	return errors.Is(err, redis.ErrClosed) || !time.Now().Before(end)
 }
 
 // stats implements Backend.Stats: the in-memory Backend's, whose Limit is
@@ -513,7 +537,12 @@ func (s *shares) close() error {
 	}
 	<-b.readDn
 	if s.fast.Counts().Held == 0 {
-		<-b.mainDn
+		// The goodbye: at once if Redis answers; else the coordinator tries
+		// again in the background until it does or the lease has run out.
+		select {
+		case <-b.mainDn:
+		case <-time.After(2 * b.opts.CallTimeout):
+		}
 	}
 	return err
 }

@@ -423,12 +423,10 @@ func heldOf(rec string) int {
 // keys of the Name go back to what they were before. The replica the
 // shares moved to runs on them meanwhile, cut off from Redis (a partition,
 // or only slower to sync than the others) while the others, with demand
-// again, sync. The README's "Leased shares" does not guarantee the limit
-// here: the fleet can run over it by the share Redis forgot, until the
-// replica that holds it syncs again. That is the bound checked: over by at
-// most the forgotten share, and not past the moment the replica is back
-// (with slack).
-func TestSharesLostWritesBoundTheOverrun(t *testing.T) {
+// again, sync. The first of those finds that Redis forgot syncs it had
+// seen: no share grows until the replicas it saw have synced again (or a
+// lease has passed), so the fleet never runs over its limit.
+func TestSharesLostWritesKeepTheLimit(t *testing.T) {
 	needRedis(t)
 	srv := startRedis(t) // RESTORE below
 	const limit, handler = 4, 10 * time.Millisecond
@@ -516,12 +514,8 @@ func TestSharesLostWritesBoundTheOverrun(t *testing.T) {
 	t.Logf("shares settled %v (Redis held %v), moved to replica 0 %v; Redis forgot %d of its slots; with replica 0 cut off: %v; "+
 		"after it synced again: %v; peak %d running across the fleet, limit %d: over %s; answers %v",
 		settled, before, moved, forgotten, during, shares(), f.peak.Load(), limit, last, ld.answers)
-	if over > forgotten {
-		t.Errorf("the fleet ran %d over its limit of %d, more than the %d slots Redis forgot", over, limit, forgotten)
-	}
-	if ns := f.lastOver.Load(); ns > 0 && time.Unix(0, ns).After(healed.Add(500*time.Millisecond)) {
-		t.Errorf("the fleet ran over its limit %v after replica 0 could sync again, want within 500ms",
-			time.Unix(0, ns).Sub(healed).Round(time.Millisecond))
+	if over > 0 {
+		t.Errorf("the fleet ran %d over its limit of %d (Redis forgot %d slots), %s", over, limit, forgotten, last)
 	}
 }
 

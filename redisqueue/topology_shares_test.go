@@ -20,9 +20,7 @@ import (
 // differ from GlobalQueue's (topology_test.go):
 //
 //   - the limit is never exceeded, at any time of the run (not only in
-//     steady state), except, after a failover that lost the last writes,
-//     by the share Redis forgot and until the replica that holds it has
-//     synced again (README, "Leased shares": not guaranteed);
+//     steady state), a failover that lost the last writes included;
 //   - a failover that ends, and whose new master the replicas reach, within
 //     the shares' lease goes unnoticed: every request after the trigger is
 //     served normally (no OnRedisDown answer, no 408); one that outlasts
@@ -141,9 +139,8 @@ func (c *callCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// lostShare is the overrun the README allows after a failover that lost
-// the last writes: by the slots Redis forgot, until the replica that holds
-// them has synced with the new master. unshared is set when the load moves,
+// lostShare is an overrun a check allows: by slots, until. unshared is set
+// when the load moves,
 // after the trigger, to replicas that held no share: they have nothing to
 // ride the failover on and answer 503 until they reach the new master, so
 // only the resume bound applies.
@@ -232,10 +229,9 @@ func (r *topoRun) checkShares(t *testing.T, what string, policy redisqueue.Polic
 // continued, promoted without that move. Replica 0 still runs on the whole
 // limit, and the others, with demand again, sync with a master that counts
 // their old shares as theirs and replica 0's old one as its own: if they
-// sync before replica 0 does, their shares grow from slots it runs on. The
-// README does not guarantee the limit there; what is checked is its bound:
-// over by at most the slots the new master forgot, and only until replica 0
-// has synced with it (within 2 s of the new master).
+// sync before replica 0 does, their shares would grow from slots it runs
+// on. The first of them finds that the new master forgot syncs it had seen,
+// and no share grows until replica 0 has synced too: the limit holds.
 func runLostWritesShares(t *testing.T, top topology) {
 	r := newTopoRun(t, top, redisqueue.FailClosed, true, 0)
 	what := top.kind + " lost-writes"
@@ -298,7 +294,8 @@ func runLostWritesShares(t *testing.T, top topology) {
 		t.Fatalf("HGETALL of the shares on %s: %v", replica, err)
 	}
 	tm := waitPromoted(t, top, replica, 20*time.Second)
-	r.lost = lostShare{slots: topoLimit - max(heldOf(kept[zero]), 0), until: tm.Add(topoResumeBound), unshared: true}
+	forgot := topoLimit - max(heldOf(kept[zero]), 0)
+	r.lost = lostShare{until: tm.Add(topoResumeBound), unshared: true}
 	r.reps = all[1:]
 	stop2 := r.startLoad() // demand on the others again
 	time.Sleep(time.Until(tm.Add(3 * time.Second)))
@@ -318,7 +315,7 @@ func runLostWritesShares(t *testing.T, top topology) {
 	t.Logf("shares %s: shares settled %v, moved to replica 0 %v on the old master alone; the new master (%.2fs after the kill) "+
 		"started from the records %v, %d of replica 0's slots forgotten; shares at the end of the load %v; "+
 		"over the limit by up to %d until new master+%.1fs",
-		what, settled, moved, tm.Sub(t0).Seconds(), kept, r.lost.slots, atEnd, overBy, overFor.Seconds())
+		what, settled, moved, tm.Sub(t0).Seconds(), kept, forgot, atEnd, overBy, overFor.Seconds())
 	res := r.analyse(t0, tm, end)
 	r.check(t, what, redisqueue.FailClosed, res)
 	r.checkIdle(t, what)
