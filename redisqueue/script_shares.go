@@ -75,6 +75,24 @@ local function notify(id)
   end
 end
 
+local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw', 'v', 'fs', 'b')
+local limit = tonumber(meta[1]) or tonumber(declared)
+
+if op == 'sync' then
+  local beat = tonumber(meta[8])
+  if beat and now - beat > tonumber(ARGV[13]) then
+    -- Nobody synced for longer than any replica's period: Redis was paused
+    -- or unreachable for everyone. Every lease is moved on by the gap, so
+    -- that nobody is taken for dead for it: under FailOpen a replica goes
+    -- on admitting within its share past its lease, and one under
+    -- FailClosed gives its share back at its next sync.
+    local gap = now - beat
+    local all = redis.call('ZRANGE', SE, 0, -1, 'WITHSCORES')
+    for i = 1, #all, 2 do redis.call('ZADD', SE, tonumber(all[i + 1]) + gap, all[i]) end
+  end
+  redis.call('HSET', SM, 'b', now)
+end
+
 -- Leases that ran out: their replicas stopped syncing.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', now)) do
   redis.call('HDEL', S, id)
@@ -101,8 +119,6 @@ local function load()
   table.sort(ids)
 end
 
-local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw', 'v', 'fs')
-local limit = tonumber(meta[1]) or tonumber(declared)
 
 if op == 'stats' then
   load()
@@ -157,12 +173,18 @@ redis.call('HSET', SM, 'd', declared)
 
 local epoch, freeze = meta[3], tonumber(meta[4]) or 0
 local cur = tonumber(ARGV[6])
-if not epoch then
-  epoch = me .. '.' .. now
-  redis.call('HSET', SM, 'e', epoch)
-end
 -- v counts the syncs of the epoch; each record keeps the v of its last.
-local awaited, v, since = tonumber(meta[5]) or 0, tonumber(meta[6]) or 0, tonumber(meta[7]) or 0
+local awaited, v, since = tonumber(meta[5]) or -1, tonumber(meta[6]) or 0, tonumber(meta[7]) or 0
+if not epoch then
+  -- New keys: a new Name, or Redis lost its data. A replica that held
+  -- slots of the old data and has not synced yet would not be counted, and
+  -- one that knew nothing cannot tell: no share grows for as long as it
+  -- takes a live replica to sync (ARGV[14]), or until a replica that knew
+  -- the old data says how many to wait for (below).
+  epoch = me .. '.' .. now
+  freeze, since = now + tonumber(ARGV[14]), 1
+  redis.call('HSET', SM, 'e', epoch, 'fz', freeze, 'fs', since)
+end
 local seenV = tonumber(ARGV[12]) or 0
 local lostData = ARGV[10] ~= '' and ARGV[10] ~= epoch
 if lostData or (ARGV[10] == epoch and seenV > v) then
@@ -172,8 +194,10 @@ if lostData or (ARGV[10] == epoch and seenV > v) then
   -- to replicas that Redis no longer counts. No share grows until as many
   -- replicas as this one last saw have synced since, or for a lease (by
   -- then a replica that did not has stopped using its share).
-  v = math.max(v, seenV)
-  since = v + 1
+  if not lostData then
+    v = math.max(v, seenV)
+    since = v + 1
+  end
   freeze = math.max(freeze, now + ttl)
   awaited = math.max(awaited, tonumber(ARGV[11]))
   redis.call('HSET', SM, 'fz', freeze, 'fw', awaited, 'fs', since)
@@ -188,7 +212,7 @@ if now < freeze then
   for _, id in ipairs(ids) do
     if synced[id] >= since then back = back + 1 end
   end
-  if back >= awaited then
+  if awaited >= 0 and back >= awaited then
     freeze = 0
     redis.call('HDEL', SM, 'fz', 'fw', 'fs')
   end
@@ -285,13 +309,31 @@ end
 -- Shares shrink only while the fleet holds more than its limit (SetLimit
 -- lowered it, or a replica came back with slots counted away), or while
 -- another's need is not met from what is free. Slots a replica holds
--- beyond its own demand (idle) go to any replica short of its target.
--- Slots a busy replica uses go only to one short of its target by a
--- quarter of it or more: demand measured at saturation wavers by a slot or
--- two, and moving busy slots for that costs round trips and gains nothing.
+-- beyond its own demand (idle) go to any replica short of its target, and
+-- so do busy slots of a lower priority than its waiters'. Busy slots of
+-- the same priority move only when, after the move, the replica short of
+-- its target would still wait longer than the giver, by a fifth (a wait
+-- grows as demand per slot beyond 1): demand measured at saturation
+-- wavers by a slot or two, and moving busy slots for that costs round
+-- trips and evens out no waits. A replica that holds no slot, whose
+-- requests would wait without end, takes one from anyone above target.
 local function deficit(id) return math.max(0, target[id] - held[id]) end
-local function significant(id)
-  return deficit(id) >= math.max(1, math.floor(target[id] / 4))
+local function above(a, b) -- a's waiters are of a higher priority than b's
+  return prio[a] ~= nil and (prio[b] == nil or prio[a] > prio[b])
+end
+local function significant(j)
+  if deficit(j) <= 0 then return false end
+  for _, i in ipairs(ids) do
+    if i ~= j and held[i] > target[i] then
+      if above(j, i) then return true end
+      if held[j] == 0 then return true end -- it waits without end
+      if held[i] > 1 then
+        local wj, wi = need[j] / (held[j] + 1) - 1, math.max(need[i] / (held[i] - 1) - 1, 0)
+        if wj > 0 and wj > 1.2 * wi then return true end
+      end
+    end
+  end
+  return false
 end
 local function idle(id) return held[id] > math.max(target[id], need[id]) end
 local short, shortBusy = 0, 0

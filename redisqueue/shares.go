@@ -68,6 +68,9 @@ type shares struct {
 	lastPrio   string    // the last priority reported with waiters; see sync
 	target     int       // the target of the last reply
 	frozenTill time.Time // Redis grows no share before then (after a data loss)
+	// leaseTimer fires at leaseEnd: under FailClosed the share is given up
+	// then even if the coordinator is held in a call (see leaseRanOut).
+	leaseTimer *time.Timer
 	replicas   int       // replicas of the last reply
 	version    int64     // the epoch's sync count in the last reply; see script_shares.go
 }
@@ -89,6 +92,10 @@ func (s *shares) start(l ginqueue.Limits) error {
 	}
 	if err := s.share.SetShare(0); err != nil {
 		return err
+	}
+	if b.opts.OnRedisDown == FailClosed {
+		s.leaseTimer = time.AfterFunc(time.Hour, s.leaseRanOut)
+		s.leaseTimer.Stop()
 	}
 	b.mu.Lock()
 	if b.started || b.closed {
@@ -271,7 +278,7 @@ func (s *shares) run() {
 			continue
 		}
 		s.mu.Lock()
-		leaseEnd, lost, freeLast, frozenTill := s.leaseEnd, s.lost, s.freeLast, s.frozenTill
+		lost, freeLast, frozenTill := s.lost, s.freeLast, s.frozenTill
 		needLast := int(s.needLast.Load())
 		s.mu.Unlock()
 		down := b.down.Load()
@@ -306,11 +313,6 @@ func (s *shares) run() {
 		}
 		switch {
 		case lost:
-		case b.opts.OnRedisDown == FailClosed && !leaseEnd.IsZero() && !time.Now().Before(leaseEnd):
-			// The share's lease ran out with no answer from Redis: Redis
-			// counts the share away, and FailClosed gives it up. (FailOpen
-			// goes on within it.)
-			s.halt("the share's lease ran out while Redis was unreachable")
 		case b.down.Load() && s.localLimit() == 0:
 			// Nothing to admit with, and nobody to move a share here: a
 			// waiter would only wait for its QueueTimeout.
@@ -321,15 +323,36 @@ func (s *shares) run() {
 			next = minTime(next, last.Add(gap))
 		}
 		s.mu.Lock()
-		if !s.lost && !s.leaseEnd.IsZero() {
-			next = minTime(next, s.leaseEnd)
-		}
 		if !s.frozenTill.IsZero() {
 			next = minTime(next, s.frozenTill)
 		}
 		s.mu.Unlock()
 		resetTimer(timer, max(time.Until(next), 100*time.Microsecond))
 	}
+}
+
+// leaseRanOut gives the share up under FailClosed as its lease runs out
+// with no answer from Redis: Redis counts it away then. It stops admitting
+// a tenth of a lease before (see stopAdmitting), so that the requests
+// running then end before Redis counts their slots away, unless they run
+// longer than that. (FailOpen goes on within the share.) It runs on
+// leaseTimer, and does nothing if a sync renewed the lease meanwhile.
+func (s *shares) leaseRanOut() {
+	s.mu.Lock()
+	end := s.stopAdmitting()
+	s.mu.Unlock()
+	if !end.IsZero() && !time.Now().Before(end) {
+		s.halt("the share's lease ran out while Redis was unreachable")
+	}
+}
+
+// stopAdmitting is when FailClosed stops admitting within the share if no
+// sync renews its lease. Requires s.mu.
+func (s *shares) stopAdmitting() time.Time {
+	if s.leaseEnd.IsZero() {
+		return time.Time{}
+	}
+	return s.leaseEnd.Add(-s.b.opts.LeaseTTL / 10)
 }
 
 // halt stops admitting until a sync succeeds: the share goes to 0, and
@@ -400,7 +423,9 @@ func (s *shares) sync(periodic bool) error {
 		return errStillDown
 	}
 	sent := time.Now()
-	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, seen, seenV)
+	o := b.opts
+	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, seen, seenV,
+		(2*o.SharePeriod + 2*o.CallTimeout).Milliseconds(), (o.SharePeriod + 2*o.CallTimeout).Milliseconds())
 	if err != nil {
 		return err
 	}
@@ -411,6 +436,9 @@ func (s *shares) sync(periodic bool) error {
 		b.mu.Lock()
 		b.conflict = err
 		b.mu.Unlock()
+		// Admitting beside replicas that count otherwise would break the
+		// limit: stop until the conflict is gone.
+		s.halt(err.Error())
 		return err
 	}
 	if !ok || len(r) != 10 {
@@ -450,6 +478,9 @@ func (s *shares) sync(periodic bool) error {
 	s.epoch = ep
 	s.version = version
 	s.leaseEnd = sent.Add(b.opts.LeaseTTL - b.opts.LeaseTTL/100)
+	if s.leaseTimer != nil {
+		s.leaseTimer.Reset(time.Until(s.stopAdmitting()))
+	}
 	s.target = int(target)
 	s.freeLast = int(free)
 	s.needLast.Store(int64(need))
@@ -526,6 +557,9 @@ func (s *shares) close() error {
 	r := b.reader
 	b.reader = nil
 	b.mu.Unlock()
+	if s.leaseTimer != nil {
+		s.leaseTimer.Stop()
+	}
 	err := s.mem.Close() // answers the waiters; running requests keep their slots
 	if !started {
 		return err
