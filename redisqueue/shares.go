@@ -295,9 +295,9 @@ func (s *shares) run() {
 		}
 		if s.asked.Load() && !now.Before(last.Add(gap)) {
 			// A waiter came: it helps to tell Redis if slots are free, or
-			// if the demand here grew by more than Redis would move shares
-			// for (a quarter, see script_shares.go); and while Redis is
-			// down, a probe may find it back.
+			// if the demand here grew by a quarter (less is the wavering of
+			// a saturated demand); and while Redis is down, a probe may
+			// find it back.
 			if need := c.Held + c.Queued; down || freeLast > 0 || need > needLast+max(1, needLast/4) {
 				due = true
 			}
