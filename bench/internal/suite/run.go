@@ -103,7 +103,7 @@ func SmokePlan() Plan {
 	p.RedisPairs, p.RedisWindow, p.RedisWindows, p.RedisHandoffs = 20, 50*time.Millisecond, 1, 5
 	p.GoodputRounds, p.GoodputWarmUp, p.GoodputFill, p.GoodputWindow = 1, 100*time.Millisecond, false, 200*time.Millisecond
 	p.WeightedWarmUp, p.WeightedWindow = 50*time.Millisecond, 200*time.Millisecond
-	p.FleetWarmUp, p.FleetWindow = 200*time.Millisecond, time.Second
+	p.FleetWarmUp, p.FleetWindow = 500*time.Millisecond, time.Second
 	return p
 }
 

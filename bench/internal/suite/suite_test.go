@@ -19,7 +19,7 @@ func TestRun(t *testing.T) {
 	p := SmokePlan()
 	p.MemoryWaiters, p.GrowthDepths, p.Flows = 50, []int{10, 100}, 10
 	p.GoodputLoads, p.GoodputWindow, p.WeightedWindow, p.RedisPairs = []int{1, 5}, 100*time.Millisecond, 100*time.Millisecond, 5
-	p.FleetWarmUp, p.FleetWindow = 50*time.Millisecond, 200*time.Millisecond
+	p.FleetWarmUp, p.FleetWindow = 500*time.Millisecond, 200*time.Millisecond
 	r, err := Run(p, "", io.Discard)
 	if err != nil || len(r.Errors) > 0 {
 		t.Fatalf("%v %q", err, r.Errors)
