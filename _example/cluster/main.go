@@ -206,8 +206,9 @@ func shares(addr, name string) error {
 	}
 	close(stop)
 	wg.Wait()
-	fmt.Println("(idle, the limit is split evenly as room for arrivals; under load each replica's share follows its clients,")
-	fmt.Println(" and no replica waits on Redis to admit a request: Redis only moves the shares)")
+	fmt.Println("(a new Name grows no share for its first SharePeriod + 2 × CallTimeout, 350 ms here; idle, the limit is then split")
+	fmt.Println(" evenly as room for arrivals; under load each replica's share follows its clients, and no replica waits on Redis")
+	fmt.Println(" to admit a request: Redis only moves the shares)")
 	return nil
 }
 
