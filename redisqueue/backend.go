@@ -204,6 +204,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		b.sh = newShares(b)
 		b.lists = prefix + "sg:"
 		b.list = b.lists + b.replica
+		// Start sets the declared limit; GlobalStats may be called before.
+		b.base = []any{0, o.LeaseTTL.Milliseconds(), b.lists, b.replica}
 		b.keys = make([]string, numShareKeys)
 		for i, k := range [numShareKeys]string{skS: "s", skSE: "se", skSM: "sm", skR: "r", skD: "d", skG: "sg:" + b.replica} {
 			b.keys[i] = prefix + k

@@ -17,8 +17,8 @@ package redisqueue
 //	             that a replica can tell Redis lost its data; v: the syncs of
 //	             the epoch, so that a replica can tell Redis lost its last
 //	             writes; fz: until when no share grows (ms), after a loss,
-//	             unless fw replicas (as many as the replica that found the
-//	             loss last saw) have synced since v was fs
+//	             unless every replica of fw (those the replica that found
+//	             the loss last saw) has synced since v was fs
 //	sg:R  LIST   "s" notices for replica R: sync now
 //
 // Each replica also enters itself in GlobalQueue's r and d (with the lease
@@ -51,9 +51,10 @@ const (
 //
 //	sync  ARGV[6..12] = held now, need, prio ("" none), queued, the epoch
 //	      this replica knows ("" none), the replicas and the v of its last
-//	      reply. Reply {held, target, shrink, limit, epoch, freeze left
-//	      ms, replicas, free, 1 if a replica is short of its target else
-//	      0, v}, or {"conflict", why}.
+//	      reply, the gap (ms) that moves leases on, the freeze (ms) of new
+//	      keys, "1" if this replica comes back from an outage. Reply {held, target, shrink, limit, epoch, freeze left ms,
+//	      the replicas "id,id,...", free, 1 if a replica is short of its
+//	      target else 0, v}, or {"conflict", why}.
 //	limit ARGV[6] = the new limit. Reply: the limit.
 //	bye   the replica leaves: its share goes back at once. Reply: 1.
 //	stats Reply {held in all, queued in all, replicas, limit}.
@@ -80,26 +81,30 @@ local limit = tonumber(meta[1]) or tonumber(declared)
 
 if op == 'sync' then
   local beat = tonumber(meta[8])
-  if beat and now - beat > tonumber(ARGV[13]) then
-    -- Nobody synced for longer than any replica's period: Redis was paused
-    -- or unreachable for everyone. Every lease is moved on by the gap, so
-    -- that nobody is taken for dead for it: under FailOpen a replica goes
-    -- on admitting within its share past its lease, and one under
-    -- FailClosed gives its share back at its next sync.
+  if beat and now - beat > tonumber(ARGV[13]) and ARGV[15] == '1' then
+    -- Nobody synced for longer than any replica's period, and this replica
+    -- comes back from an outage: Redis was paused or unreachable for
+    -- everyone. Every lease is moved on by the gap, so that nobody is taken
+    -- for dead for it: under FailOpen a replica goes on admitting within
+    -- its share past its lease, and one under FailClosed gives its share
+    -- back at its next sync. (A replica that just started cannot tell an
+    -- outage from a fleet that died: it moves nothing.)
     local gap = now - beat
     local all = redis.call('ZRANGE', SE, 0, -1, 'WITHSCORES')
     for i = 1, #all, 2 do redis.call('ZADD', SE, tonumber(all[i + 1]) + gap, all[i]) end
   end
   redis.call('HSET', SM, 'b', now)
-end
 
--- Leases that ran out: their replicas stopped syncing.
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', now)) do
-  redis.call('HDEL', S, id)
-  redis.call('ZREM', SE, id)
-  redis.call('DEL', lists .. id)
-  redis.call('ZREM', GR, id)
-  redis.call('HDEL', GD, id)
+  -- Leases that ran out: their replicas stopped syncing. Only a sync
+  -- sweeps, after the gap above: a call of another kind that reached Redis
+  -- first after an outage would take every replica for dead.
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', now)) do
+    redis.call('HDEL', S, id)
+    redis.call('ZREM', SE, id)
+    redis.call('DEL', lists .. id)
+    redis.call('ZREM', GR, id)
+    redis.call('HDEL', GD, id)
+  end
 end
 
 -- Every replica's record.
@@ -174,13 +179,14 @@ redis.call('HSET', SM, 'd', declared)
 local epoch, freeze = meta[3], tonumber(meta[4]) or 0
 local cur = tonumber(ARGV[6])
 -- v counts the syncs of the epoch; each record keeps the v of its last.
-local awaited, v, since = tonumber(meta[5]) or -1, tonumber(meta[6]) or 0, tonumber(meta[7]) or 0
+-- fw: the replicas a freeze waits for, "id,id,..."; absent, only time ends it.
+local awaited, v, since = meta[5], tonumber(meta[6]) or 0, tonumber(meta[7]) or 0
 if not epoch then
   -- New keys: a new Name, or Redis lost its data. A replica that held
   -- slots of the old data and has not synced yet would not be counted, and
   -- one that knew nothing cannot tell: no share grows for as long as it
   -- takes a live replica to sync (ARGV[14]), or until a replica that knew
-  -- the old data says how many to wait for (below).
+  -- the old data says whom to wait for (below).
   epoch = me .. '.' .. now
   freeze, since = now + tonumber(ARGV[14]), 1
   redis.call('HSET', SM, 'e', epoch, 'fz', freeze, 'fs', since)
@@ -191,15 +197,16 @@ if lostData or (ARGV[10] == epoch and seenV > v) then
   -- This replica saw an epoch Redis no longer has (Redis lost its data), or
   -- a later sync than Redis remembers (it lost its last writes, as a
   -- failover to a replica they had not reached does): shares may have moved
-  -- to replicas that Redis no longer counts. No share grows until as many
-  -- replicas as this one last saw have synced since, or for a lease (by
-  -- then a replica that did not has stopped using its share).
+  -- to replicas that Redis no longer counts. No share grows until every
+  -- replica this one last saw has synced since, or for a lease (by then a
+  -- replica that did not has stopped using its share). A replica that
+  -- joins meanwhile does not count: it held nothing.
   if not lostData then
     v = math.max(v, seenV)
     since = v + 1
   end
   freeze = math.max(freeze, now + ttl)
-  awaited = math.max(awaited, tonumber(ARGV[11]))
+  if awaited and awaited ~= '' then awaited = awaited .. ',' .. ARGV[11] else awaited = ARGV[11] end
   redis.call('HSET', SM, 'fz', freeze, 'fw', awaited, 'fs', since)
 end
 v = v + 1
@@ -207,12 +214,12 @@ redis.call('HSET', SM, 'v', v)
 
 if not held[me] then ids[#ids + 1] = me; table.sort(ids) end
 synced[me] = v
-if now < freeze then
-  local back = 0
-  for _, id in ipairs(ids) do
-    if synced[id] >= since then back = back + 1 end
+if now < freeze and awaited then
+  local back = true
+  for id in string.gmatch(awaited, '[^,]+') do
+    if not synced[id] or synced[id] < since then back = false end
   end
-  if awaited >= 0 and back >= awaited then
+  if back then
     freeze = 0
     redis.call('HDEL', SM, 'fz', 'fw', 'fs')
   end
@@ -311,11 +318,11 @@ end
 -- another's need is not met from what is free. Slots a replica holds
 -- beyond its own demand (idle) go to any replica short of its target, and
 -- so do busy slots of a lower priority than its waiters'. Busy slots of
--- the same priority move only when, after the move, the replica short of
--- its target would still wait longer than the giver, by a fifth (a wait
--- grows as demand per slot beyond 1): demand measured at saturation
--- wavers by a slot or two, and moving busy slots for that costs round
--- trips and evens out no waits. A replica that holds no slot, whose
+-- the same priority move only when the replica short of its target waits
+-- longer than the giver would after the move, by a fifth (a wait grows as
+-- demand per slot beyond 1): demand measured at saturation wavers by a
+-- slot or two, and moving busy slots for that costs round trips and evens
+-- out no waits. A replica that holds no slot, whose
 -- requests would wait without end, takes one from anyone above target.
 local function deficit(id) return math.max(0, target[id] - held[id]) end
 local function above(a, b) -- a's waiters are of a higher priority than b's
@@ -328,7 +335,7 @@ local function significant(j)
       if above(j, i) then return true end
       if held[j] == 0 then return true end -- it waits without end
       if held[i] > 1 then
-        local wj, wi = need[j] / (held[j] + 1) - 1, math.max(need[i] / (held[i] - 1) - 1, 0)
+        local wj, wi = need[j] / held[j] - 1, math.max(need[i] / (held[i] - 1) - 1, 0)
         if wj > 0 and wj > 1.2 * wi then return true end
       end
     end
@@ -371,5 +378,9 @@ local left_ms = 0
 if frozen then left_ms = freeze - now end
 local anyShort = 0
 if short > 0 then anyShort = 1 end
-return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, #ids, math.max(free, 0), anyShort, v}
+-- The replicas a loss found now would wait for: those with a record, and
+-- those a freeze still waits for (they may hold slots of older data).
+local seen = table.concat(ids, ',')
+if frozen and awaited and awaited ~= '' then seen = seen .. ',' .. awaited end
+return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, seen, math.max(free, 0), anyShort, v}
 `)

@@ -71,8 +71,8 @@ type shares struct {
 	// leaseTimer fires at leaseEnd: under FailClosed the share is given up
 	// then even if the coordinator is held in a call (see leaseRanOut).
 	leaseTimer *time.Timer
-	replicas   int       // replicas of the last reply
-	version    int64     // the epoch's sync count in the last reply; see script_shares.go
+	replicas   string // the replicas of the last reply: "id,id,..."
+	version    int64  // the epoch's sync count in the last reply; see script_shares.go
 }
 
 // newShares builds the Shares-mode state; Start starts it.
@@ -108,7 +108,7 @@ func (s *shares) start(l ginqueue.Limits) error {
 	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists, b.replica}
 	b.limit.Store(int64(l.MaxConcurrent))
 	b.mu.Unlock()
-	if err := s.sync(true); errors.Is(err, ErrConflict) {
+	if err := s.sync(false); errors.Is(err, ErrConflict) {
 		_ = s.mem.Close()
 		b.refuseStart()
 		return err
@@ -284,14 +284,14 @@ func (s *shares) run() {
 		down := b.down.Load()
 		every := pace(down, slow)
 		due := !now.Before(last.Add(every))
-		periodic := due
+		fell := false
 		// Redis asked (a notice), or a failed call wants a probe.
 		due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0)
 		// Slots owed can be given back now.
 		due = due || s.giveBack.Swap(false)
 		// The demand fell while another replica is short.
 		if s.dropped.Load() && !now.Before(last.Add(gap)) && s.dropped.Swap(false) {
-			due = true
+			due, fell = true, true
 		}
 		if s.asked.Load() && !now.Before(last.Add(gap)) {
 			// A waiter came: it helps to tell Redis if slots are free, or
@@ -307,7 +307,7 @@ func (s *shares) run() {
 		}
 		if due {
 			s.asked.Store(false)
-			_ = s.sync(periodic)
+			_ = s.sync(fell)
 			last = now
 			slow = time.Since(now) >= b.opts.CallTimeout/2
 		}
@@ -380,10 +380,12 @@ func (s *shares) localLimit() int {
 }
 
 // sync reports this replica's slots and demand to Redis and applies the
-// share Redis answers with. The demand is the peak since the previous sync
-// when periodic (so that bursts between syncs count), else the demand now:
-// a sync made because shares move must not report a demand that has gone.
-func (s *shares) sync(periodic bool) error {
+// share Redis answers with. The demand is its peak since the previous sync
+// (running and waiting requests at a saturated replica waver below the
+// number of its clients; the peak does not), or, when the sync is made
+// because the demand fell, the demand now: the peak would report a demand
+// that has gone.
+func (s *shares) sync(fell bool) error {
 	b := s.b
 	// The share cannot move while the call is out: only this goroutine
 	// moves it (and Close, to zero). So what is reported, the limit or
@@ -394,7 +396,7 @@ func (s *shares) sync(periodic bool) error {
 	c := s.fast.Counts()
 	cur := max(local, c.Held)
 	need := c.Held + c.Queued
-	if peak := int(s.peak.Swap(0)); periodic {
+	if peak := int(s.peak.Swap(0)); !fell {
 		need = max(need, peak)
 	}
 	prio := ""
@@ -419,13 +421,17 @@ func (s *shares) sync(periodic bool) error {
 		prio = s.lastPrio
 	}
 	s.mu.Unlock()
-	if b.down.Load() && !b.answersFresh() {
-		return errStillDown
+	wasDown := "0"
+	if b.down.Load() {
+		if !b.answersFresh() {
+			return errStillDown
+		}
+		wasDown = "1"
 	}
 	sent := time.Now()
 	o := b.opts
 	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, seen, seenV,
-		(2*o.SharePeriod + 2*o.CallTimeout).Milliseconds(), (o.SharePeriod + 2*o.CallTimeout).Milliseconds())
+		(2*o.SharePeriod + 2*o.CallTimeout).Milliseconds(), (o.SharePeriod + 2*o.CallTimeout).Milliseconds(), wasDown)
 	if err != nil {
 		return err
 	}
@@ -450,7 +456,7 @@ func (s *shares) sync(periodic bool) error {
 	limit, _ := r[3].(int64)
 	ep, _ := r[4].(string)
 	frozenMs, _ := r[5].(int64)
-	replicas, _ := r[6].(int64)
+	replicas, _ := r[6].(string)
 	free, _ := r[7].(int64)
 	short, _ := r[8].(int64)
 	version, _ := r[9].(int64)
@@ -485,7 +491,7 @@ func (s *shares) sync(periodic bool) error {
 	s.freeLast = int(free)
 	s.needLast.Store(int64(need))
 	s.shortLast.Store(short == 1)
-	s.replicas = int(replicas)
+	s.replicas = replicas
 	s.frozenTill = time.Time{}
 	if frozenMs > 0 {
 		s.frozenTill = time.Now().Add(time.Duration(frozenMs) * time.Millisecond)
@@ -520,18 +526,25 @@ var errStillDown = errors.New("redisqueue: Redis still does not answer")
 
 // bye tells Redis this replica left, so that its share goes back at once.
 // It reports whether the coordinator may stop: Redis answered, the client
-// was closed (it never will), or this replica's lease has run out, so that
-// Redis counts the share away already.
+// was closed (it never will), or the keys of the Name have expired (10
+// lease TTLs after Close). Running out of the lease is not enough: after an
+// outage of the whole fleet every lease is moved on by its length (see
+// script_shares.go), this replica's too.
 func (s *shares) bye() bool {
-	_, err := s.b.call(sharesScript, "bye")
+	b := s.b
+	b.mu.Lock()
+	closedAt := b.closedAt
+	b.mu.Unlock()
+	gone := time.Since(closedAt) >= 10*b.opts.LeaseTTL
+	if b.down.Load() && !b.answersFresh() {
+		return gone
+	}
+	_, err := b.call(sharesScript, "bye")
 	if err == nil {
-		s.b.markUp()
+		b.markUp()
 		return true
 	}
-	s.mu.Lock()
-	end := s.leaseEnd
-	s.mu.Unlock()
-	return errors.Is(err, redis.ErrClosed) || !time.Now().Before(end)
+	return errors.Is(err, redis.ErrClosed) || gone
 }
 
 // stats implements Backend.Stats: the in-memory Backend's, whose Limit is
