@@ -2,7 +2,10 @@ package redisqueue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os/exec"
 	"slices"
 	"sync"
@@ -603,4 +606,438 @@ func after(d time.Duration) string {
 		return "never"
 	}
 	return d.Round(time.Millisecond).String() + " after"
+}
+
+// lossCase is a loss of a Name's keys under a Shares fleet whose replicas
+// all have more clients than the limit.
+type lossCase struct {
+	name    string
+	restart bool // Redis restarts empty; else FLUSHALL
+	join    bool // a replica starts right after the loss
+	// shares are the shares before the loss, one a replica: the limit on
+	// one; the limit and 0 (the first's waiters outrank the second's); or
+	// half each.
+	shares []int
+}
+
+// runLoss runs c: once the shares have settled, Redis loses the Name's
+// keys, and for half a second after it the slots counted outside the
+// library must never exceed the limit.
+func runLoss(t *testing.T, c lossCase) {
+	srv := startRedis(t)
+	const limit, handler = 4, 20 * time.Millisecond
+	var f fleetCounter
+	// A period long beside a Start, so that a joining replica syncs before
+	// the others do.
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond,
+		SharePeriod: 200 * time.Millisecond}
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 300 * time.Millisecond}
+	h := func(*gin.Context) { time.Sleep(handler) }
+	var rs []*replica
+	for i, n := range c.shares {
+		rc := cfg
+		if i == 0 && n == limit && len(c.shares) > 1 {
+			rc.Priority = func(*gin.Context) int { return 10 }
+		}
+		rs = append(rs, countedReplica(t, srv.addr(), rc, o, &f, h))
+	}
+	ld := startShape(rs, 6)
+	defer ld.end()
+	for i := range rs {
+		ld.want[i].Store(6)
+	}
+	eventually(t, 3*time.Second, "the shares did not settle", func() bool {
+		for i, r := range rs {
+			if r.b.Stats().Limit != c.shares[i] {
+				return false
+			}
+		}
+		return true
+	})
+	if c.restart {
+		srv.stop()
+		srv.start()
+	} else if err := newClient(t, srv.addr()).FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if c.join {
+		late := countedReplica(t, srv.addr(), cfg, o, &f, h)
+		lj := startShape([]*replica{late}, 6)
+		defer lj.end()
+		lj.set(6)
+	}
+	time.Sleep(500 * time.Millisecond)
+	t.Logf("shares before the loss %v; peak %d slots running across the fleet, limit %d", c.shares, f.peak.Load(), limit)
+	if p := f.peak.Load(); p > limit {
+		t.Errorf("peak %d slots running across the fleet after the loss, limit %d", p, limit)
+	}
+}
+
+// After Redis loses a Name's keys (FLUSHALL, or a restart without
+// persistence) the replicas go on running what they were granted, and
+// Redis counts none of it. Until the replicas that run those slots have
+// synced again, no share may grow into them: not that of a replica that
+// held no share (it reports 0, which tells Redis nothing), nor that of a
+// replica that joins right after the loss (to it, the new keys look like a
+// new Name, so new keys freeze share growth for a sync period).
+func TestSharesAfterALossNobodyGrowsIntoHeldSlots(t *testing.T) {
+	needRedis(t)
+	for _, c := range []lossCase{
+		{name: "flushed/without a share", shares: []int{4, 0}},
+		{name: "flushed/joining", join: true, shares: []int{4}},
+		{name: "restarted/joining", restart: true, join: true, shares: []int{4}},
+	} {
+		t.Run(c.name, func(t *testing.T) { runLoss(t, c) })
+	}
+}
+
+// A replica that joins right after a loss held nothing before it: its sync
+// must not count toward the replicas that the freeze after the loss waits
+// for. Here two replicas hold half the limit each when a third joins: the
+// first of the two to sync after the loss, counting the joiner, would find
+// the freeze over and grow into the slots the other still runs.
+func TestSharesAfterALossAJoinerDoesNotEndTheFreeze(t *testing.T) {
+	needRedis(t)
+	runLoss(t, lossCase{join: true, shares: []int{2, 2}})
+}
+
+// Under FailOpen a replica goes on admitting within its share past its
+// lease while Redis does not answer. When Redis is paused for everyone
+// (no partition) for longer than LeaseTTL, no replica could sync, so none
+// is dead: the first to sync once Redis answers must not find the others'
+// leases run out and be given their shares while they still use them
+// (Redis moves every lease on by a gap in everyone's syncs). The slots
+// counted outside the library never exceed the limit.
+func TestSharesFailOpenPausedPastTheLeaseKeepsTheLimit(t *testing.T) {
+	needRedis(t)
+	srv := startRedis(t) // CLIENT PAUSE below
+	const limit, handler, lease = 4, 40 * time.Millisecond, 200 * time.Millisecond
+	var f fleetCounter
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: time.Second}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: redisqueue.FailOpen,
+		LeaseTTL: lease, CallTimeout: 25 * time.Millisecond}
+	h := func(*gin.Context) { time.Sleep(handler) }
+	rs := []*replica{countedReplica(t, srv.addr(), cfg, o, &f, h), countedReplica(t, srv.addr(), cfg, o, &f, h)}
+	ld := startShape(rs, 6)
+	defer ld.end()
+	ld.set(6, 6)
+	eventually(t, 2*time.Second, "the shares did not settle", func() bool {
+		return rs[0].b.Stats().Limit == limit/2 && rs[1].b.Stats().Limit == limit/2
+	})
+	pause(t, srv, 3*lease)
+	time.Sleep(3*lease + 400*time.Millisecond)
+	t.Logf("peak %d slots running across the fleet, limit %d; shares after the pause %d, %d; outages %d, %d",
+		f.peak.Load(), limit, rs[0].b.Stats().Limit, rs[1].b.Stats().Limit, rs[0].b.Stats().Outages, rs[1].b.Stats().Outages)
+	if rs[0].b.Stats().Outages == 0 || rs[1].b.Stats().Outages == 0 {
+		t.Errorf("a replica never marked Redis down: the pause was not tested")
+	}
+	if p := f.peak.Load(); p > limit {
+		t.Errorf("peak %d slots running across the fleet through a pause of %v (LeaseTTL %v), limit %d", p, 3*lease, lease, limit)
+	}
+}
+
+// freezeProxy forwards TCP to a server; while frozen it holds every byte
+// both ways and keeps the connections open, as a hung host or a partition
+// that drops packets does: calls wait for their timeout instead of failing.
+type freezeProxy struct {
+	l      net.Listener
+	mu     sync.Mutex
+	cond   *sync.Cond
+	frozen bool
+}
+
+func newFreezeProxy(t *testing.T, to string) *freezeProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezeProxy{l: l}
+	p.cond = sync.NewCond(&p.mu)
+	t.Cleanup(func() { _ = l.Close(); p.setFrozen(false) })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", to)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go p.pipe(s, c)
+			go p.pipe(c, s)
+		}
+	}()
+	return p
+}
+
+// pipe copies src to dst, holding what it read while p is frozen.
+func (p *freezeProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		p.mu.Lock()
+		for p.frozen {
+			p.cond.Wait()
+		}
+		p.mu.Unlock()
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *freezeProxy) addr() string { return p.l.Addr().String() }
+
+func (p *freezeProxy) setFrozen(frozen bool) {
+	p.mu.Lock()
+	p.frozen = frozen
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// untilRefused runs clients closed-loop clients on r, each until its first
+// 503 or until stop is closed, and hands back every answer once all are
+// done.
+func untilRefused(r *replica, clients int, stop <-chan struct{}) <-chan []timedAnswer {
+	each := make(chan timedAnswer)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				code := r.get()
+				each <- timedAnswer{start, time.Now(), code}
+				if code == http.StatusServiceUnavailable {
+					return
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(each) }()
+	all := make(chan []timedAnswer, 1)
+	go func() {
+		var ans []timedAnswer
+		for a := range each {
+			ans = append(ans, a)
+		}
+		all <- ans
+	}()
+	return all
+}
+
+// Under FailClosed a replica that cannot reach Redis gives its share up
+// before the lease it holds runs out, when Redis counts the share away (to
+// another replica, if this one is only cut off). Its coordinator may be
+// held then for a whole CallTimeout in a call to a server that does not
+// answer (paused, or frozen behind a partition), so the share is given up
+// on a timer of its own, a tenth of a lease early, not between calls. And
+// a sync that succeeds renews the lease: no request is refused after it
+// for the lease that ran out before. Here Redis stops answering for one
+// lease; each client sends requests until it is refused.
+func TestSharesFailClosedStopsAdmittingWithinItsLease(t *testing.T) {
+	needRedis(t)
+	const limit, handler, lease = 4, 10 * time.Millisecond, time.Second
+	for _, tt := range []struct {
+		name   string
+		frozen bool // a proxy freezes the first replica alone; else Redis is paused for both
+		// hold is how long Redis does not answer: a lease, and a little
+		// more when frozen, as Redis ends a pause a little late on its own.
+		hold time.Duration
+	}{
+		{name: "paused", hold: lease},
+		{name: "frozen for one", frozen: true, hold: lease + 50*time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startRedis(t)
+			var f fleetCounter
+			cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: time.Second}
+			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: redisqueue.FailClosed, LeaseTTL: lease}
+			addrs := []string{srv.addr(), srv.addr()}
+			var px *freezeProxy
+			if tt.frozen {
+				px = newFreezeProxy(t, srv.addr())
+				addrs[0] = px.addr()
+			}
+			var rs []*replica
+			grants := []chan time.Time{make(chan time.Time, 1<<14), make(chan time.Time, 1<<14)}
+			for i, addr := range addrs {
+				rs = append(rs, countedReplica(t, addr, cfg, o, &f, func(*gin.Context) {
+					grants[i] <- time.Now()
+					time.Sleep(handler)
+				}))
+			}
+			stop := make(chan struct{})
+			loads := []<-chan []timedAnswer{untilRefused(rs[0], 6, stop), untilRefused(rs[1], 6, stop)}
+			eventually(t, 2*time.Second, "the shares did not settle", func() bool {
+				return rs[0].b.Stats().Limit == limit/2 && rs[1].b.Stats().Limit == limit/2
+			})
+			out := time.Now()
+			var back time.Time // when Redis answers the cut-off replicas again
+			cut := rs
+			if tt.frozen {
+				px.setFrozen(true)
+				time.Sleep(tt.hold)
+				px.setFrozen(false)
+				back = time.Now()
+				cut = rs[:1]
+			} else {
+				pause(t, srv, tt.hold)
+				back = answersAgain(t, srv, out.Add(tt.hold))
+			}
+			time.Sleep(200 * time.Millisecond)
+			close(stop)
+			for i, r := range cut {
+				ans := <-loads[i]
+				close(grants[i])
+				late, lastLate, lastIn := 0, time.Duration(0), time.Duration(0)
+				for g := range grants[i] {
+					switch {
+					case !g.Before(back):
+					case !g.Before(out.Add(lease)):
+						// The lease it holds began before Redis stopped
+						// answering.
+						late++
+						lastLate = g.Sub(out)
+					default:
+						lastIn = g.Sub(out)
+					}
+				}
+				refused, firstRefused := 0, time.Duration(-1)
+				for _, a := range ans {
+					if a.code == http.StatusServiceUnavailable && a.at.After(back) {
+						if refused++; refused == 1 {
+							firstRefused = a.at.Sub(back)
+						}
+					}
+				}
+				t.Logf("replica %d: Redis answered again %v after it stopped (LeaseTTL %v); the last admitted within the lease %v "+
+					"after Redis stopped, %d after it (the last at %v); %d answered 503 after Redis answered again, the first %s; outages %d",
+					i, back.Sub(out).Round(time.Millisecond), lease, lastIn.Round(time.Millisecond), late,
+					lastLate.Round(time.Millisecond), refused, after(firstRefused), r.b.Stats().Outages)
+				if late > 0 {
+					t.Errorf("replica %d admitted %d requests after the lease it held ran out, the last %v after Redis stopped answering",
+						i, late, lastLate.Round(time.Millisecond))
+				}
+				if refused > 0 {
+					t.Errorf("replica %d answered %d requests 503 after Redis answered again, the first %s it: its sync renewed the lease",
+						i, refused, after(firstRefused))
+				}
+			}
+			for i := len(cut); i < len(rs); i++ {
+				<-loads[i]
+			}
+			if p := f.peak.Load(); p > limit {
+				t.Errorf("peak %d slots running across the fleet, limit %d", p, limit)
+			}
+		})
+	}
+}
+
+// Shares and GlobalQueue count a Name's slots in ways the other does not
+// see, so a replica refuses to start beside live replicas of the other
+// mode. After a data loss a GlobalQueue replica can start beside running
+// Shares replicas (Redis no longer knows them): a Shares replica that then
+// finds it live stops admitting, as its share may be spent twice: share 0,
+// every request answered 503. Once the Shares replicas have synced (a
+// period, and their running requests ended), the fleet never exceeds its
+// limit.
+func TestSharesStopBesideAGlobalQueueReplicaAfterALoss(t *testing.T) {
+	needRedis(t)
+	const limit, handler = 4, 10 * time.Millisecond
+	for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			srv := startRedis(t) // FLUSHALL below
+			var f fleetCounter
+			cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: time.Second}
+			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy}
+			rs := []*replica{newReplica(t, srv.addr(), cfg, o, f.handler(handler)), newReplica(t, srv.addr(), cfg, o, f.handler(handler))}
+			eventually(t, 2*time.Second, "the shares did not settle", func() bool {
+				return rs[0].b.Stats().Limit == limit/2 && rs[1].b.Stats().Limit == limit/2
+			})
+			shareLoads := []*recLoad{startRec(rs[0], 6), startRec(rs[1], 6)}
+			time.Sleep(100 * time.Millisecond)
+			ctl := newClient(t, srv.addr())
+			// The GlobalQueue replica must start before a Shares replica
+			// syncs again: they re-enter the Name's keys when they do.
+			g := &replica{rdb: newClient(t, srv.addr())}
+			for attempt := 1; ; attempt++ {
+				var err error
+				if g.b, err = redisqueue.New(g.rdb, redisqueue.Options{Name: o.Name, OnRedisDown: policy}); err != nil {
+					t.Fatal(err)
+				}
+				gcfg := cfg
+				gcfg.Backend = g.b
+				if err := ctl.FlushAll(context.Background()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				q, err := ginqueue.NewQueue(gcfg)
+				if err == nil {
+					g.q = q
+					break
+				}
+				if !errors.Is(err, redisqueue.ErrConflict) || attempt == 5 {
+					t.Fatalf("the GlobalQueue replica did not start after FLUSHALL (attempt %d): %v", attempt, err)
+				}
+			}
+			t.Cleanup(func() { _ = g.q.Close() })
+			g.e = gin.New()
+			g.e.GET("/", g.q.Handler(), f.handler(handler))
+			started := time.Now()
+			gLoad := startRec(g, 6)
+			// Within a period each Shares replica has synced and found it,
+			// and what it ran has ended.
+			time.Sleep(200 * time.Millisecond)
+			found := time.Now()
+			early := f.peak.Swap(f.now.Load())
+			time.Sleep(500 * time.Millisecond)
+			peak := f.peak.Load()
+			gAns := gLoad.end()
+			gServed := 0
+			for _, a := range gAns {
+				if a.code == http.StatusOK {
+					gServed++
+				}
+			}
+			for i, r := range rs {
+				ans := shareLoads[i].end()
+				codes := map[int]int{}
+				for _, a := range ans {
+					if a.start.After(found) {
+						codes[a.code]++
+					}
+				}
+				t.Logf("Shares replica %d, from %v after the GlobalQueue replica started: share %d, answers %v",
+					i, found.Sub(started).Round(time.Millisecond), r.b.Stats().Limit, codes)
+				if n := r.b.Stats().Limit; n != 0 {
+					t.Errorf("Shares replica %d holds a share of %d beside a live GlobalQueue replica, want 0", i, n)
+				}
+				if len(codes) != 1 || codes[http.StatusServiceUnavailable] == 0 {
+					t.Errorf("Shares replica %d answered %v beside a live GlobalQueue replica, want 503s only", i, codes)
+				}
+			}
+			t.Logf("the GlobalQueue replica served %d; peak %d running across the fleet until the Shares replicas had synced, %d after, limit %d",
+				gServed, early, peak, limit)
+			if gServed == 0 {
+				t.Error("the GlobalQueue replica served nothing")
+			}
+			if peak > limit {
+				t.Errorf("peak %d running across the fleet beside the GlobalQueue replica, limit %d", peak, limit)
+			}
+		})
+	}
 }

@@ -349,6 +349,54 @@ func TestSharesGoToHigherPriorities(t *testing.T) {
 	}
 }
 
+// Waiters of a higher priority on one replica take the busy slots of a
+// replica whose requests are of a lower priority, however small the
+// shortfall: moving busy slots only for a large one (a quarter of the
+// target) would leave a high-priority request waiting for good while
+// priority-0 requests run elsewhere. Here the limit is 16, the replica of
+// priority 10 has 8 clients and then 9, the one of priority 0 has 32: the
+// first gets 9 slots, and its requests wait only in passing.
+func TestSharesHigherPriorityTakesBusySlotsForASmallShortfall(t *testing.T) {
+	needRedis(t)
+	const limit, handler = 16, 10 * time.Millisecond
+	var f fleetCounter
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares}
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 256, QueueTimeout: 5 * time.Second}
+	high := cfg
+	high.Priority = func(*gin.Context) int { return 10 }
+	h := f.handler(handler)
+	rs := []*replica{newReplica(t, redisAddr, high, o, h), newReplica(t, redisAddr, cfg, o, h)}
+	ld := startShape(rs, 2*limit)
+	defer ld.end()
+	ld.set(0, 2*limit)
+	eventually(t, 2*time.Second, "the priority-0 replica never held the whole limit", func() bool {
+		return rs[1].b.Stats().Limit == limit
+	})
+	ld.set(8, 2*limit)
+	eventually(t, 2*time.Second, "the priority-10 replica never held 8", func() bool { return rs[0].b.Stats().Limit >= 8 })
+	ld.set(9, 2*limit) // one more: a shortfall of one slot, a ninth of its target
+	time.Sleep(300 * time.Millisecond)
+	samples, waiting, share := 0, 0, 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		st := rs[0].b.Stats()
+		samples++
+		share += st.Limit
+		if st.Queued > 0 {
+			waiting++
+		}
+	}
+	frac := float64(waiting) / float64(samples)
+	t.Logf("priority 10 (9 clients): requests waiting in %.0f%% of %d samples, mean share %.1f; priority 0 (%d clients): share %d at the end; peak %d running, limit %d",
+		100*frac, samples, float64(share)/float64(samples), 2*limit, rs[1].b.Stats().Limit, f.peak.Load(), limit)
+	if frac > 0.25 {
+		t.Errorf("priority-10 requests waited in %.0f%% of the samples while priority-0 requests ran on the other replica, want at most 25%%",
+			100*frac)
+	}
+	if p := f.peak.Load(); p > limit {
+		t.Errorf("peak %d running across the fleet, limit %d", p, limit)
+	}
+}
+
 // During an outage (Redis paused for 3 s, or killed and started again
 // empty) every replica goes on admitting within the share it holds: the
 // fleet never runs over its limit, nobody waits past QueueTimeout, and
