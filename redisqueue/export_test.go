@@ -14,3 +14,7 @@ func Rank(b *Backend) int {
 	defer b.mu.Unlock()
 	return b.rank
 }
+
+// Stopped is closed once b's maintainer (Shares: its coordinator) has
+// returned.
+func Stopped(b *Backend) <-chan struct{} { return b.mainDn }

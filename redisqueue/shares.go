@@ -274,7 +274,7 @@ func (s *shares) run() {
 			}
 			// Redis did not answer: the share would stay counted until its
 			// lease ran out. Try again soon.
-			resetTimer(timer, downProbe)
+			resetTimer(timer, byeRetry)
 			continue
 		}
 		s.mu.Lock()
@@ -510,6 +510,9 @@ func (s *shares) sync(fell bool) error {
 	return nil
 }
 
+// byeRetry is how often a closed Backend tries its goodbye again.
+const byeRetry = 100 * time.Millisecond
+
 // resetTimer makes t fire after d, whether or not it fired and was read.
 func resetTimer(t *time.Timer, d time.Duration) {
 	if !t.Stop() {
@@ -536,9 +539,9 @@ func (s *shares) bye() bool {
 	closedAt := b.closedAt
 	b.mu.Unlock()
 	gone := time.Since(closedAt) >= 10*b.opts.LeaseTTL
-	if b.down.Load() && !b.answersFresh() {
-		return gone
-	}
+	// Through the Backend's client even while Redis is marked down: one
+	// that its owner closed answers redis.ErrClosed at once, and then the
+	// goodbye will never get through.
 	_, err := b.call(sharesScript, "bye")
 	if err == nil {
 		b.markUp()
@@ -585,7 +588,8 @@ func (s *shares) close() error {
 	<-b.readDn
 	if s.fast.Counts().Held == 0 {
 		// The goodbye: at once if Redis answers; else the coordinator tries
-		// again in the background until it does or the lease has run out.
+		// again in the background, every byeRetry, until it does, the
+		// client is closed, or the keys have expired (10 lease TTLs).
 		select {
 		case <-b.mainDn:
 		case <-time.After(2 * b.opts.CallTimeout):

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ginqueue/ginqueue"
 	"github.com/ginqueue/ginqueue/redisqueue"
+	"github.com/redis/go-redis/v9"
 )
 
 // The tests of this file are about how Shares mode comes back: a replica
@@ -376,5 +377,37 @@ func TestSharesGlobalStatsBeforeStart(t *testing.T) {
 	}
 	if got.Replicas != 1 || got.Running != want.Running || got.Queued != want.Queued {
 		t.Errorf("GlobalStats before Start: %+v; want the started replica's view %+v", got, want)
+	}
+}
+
+// A Backend closed while Redis cannot be reached goes on trying its
+// goodbye in the background, but stops as soon as its owner closes the
+// Redis client: the goodbye can never get through then. (It kept trying
+// for 10 lease TTLs.)
+func TestSharesClosedDuringAnOutageStopsWithItsClient(t *testing.T) {
+	srv := startRedis(t)
+	px := newRecoveryProxy(t, srv.addr())
+	rdb := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}); err != nil {
+		t.Fatal(err)
+	}
+	px.setCut(true)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-redisqueue.Stopped(b):
+		t.Fatal("the goodbye got through a cut connection")
+	default:
+	}
+	_ = rdb.Close()
+	select {
+	case <-redisqueue.Stopped(b):
+	case <-time.After(time.Second):
+		t.Fatal("the Backend still tried its goodbye a second after its client was closed")
 	}
 }
