@@ -19,9 +19,10 @@ test:
 
 # The long suites that make test skips: redisqueue on a Cluster and a
 # Sentinel set of its own (failovers, frozen masters, a replica killed with
-# waiters) and 3 OS processes through a Redis pause. About 8 minutes.
+# waiters) and 3 OS processes through a Redis pause, in both modes. About
+# 16 minutes.
 test-long:
-	cd redisqueue && $(GO) test -race -count=1 -run 'Topology|FrozenMaster|ShutdownDuringKill|IdleKillThenBurst|FleetPaused' .
+	cd redisqueue && $(GO) test -race -count=1 -timeout 45m -run 'Topology|FrozenMaster|ShutdownDuringKill|IdleKillThenBurst|FleetPaused' .
 
 # A burst of 15 requests on 3 slots against a real server on 127.0.0.1, as a timeline.
 demo:
