@@ -66,7 +66,6 @@ type shares struct {
 	lostCancel context.CancelFunc
 	freeLast   int       // slots free in the fleet at the last reply
 	lastPrio   string    // the last priority reported with waiters; see sync
-	target     int       // the target of the last reply
 	frozenTill time.Time // Redis grows no share before then (after a data loss)
 	// leaseTimer fires at leaseEnd: under FailClosed the share is given up
 	// then even if the coordinator is held in a call (see leaseRanOut).
@@ -197,7 +196,10 @@ func (s *shares) release(t ginqueue.Ticket) {
 	}
 }
 
-// tryAcquire and counts make shares the Queue's FastBackend.
+// sharesFast is the Queue's FastBackend in Shares mode: the in-memory
+// Backend's TryAcquire and Counts, with this mode's Acquire and Release, so
+// that the arrivals that wait and the releases that free owed slots are
+// seen (demand, priority, give-backs).
 type sharesFast struct{ s *shares }
 
 func (f sharesFast) Start(l ginqueue.Limits) error {
@@ -487,7 +489,6 @@ func (s *shares) sync(fell bool) error {
 	if s.leaseTimer != nil {
 		s.leaseTimer.Reset(time.Until(s.stopAdmitting()))
 	}
-	s.target = int(target)
 	s.freeLast = int(free)
 	s.needLast.Store(int64(need))
 	s.shortLast.Store(short == 1)
