@@ -111,6 +111,15 @@ type Arrival struct {
 	// limit, and grants a head waiter whose slots are not all free only once
 	// they are, letting nobody of its priority past it.
 	Cost int
+	// MinTimeLeft is the least time the request needs before its context's
+	// deadline once it is granted (Config.MinTimeLeft): a waiter whose
+	// deadline is nearer than that when its turn comes is answered
+	// ErrQueueTimeout at once, and its slots go to the next waiter, since
+	// its client would leave before its handler finished. A request that
+	// finds its slots free runs whatever it says. Zero or below, or a
+	// context without a deadline: no such check. The in-memory Backend
+	// honours it; a Backend that cannot may ignore it.
+	MinTimeLeft time.Duration
 }
 
 // Ticket is what a Backend hands out with a grant and takes back on Release.

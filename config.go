@@ -50,6 +50,18 @@ type Config struct {
 	// every request that Skip does not exempt.
 	Deadline func(*gin.Context) time.Time
 
+	// MinTimeLeft is, with Deadline, the least time before its deadline a
+	// waiting request must have left when its slots come free: one with
+	// less is answered as queue timeout at once (408, or
+	// QueueTimeoutStatus) and the slots go to the next waiter, rather than
+	// start a handler its client will not wait for. Zero means the mean
+	// handler time the Queue measures (nothing is refused until a request
+	// has finished); negative means no such check. A request that finds its
+	// slots free runs whatever its time left. Without Deadline it does
+	// nothing. redisqueue's leased shares honour it, its global queue does
+	// not.
+	MinTimeLeft time.Duration
+
 	// OnQueueFull writes the response for a request answered as queue full.
 	// The request is already aborted (c.Abort) and holds no slot, and the
 	// default response is preset: status 503 and a Retry-After header. A
@@ -127,6 +139,15 @@ type Config struct {
 	// the others after their response. A panic in it cannot keep a slot. Nil
 	// means no hook. It runs on the request's goroutine.
 	OnOutcome func(c *gin.Context, o Outcome, wait time.Duration)
+
+	// OnDecision is called once per request that Skip does not exempt, at
+	// the moment the Queue decides its fate: for a served request once it
+	// holds its slots and before the rest of the chain runs, for the others
+	// before their response is written. It is for tracing (the otelqueue
+	// module adds span events with it). Nil means no hook, and nothing is
+	// computed for it. It runs on the request's goroutine; a panic in it
+	// after a grant cannot keep the slots.
+	OnDecision func(c *gin.Context, d Decision)
 
 	// ServerTiming adds "Server-Timing: queue;dur=<ms>" to served responses,
 	// before the handler writes. False means no header. For a request that

@@ -123,15 +123,16 @@ func unbindDeadline(c *gin.Context, r *http.Request, cancel context.CancelFunc) 
 
 // timeLeft is the longest RejectEarly lets a request whose context is ctx
 // wait, from now: QueueTimeout, or with Config.Deadline the time left until
-// the context's deadline (bindDeadline made it the request's) when that is
-// sooner; zero or less when that time has run out. Without RejectEarly it is
-// QueueTimeout, unused.
-func (q *Queue) timeLeft(ctx context.Context, now time.Time) time.Duration {
+// the context's deadline (bindDeadline made it the request's), less need
+// (Arrival.MinTimeLeft: a waiter granted later is answered queue timeout),
+// when that is sooner; zero or less when that time has run out. Without
+// RejectEarly it is QueueTimeout, unused.
+func (q *Queue) timeLeft(ctx context.Context, now time.Time, need time.Duration) time.Duration {
 	if q.deadline == nil || !q.rejectEarly {
 		return q.timeout
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		return min(q.timeout, dl.Sub(now)) // RejectEarly needs a QueueTimeout
+		return min(q.timeout, dl.Sub(now)-max(need, 0)) // RejectEarly needs a QueueTimeout
 	}
 	return q.timeout
 }

@@ -634,8 +634,10 @@ func TestDeadlineRejectEarly(t *testing.T) {
 	for name, backend := range backends {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
+				// MinTimeLeft off: this is RejectEarly's arithmetic alone
+				// (TestMinTimeLeftWithRejectEarly has the two together).
 				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
-					RejectEarly: true, Backend: backend()})
+					RejectEarly: true, MinTimeLeft: -1, Backend: backend()})
 				r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
 				out := make(chan result, 16)
 				sendBy(r, context.Background(), 0, "", time.Now(), out) // times the handler: 100 ms

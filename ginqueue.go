@@ -26,6 +26,8 @@ type Queue struct {
 	onTimeout    gin.HandlerFunc
 	onClosed     gin.HandlerFunc
 	onOutcome    func(*gin.Context, Outcome, time.Duration)
+	onDecision   func(*gin.Context, Decision)
+	minTimeLeft  time.Duration // Config.MinTimeLeft; applies only with deadline
 	retryAfter   string // before any request has finished
 	serverTiming bool
 	noWait       []string // {"queue;dur=0"}, the Server-Timing of a request that did not wait
@@ -46,6 +48,10 @@ type Queue struct {
 	// counts of the rejections, by Outcome; the Backend counts Served, so
 	// that a request that runs writes nothing here.
 	counts [numOutcomes]atomic.Uint64
+
+	// abandoned counts the served requests whose client had gone (their
+	// request context ended) by the time the handler chain returned.
+	abandoned atomic.Uint64
 
 	// closed is set by Close before the Backend closes, so that an arrival
 	// after Close is closed whatever RejectEarly would say of it.
@@ -88,6 +94,8 @@ func NewQueue(cfg Config) (*Queue, error) {
 		onTimeout:    cfg.OnQueueTimeout,
 		onClosed:     cfg.OnClosed,
 		onOutcome:    cfg.OnOutcome,
+		onDecision:   cfg.OnDecision,
+		minTimeLeft:  cfg.MinTimeLeft,
 		retryAfter:   retryAfterHeader(cfg.RetryAfter),
 		serverTiming: cfg.ServerTiming,
 		noWait:       []string{serverTiming(0)},
@@ -135,15 +143,14 @@ func (q *Queue) serve(c *gin.Context) {
 	if q.deadline != nil {
 		r, cancel, err := q.bindDeadline(c)
 		if err != nil {
-			q.reject(c, err, 0)
+			q.reject(c, err, waited{})
 			return
 		}
 		if cancel != nil {
 			defer unbindDeadline(c, r, cancel) // after the slot is released and OnOutcome has run
 		}
 	}
-	var t Ticket
-	var wait time.Duration
+	var w waited
 	var n uint64 // slots the fast path took so far, this one included; 0 if not
 	// The slots asked for: only a request of cost 1 tries the fast path.
 	cost := 1
@@ -156,11 +163,12 @@ func (q *Queue) serve(c *gin.Context) {
 	}
 	if n == 0 {
 		var err error
-		if t, wait, err = q.wait(c, cost); err != nil {
-			q.reject(c, err, wait)
+		if w, err = q.wait(c, cost); err != nil {
+			q.reject(c, err, w)
 			return
 		}
 	}
+	t, wait := w.t, w.wait
 	// The handler time of every request that went through Acquire, and of
 	// one in serviceEvery of the others (the first included), is a sample
 	// of how long a request holds its slots; it stands for the requests of
@@ -184,7 +192,10 @@ func (q *Queue) serve(c *gin.Context) {
 	// A deferred release gives the slot back even when a handler panics and
 	// gin.Recovery catches it further up.
 	if of == 0 && q.onOutcome == nil && q.adaptive == nil {
-		defer q.release(t)
+		defer q.finish(c, t)
+		if q.onDecision != nil {
+			q.onDecision(c, Decision{Outcome: OutcomeServed, Cost: cost})
+		}
 		c.Next()
 		return
 	}
@@ -197,7 +208,21 @@ func (q *Queue) serve(c *gin.Context) {
 		start = time.Now()
 	}
 	defer q.done(c, t, wait, gen, start, of)
+	if q.onDecision != nil {
+		q.onDecision(c, Decision{Outcome: OutcomeServed, Wait: wait, Priority: w.priority, Queued: w.queued, Cost: cost})
+	}
 	c.Next()
+}
+
+// waited is what a request that went through Acquire got: its Ticket (on a
+// grant), how long it waited, and for Decision its priority and the
+// requests waiting when it arrived.
+type waited struct {
+	t        Ticket
+	wait     time.Duration
+	priority int
+	queued   int
+	cost     int
 }
 
 // done ends a served request that is timed, or has a hook or an adaptive
@@ -213,10 +238,20 @@ func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, s
 			q.service.sample(took, max(t.Cost, 1), of)
 		}
 	}
-	q.release(t)
+	q.finish(c, t)
 	if q.onOutcome != nil {
 		q.onOutcome(c, OutcomeServed, wait)
 	}
+}
+
+// finish ends a served request whose handler chain has returned: it counts
+// the request as abandoned if its client has gone by now, and gives t's
+// slots back.
+func (q *Queue) finish(c *gin.Context, t Ticket) {
+	if c.Request.Context().Err() != nil {
+		q.abandoned.Add(1)
+	}
+	q.release(t)
 }
 
 // release gives t's slots back, counting the request for a Backend that
@@ -231,31 +266,43 @@ func (q *Queue) release(t Ticket) {
 // wait gets cost slots for c from the Backend when the fast path could not
 // (or, for a cost above 1, was not tried). Only a request that may have to
 // wait pays for its priority, flow key and clock.
-func (q *Queue) wait(c *gin.Context, cost int) (Ticket, time.Duration, error) {
+func (q *Queue) wait(c *gin.Context, cost int) (waited, error) {
 	if q.closed.Load() {
-		return Ticket{}, 0, ErrClosed
+		return waited{}, ErrClosed
 	}
 	start := time.Now()
 	ctx, a := c.Request.Context(), q.arrival(c)
 	a.Cost = cost
-	left := q.timeLeft(ctx, start)
-	var t Ticket
+	w := waited{priority: a.Priority, cost: cost}
+	if q.deadline != nil && q.minTimeLeft >= 0 {
+		if a.MinTimeLeft = q.minTimeLeft; a.MinTimeLeft == 0 {
+			a.MinTimeLeft, _ = q.service.mean() // zero until measured: no check
+		}
+	}
+	left := q.timeLeft(ctx, start, a.MinTimeLeft)
 	var err error
 	if q.fast != nil {
-		a.MaxAhead = q.maxAhead(q.fast.Counts().Limit, left) // applied as the arrival takes its place
-		t, err = q.fast.Acquire(ctx, a)
-	} else if q.rejectEarly && q.tooFarBack(a, left) {
-		err = errRejectedEarly
+		n := q.fast.Counts()
+		w.queued = n.Queued
+		a.MaxAhead = q.maxAhead(n.Limit, left) // applied as the arrival takes its place
+		w.t, err = q.fast.Acquire(ctx, a)
 	} else {
-		t, err = q.backend.Acquire(ctx, a)
+		if q.onDecision != nil {
+			w.queued = q.backend.Stats().Queued
+		}
+		if q.rejectEarly && q.tooFarBack(a, left) {
+			err = errRejectedEarly
+		} else {
+			w.t, err = q.backend.Acquire(ctx, a)
+		}
 	}
 	now := time.Now()
-	wait := now.Sub(start)
+	w.wait = now.Sub(start)
 	if err == nil {
 		fast, _ := q.progress()
-		q.waits.record(wait, now, fast)
+		q.waits.record(w.wait, now, fast)
 	}
-	return t, wait, err
+	return w, err
 }
 
 // arrival describes c for the Backend.

@@ -76,11 +76,14 @@ func serverTiming(wait time.Duration) string {
 	return "queue;dur=" + strconv.FormatFloat(float64(wait)/float64(time.Millisecond), 'f', 3, 64)
 }
 
-// reject answers a request that got no slot, after waiting wait.
-func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
+// reject answers a request that got no slot, after waiting w.wait.
+func (q *Queue) reject(c *gin.Context, err error, w waited) {
 	o := outcomeOf(c.Request.Context(), err)
 	q.counts[o].Add(1)
 	c.Abort()
+	if q.onDecision != nil {
+		q.onDecision(c, Decision{Outcome: o, Wait: w.wait, Priority: w.priority, Queued: w.queued, Cost: max(w.cost, 1)})
+	}
 	switch o {
 	case OutcomeCanceled:
 		// Nobody is listening: record the status for access logs only.
@@ -93,8 +96,32 @@ func (q *Queue) reject(c *gin.Context, err error, wait time.Duration) {
 		q.respond(c, q.onFull, http.StatusServiceUnavailable)
 	}
 	if q.onOutcome != nil {
-		q.onOutcome(c, o, wait)
+		q.onOutcome(c, o, w.wait)
 	}
+}
+
+// Decision is what a Queue decided for one request, as Config.OnDecision
+// receives it.
+type Decision struct {
+	// Outcome is the request's outcome; OutcomeServed once it holds its
+	// slots.
+	Outcome Outcome
+	// Wait is how long it waited in the queue; zero for a request that ran
+	// at once or was answered on arrival.
+	Wait time.Duration
+	// Priority is Config.Priority's value for a request that had to wait;
+	// zero for one that did not (Priority is not asked for it) or without
+	// Config.Priority.
+	Priority int
+	// Queued is how many requests were waiting when it arrived, as the
+	// Backend counted them then: how far back in the queue it started. Zero
+	// for a request that ran at once or was answered before it looked (a
+	// deadline passed on arrival, a closed Queue).
+	Queued int
+	// Cost is the slots it asked for: Config.Cost's value, at least 1; 1
+	// for a request answered before Cost was asked (a deadline passed on
+	// arrival).
+	Cost int
 }
 
 // respond answers with status and a Retry-After header, or runs hook with

@@ -29,6 +29,12 @@ type Stats struct {
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
 	Closed       uint64 // requests answered because the Queue was closed
+	// Abandoned counts the served requests whose client had gone by the
+	// time their handler chain returned (their request context had ended:
+	// a hang-up, or with Config.Deadline the client's deadline passed):
+	// work nobody received. It is part of Served, not an outcome of its
+	// own.
+	Abandoned uint64
 
 	// OldestWait is how long the oldest waiter has waited so far; zero when
 	// nobody waits.
@@ -71,6 +77,7 @@ func (q *Queue) Stats() Stats {
 		QueueTimeout:     q.counts[OutcomeQueueTimeout].Load(),
 		Canceled:         q.counts[OutcomeCanceled].Load(),
 		Closed:           q.counts[OutcomeClosed].Load(),
+		Abandoned:        q.abandoned.Load(),
 		OldestWait:       b.OldestWait,
 		Unavailable:      b.Unavailable,
 		Outages:          b.Outages,
@@ -118,6 +125,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		QueueTimeout     uint64       `json:"queue_timeout"`
 		Canceled         uint64       `json:"canceled"`
 		Closed           uint64       `json:"closed"`
+		Abandoned        uint64       `json:"abandoned"`
 		OldestWait       float64      `json:"oldest_wait_seconds"`
 		WaitP50          float64      `json:"wait_p50_seconds"`
 		WaitP90          float64      `json:"wait_p90_seconds"`
@@ -126,7 +134,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		NoLoadLatency    float64      `json:"no_load_latency_seconds"`
 		Unavailable      bool         `json:"unavailable"`
 		Outages          uint64       `json:"outages"`
-	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed,
+	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed, s.Abandoned,
 		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate,
 		s.NoLoadLatency.Seconds(), s.Unavailable, s.Outages})
 }

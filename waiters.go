@@ -2,6 +2,7 @@ package ginqueue
 
 import (
 	"context"
+	"time"
 )
 
 // Waiters: a request that cannot take its slots at once parks on a waiter,
@@ -34,6 +35,10 @@ type waiter struct {
 	// it does not change while the waiter is in the room, which counts the
 	// waiters whose cost is above 1.
 	cost int
+	// cutoff is when it stops being worth granting (Arrival.MinTimeLeft
+	// before its context's deadline), in nanoseconds since
+	// dispatcher.epoch; 0 when there is none. Set before it enters the room.
+	cutoff int64
 }
 
 // Acquire implements Backend. It applies a.MaxAhead, and grants a.Cost slots
@@ -105,6 +110,10 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	d.push(w, a)
 	if heavy || d.room.heavy > 0 {
 		d.grantLocked()
+	}
+	if w.state == waiting {
+		// Only now: one granted as it arrived runs whatever its time left.
+		w.cutoff = d.cutoff(ctx, a.MinTimeLeft)
 	}
 	d.unlock()
 
@@ -181,7 +190,21 @@ func (d *dispatcher) newWaiter(ctx context.Context, cost int) *waiter {
 	w.state = waiting
 	w.cost = cost
 	w.arrived = d.now()
+	w.cutoff = 0
 	return w
+}
+
+// cutoff is waiter.cutoff for a waiter whose context is ctx and that needs
+// need once granted (Arrival.MinTimeLeft): 0 without a deadline or a need.
+// One whose cutoff has already passed is not refused a place: it is
+// answered when its turn comes, as a slot may come free for nobody else
+// first (RejectEarly refuses it at once).
+func (d *dispatcher) cutoff(ctx context.Context, need time.Duration) int64 {
+	dl, ok := ctx.Deadline()
+	if !ok || need <= 0 {
+		return 0
+	}
+	return max(int64(dl.Sub(d.epoch)-need), 1) // 0 means none
 }
 
 // wake gives a waiter that has left the room its fate. The send never blocks:
@@ -251,6 +274,17 @@ func (d *dispatcher) grantLocked() {
 			// the next waiter instead.
 			d.wake(w, gone)
 			continue
+		}
+		if w.cutoff != 0 {
+			if now < 0 {
+				now = d.now()
+			}
+			if now >= w.cutoff {
+				// Its client would leave before the handler finished: it
+				// gets its 408 now, and the slot goes to the next waiter.
+				d.wake(w, timedOut)
+				continue
+			}
 		}
 		if d.timer != nil {
 			if now-w.arrived >= maxWait {

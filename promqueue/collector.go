@@ -20,6 +20,8 @@
 //	ginqueue_no_load_latency_seconds{queue}   gauge: the adaptive limit's no-load handler time
 //	ginqueue_requests_total{queue,outcome}    counter: requests by outcome (served,
 //	                                          queue_full, queue_timeout, canceled, closed)
+//	ginqueue_abandoned_total{queue}           counter: served requests whose client had gone
+//	                                          by the time the handler returned
 //	ginqueue_queue_wait_seconds{queue}        histogram: queue waits of served requests,
 //	                                          buckets ginqueue.WaitBuckets()
 //	ginqueue_backend_unavailable{queue}       gauge: 1 while the Backend cannot reach its shared
@@ -48,7 +50,7 @@ import (
 // descs are the descriptors of a Collector's metrics: the same for every
 // Queue, and never changed once built.
 type descs struct {
-	running, limit, queued, queuedByPriority, oldestWait, drainRate, noLoadLatency, requests, wait *prometheus.Desc
+	running, limit, queued, queuedByPriority, oldestWait, drainRate, noLoadLatency, requests, abandoned, wait *prometheus.Desc
 	// From the Backend: whether it reaches the store it shares with other
 	// replicas.
 	unavailable, outages *prometheus.Desc
@@ -76,6 +78,9 @@ func newDescs() descs {
 		requests: prometheus.NewDesc("ginqueue_requests_total",
 			"Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled or closed.",
 			[]string{"queue", "outcome"}, nil),
+		abandoned: prometheus.NewDesc("ginqueue_abandoned_total",
+			"Served requests whose client had gone by the time the handler returned: work nobody received. Part of the served outcome.",
+			queue, nil),
 		wait: prometheus.NewDesc("ginqueue_queue_wait_seconds",
 			"Time served requests waited in the queue for a slot; those that ran at once count as 0.", queue, nil),
 		unavailable: prometheus.NewDesc("ginqueue_backend_unavailable",
@@ -146,13 +151,13 @@ func (c *Collector) Remove(name string) bool {
 	return len(c.queues) < n
 }
 
-// Describe implements prometheus.Collector. It sends the same eleven
+// Describe implements prometheus.Collector. It sends the same twelve
 // descriptors whatever Queues are added, which is what lets Add and Remove
 // run after registration.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, desc := range []*prometheus.Desc{d.running, d.limit, d.queued, d.queuedByPriority,
-		d.oldestWait, d.drainRate, d.noLoadLatency, d.requests, d.wait, d.unavailable, d.outages} {
+		d.oldestWait, d.drainRate, d.noLoadLatency, d.requests, d.abandoned, d.wait, d.unavailable, d.outages} {
 		ch <- desc
 	}
 }
@@ -215,6 +220,8 @@ func (e *entry) collect(d *descs, ms []prometheus.Metric) []prometheus.Metric {
 		ms = append(ms, prometheus.MustNewConstMetric(d.requests, prometheus.CounterValue,
 			float64(n), e.name, ginqueue.Outcome(o).String()))
 	}
+
+	ms = append(ms, prometheus.MustNewConstMetric(d.abandoned, prometheus.CounterValue, float64(st.Abandoned), e.name))
 
 	h := e.q.WaitHistogram()
 	bounds := ginqueue.WaitBuckets()

@@ -118,15 +118,15 @@ ginqueue_requests_total{outcome="queue_timeout",queue="web"} 0
 ginqueue_requests_total{outcome="served",queue="web"} 0
 `, "ginqueue_limit", "ginqueue_queued", "ginqueue_queued_by_priority", "ginqueue_requests_total")
 	// Per queue: 7 gauges (no priority seen yet), 1 histogram, the outages
-	// counter and the 5 outcomes make 14 series.
-	if n := testutil.CollectAndCount(c); n != 28 {
-		t.Errorf("%d series, want 28", n)
+	// and abandoned counters and the 5 outcomes make 15 series.
+	if n := testutil.CollectAndCount(c); n != 30 {
+		t.Errorf("%d series, want 30", n)
 	}
 	if !c.Remove("web") || c.Remove("web") {
 		t.Error("Remove(web) twice: want true, then false")
 	}
-	if n := testutil.CollectAndCount(c); n != 14 {
-		t.Errorf("after Remove: %d series, want 14", n)
+	if n := testutil.CollectAndCount(c); n != 15 {
+		t.Errorf("after Remove: %d series, want 15", n)
 	}
 }
 
@@ -241,7 +241,15 @@ ginqueue_queue_wait_seconds_bucket{queue="api",le="0.05"} 1
 ginqueue_queue_wait_seconds_bucket{queue="api",le="0.1"} 1
 ginqueue_queue_wait_seconds_bucket{queue="api",le="0.25"} 2
 ginqueue_queue_wait_seconds_bucket{queue="api",le="0.5"} 2
+ginqueue_queue_wait_seconds_bucket{queue="api",le="0.6"} 2
+ginqueue_queue_wait_seconds_bucket{queue="api",le="0.7"} 2
+ginqueue_queue_wait_seconds_bucket{queue="api",le="0.8"} 2
+ginqueue_queue_wait_seconds_bucket{queue="api",le="0.9"} 2
 ginqueue_queue_wait_seconds_bucket{queue="api",le="1"} 2
+ginqueue_queue_wait_seconds_bucket{queue="api",le="1.25"} 2
+ginqueue_queue_wait_seconds_bucket{queue="api",le="1.5"} 2
+ginqueue_queue_wait_seconds_bucket{queue="api",le="1.75"} 2
+ginqueue_queue_wait_seconds_bucket{queue="api",le="2"} 2
 ginqueue_queue_wait_seconds_bucket{queue="api",le="2.5"} 2
 ginqueue_queue_wait_seconds_bucket{queue="api",le="5"} 2
 ginqueue_queue_wait_seconds_bucket{queue="api",le="10"} 2
