@@ -28,7 +28,7 @@ type Queue struct {
 	onOutcome    func(*gin.Context, Outcome, time.Duration)
 	onDecision   func(*gin.Context, Decision)
 	minTimeLeft  time.Duration // Config.MinTimeLeft; applies only with deadline
-	retryAfter   string // before any request has finished
+	retryAfter   string        // before any request has finished
 	serverTiming bool
 	noWait       []string // {"queue;dur=0"}, the Server-Timing of a request that did not wait
 	rejectEarly  bool
