@@ -1,0 +1,5 @@
+//go:build !race
+
+package otelqueue_test
+
+const raceEnabled = false
