@@ -55,8 +55,9 @@ type Config struct {
 	// less is answered as queue timeout at once (408, or
 	// QueueTimeoutStatus) and the slots go to the next waiter, rather than
 	// start a handler its client will not wait for. Zero means the mean
-	// handler time the Queue measures (nothing is refused until a request
-	// has finished); negative means no such check. A request that finds its
+	// handler time the Queue measures plus a tenth of the time the request
+	// had left on arrival (nothing is refused until a request has
+	// finished); negative means no such check. A request that finds its
 	// slots free runs whatever its time left. Without Deadline it does
 	// nothing. redisqueue's leased shares honour it, its global queue does
 	// not.

@@ -136,3 +136,19 @@ func (q *Queue) timeLeft(ctx context.Context, now time.Time, need time.Duration)
 	}
 	return q.timeout
 }
+
+// need is the time a request whose context is ctx, arrived at now, needs
+// before its deadline once granted, with Config.MinTimeLeft zero: the
+// measured slot time of a request, plus a tenth of the time it has left on
+// arrival for what the Queue cannot see (the time the request took to reach
+// it and the response takes to get back, a handler that runs longer than
+// its mean). Zero until a handler time is measured or without a deadline:
+// nobody is refused on a guess.
+func (q *Queue) need(ctx context.Context, now time.Time) time.Duration {
+	mean, ok := q.service.mean()
+	dl, hasDeadline := ctx.Deadline()
+	if !ok || !hasDeadline {
+		return 0
+	}
+	return mean + max(dl.Sub(now), 0)/10
+}

@@ -397,3 +397,143 @@ func hungUp() (context.Context, context.CancelFunc) {
 	cancel()
 	return ctx, cancel
 }
+
+// A waiter whose deadline is nearer than its handler needs when its turn
+// comes is answered queue timeout at that instant, and its slot goes to the
+// next waiter in the same instant: no handler starts for a client that will
+// not wait for it. The need is the measured handler time by default,
+// Config.MinTimeLeft when set, and nothing when it is negative.
+func TestMinTimeLeft(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		minTimeLeft time.Duration
+		want        map[int]int // status by request id
+		timedOutAt  time.Duration
+	}{
+		// 1 runs 0–100 ms; 2 (150 ms) would have 50 ms left at 100 ms, below
+		// the 100 ms measured: 408 at 100 ms, and 3 runs from 100 ms.
+		{"measured", 0, map[int]int{1: 200, 2: 408, 3: 200}, 100 * time.Millisecond},
+		{"set below the time left", 40 * time.Millisecond, map[int]int{1: 200, 2: 200, 3: 200}, 0},
+		{"set above the time left", 60 * time.Millisecond, map[int]int{1: 200, 2: 408, 3: 200}, 100 * time.Millisecond},
+		{"off", -1, map[int]int{1: 200, 2: 200, 3: 200}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
+					MinTimeLeft: tc.minTimeLeft})
+				r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+				out := make(chan result, 4)
+				sendBy(r, context.Background(), 0, "", time.Now(), out) // measures the handler: 100 ms
+				require.Equal(t, http.StatusOK, (<-out).code)
+
+				t0 := time.Now()
+				sendBy(r, context.Background(), 1, "", t0, out)
+				synctest.Wait()
+				sendBy(r, context.Background(), 2, "150ms", t0, out)
+				synctest.Wait()
+				sendBy(r, context.Background(), 3, "", t0, out)
+				synctest.Wait()
+				got, at := map[int]int{}, map[int]time.Duration{}
+				for range 3 {
+					res := <-out
+					got[res.id], at[res.id] = res.code, res.at
+				}
+				assert.Equal(t, tc.want, got)
+				st := q.Stats()
+				if tc.timedOutAt > 0 {
+					assert.Equal(t, tc.timedOutAt, at[2], "answered when its turn came, not at its deadline")
+					assert.Equal(t, 200*time.Millisecond, at[3], "3 ran from the instant 2 was refused")
+					assert.EqualValues(t, 1, st.QueueTimeout)
+					assert.EqualValues(t, 3, st.Served, "a refused grant is not served")
+				} else {
+					assert.Equal(t, 300*time.Millisecond, at[3])
+					assert.Zero(t, st.QueueTimeout)
+					assert.EqualValues(t, 4, st.Served)
+				}
+				assert.Zero(t, st.Running)
+			})
+		})
+	}
+}
+
+// MinTimeLeft never refuses a request that finds its slot free, nor one
+// that waits before any handler time is measured, nor any request without
+// Config.Deadline (a context deadline alone does not bring it in).
+func TestMinTimeLeftLeavesAlone(t *testing.T) {
+	t.Run("a free slot", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second})
+			r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+			out := make(chan result, 1)
+			sendBy(r, context.Background(), 0, "", time.Now(), out)
+			require.Equal(t, http.StatusOK, (<-out).code)
+			sendBy(r, context.Background(), 1, "10ms", time.Now(), out)
+			assert.Equal(t, http.StatusOK, (<-out).code, "no wait: its time left is not looked at")
+		})
+	})
+	t.Run("nothing measured yet", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second})
+			r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+			out := make(chan result, 2)
+			t0 := time.Now()
+			sendBy(r, context.Background(), 1, "", t0, out)
+			synctest.Wait()
+			sendBy(r, context.Background(), 2, "101ms", t0, out)
+			for range 2 {
+				assert.Equal(t, http.StatusOK, (<-out).code)
+			}
+		})
+	})
+	t.Run("no Config.Deadline", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second})
+			r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+			out := make(chan result, 2)
+			sendBy(r, context.Background(), 0, "", time.Now(), out)
+			require.Equal(t, http.StatusOK, (<-out).code)
+			t0 := time.Now()
+			sendBy(r, context.Background(), 1, "", t0, out)
+			synctest.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+			defer cancel()
+			sendBy(r, ctx, 2, "", t0, out)
+			for range 2 {
+				assert.Equal(t, http.StatusOK, (<-out).code, "a context deadline alone: MinTimeLeft does not apply")
+			}
+		})
+	})
+}
+
+// With RejectEarly, the time a request may wait is its time left less what
+// its handler needs: one that would be refused at its grant is refused on
+// arrival instead (503), and one that fits both runs.
+func TestMinTimeLeftWithRejectEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
+			RejectEarly: true})
+		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+		out := make(chan result, 4)
+		sendBy(r, context.Background(), 0, "", time.Now(), out)
+		require.Equal(t, http.StatusOK, (<-out).code)
+		t0 := time.Now()
+		sendBy(r, context.Background(), 1, "", t0, out)
+		synctest.Wait()
+		sendBy(r, context.Background(), 2, "150ms", t0, out) // waits 100 ms, needs 100 ms: refused now
+		synctest.Wait()
+		res := <-out
+		assert.Equal(t, 2, res.id)
+		assert.Equal(t, http.StatusServiceUnavailable, res.code)
+		assert.Zero(t, res.at, "refused on arrival")
+		sendBy(r, context.Background(), 3, "250ms", t0, out) // waits 100 ms, needs 100 ms, has 250: runs
+		got := map[int]int{}
+		for range 2 {
+			res := <-out
+			got[res.id] = res.code
+		}
+		assert.Equal(t, map[int]int{1: 200, 3: 200}, got)
+		st := q.Stats()
+		assert.EqualValues(t, 1, st.QueueFull)
+		assert.Zero(t, st.QueueTimeout)
+	})
+}

@@ -274,12 +274,14 @@ func (q *Queue) wait(c *gin.Context, cost int) (waited, error) {
 	ctx, a := c.Request.Context(), q.arrival(c)
 	a.Cost = cost
 	w := waited{priority: a.Priority, cost: cost}
-	if q.deadline != nil && q.minTimeLeft >= 0 {
-		if a.MinTimeLeft = q.minTimeLeft; a.MinTimeLeft == 0 {
-			a.MinTimeLeft, _ = q.service.mean() // zero until measured: no check
+	need := q.minTimeLeft // how long it needs once granted: see Config.MinTimeLeft
+	if q.deadline != nil && need >= 0 {
+		if need == 0 {
+			need = q.need(ctx, start)
 		}
+		a.MinTimeLeft = need
 	}
-	left := q.timeLeft(ctx, start, a.MinTimeLeft)
+	left := q.timeLeft(ctx, start, need)
 	var err error
 	if q.fast != nil {
 		n := q.fast.Counts()

@@ -90,3 +90,36 @@ func TestAcquireAtOnceCountsOnceInTheHistogram(t *testing.T) {
 		assert.EqualValues(t, 3, q.Stats().Served)
 	})
 }
+
+// Between half a second and 2.5 s, where queue timeouts and clients'
+// patience usually sit, the buckets are a tenth of a second apart up to 1 s
+// and a quarter of a second up to 2 s.
+func TestWaitBucketsAreFineWhereTimeoutsSit(t *testing.T) {
+	b := ginqueue.WaitBuckets()
+	at := func(le float64) int {
+		for i, x := range b {
+			if x == le {
+				return i
+			}
+		}
+		t.Fatalf("no bucket %v in %v", le, b)
+		return -1
+	}
+	for _, le := range []float64{.5, .6, .7, .8, .9, 1, 1.25, 1.5, 1.75, 2, 2.5} {
+		at(le)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 2, QueueTimeout: time.Minute})
+		r := newEngine(q.Handler(), sleeper(750*time.Millisecond))
+		out := make(chan result, 3)
+		burst(r, 3, 0, out) // waits: 0, 750 ms, 1.5 s
+		for range 3 {
+			<-out
+		}
+		h := q.WaitHistogram()
+		assert.EqualValues(t, 1, h.Counts[at(.7)])
+		assert.EqualValues(t, 2, h.Counts[at(.8)])
+		assert.EqualValues(t, 2, h.Counts[at(1.25)])
+		assert.EqualValues(t, 3, h.Counts[at(1.5)])
+	})
+}

@@ -366,3 +366,74 @@ func TestBackendErrorOutcomes(t *testing.T) {
 		})
 	}
 }
+
+// OnDecision is called once per request, when its fate is decided: before
+// the handler of a served request runs (with its wait, priority and the
+// requests waiting when it arrived), before the response of the others.
+func TestOnDecision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var seen []ginqueue.Decision
+		var handlerSaw []int // decisions seen when each handler began
+		q := mustQueue(t, ginqueue.Config{
+			MaxConcurrent: 1, MaxQueue: 2, QueueTimeout: 300 * time.Millisecond, Priority: byQueryPriority,
+			Deadline: ginqueue.DeadlineHeader(clientTimeout),
+			OnDecision: func(c *gin.Context, d ginqueue.Decision) {
+				mu.Lock()
+				defer mu.Unlock()
+				assert.False(t, c.Writer.Written(), "called before the response")
+				seen = append(seen, d)
+				if c.Query("hook") == "panic" {
+					panic("hook")
+				}
+			},
+		})
+		r := newEngine(q.Handler(), func(c *gin.Context) {
+			mu.Lock()
+			handlerSaw = append(handlerSaw, len(seen))
+			mu.Unlock()
+			time.Sleep(250 * time.Millisecond)
+			c.Status(http.StatusOK)
+		})
+		get := func(url string, ctx context.Context, wait string) {
+			go func() {
+				req := httptest.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				if wait != "" {
+					req.Header.Set(clientTimeout, wait)
+				}
+				r.ServeHTTP(httptest.NewRecorder(), req)
+			}()
+			synctest.Wait()
+		}
+		get("/", context.Background(), "")     // A: served at once, runs 0–250 ms
+		get("/?p=2", context.Background(), "") // B: served at 250 ms, runs to 500 ms
+		get("/?p=1", context.Background(), "") // C: one ahead; times out at 300 ms
+		get("/", context.Background(), "")     // D: full, two waiting
+		get("/", context.Background(), "0")    // E: its deadline passed on arrival
+		time.Sleep(400 * time.Millisecond)
+		ctx, cancel := context.WithCancel(context.Background())
+		get("/?p=3", ctx, "") // F: waits behind B, hangs up after 50 ms
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		synctest.Wait()
+		time.Sleep(time.Second)
+		mu.Lock()
+		assert.Equal(t, []ginqueue.Decision{
+			{Outcome: ginqueue.OutcomeServed, Cost: 1},
+			{Outcome: ginqueue.OutcomeQueueFull, Queued: 2, Cost: 1},
+			{Outcome: ginqueue.OutcomeQueueTimeout, Cost: 1},
+			{Outcome: ginqueue.OutcomeServed, Wait: 250 * time.Millisecond, Priority: 2, Cost: 1},
+			{Outcome: ginqueue.OutcomeQueueTimeout, Wait: 300 * time.Millisecond, Priority: 1, Queued: 1, Cost: 1},
+			{Outcome: ginqueue.OutcomeCanceled, Wait: 50 * time.Millisecond, Priority: 3, Cost: 1},
+		}, seen)
+		assert.Equal(t, []int{1, 4}, handlerSaw, "each served request's decision came before its handler")
+		mu.Unlock()
+
+		// A hook that panics on a grant: gin.Recovery answers, the slot is
+		// back.
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?hook=panic", nil))
+		assert.Equal(t, http.StatusInternalServerError, w.Code)
+		assert.Zero(t, q.Stats().Running)
+	})
+}

@@ -120,3 +120,47 @@ func TestStatsNeverContradictThemselves(t *testing.T) {
 	assert.EqualValues(t, sent.Load(), st.Served+st.QueueFull+st.QueueTimeout+st.Canceled+st.Closed, "one outcome per request")
 	assert.Equal(t, 0, st.Running)
 }
+
+// Stats.Abandoned counts the served requests whose client had gone by the
+// time the handler returned: a hang-up while it ran, or its deadline passed
+// (Config.Deadline), on the fast path and after a wait; never a request
+// whose client was still there, nor one that was not served.
+func TestAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second})
+		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+		out := make(chan result, 8)
+		t0 := time.Now()
+
+		send(r, context.Background(), 1, t0, out) // ran at once, client stays
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		send(r, ctx, 2, t0, out) // waits, runs 100–200 ms, hangs up at 150 ms
+		synctest.Wait()
+		sendBy(r, context.Background(), 3, "250ms", t0, out) // runs 200–300 ms: its deadline passes at 250 ms
+		synctest.Wait()
+		gone, cancelGone := context.WithCancel(context.Background())
+		send(r, gone, 4, t0, out) // hangs up while waiting: canceled, not abandoned
+		synctest.Wait()
+		cancelGone()
+		time.Sleep(150 * time.Millisecond)
+		cancel()
+		for range 4 {
+			<-out
+		}
+		st := q.Stats()
+		assert.EqualValues(t, 3, st.Served)
+		assert.EqualValues(t, 1, st.Canceled)
+		assert.EqualValues(t, 2, st.Abandoned)
+
+		fast, cancelFast := context.WithCancel(context.Background())
+		send(r, fast, 5, t0, out) // the fast path, hung up while it runs
+		synctest.Wait()
+		cancelFast()
+		<-out
+		assert.EqualValues(t, 3, q.Stats().Abandoned)
+		b, err := json.Marshal(q.Stats())
+		require.NoError(t, err)
+		assert.Contains(t, string(b), `"abandoned":3`)
+	})
+}

@@ -2,7 +2,6 @@ package ginqueue
 
 import (
 	"context"
-	"time"
 )
 
 // Waiters: a request that cannot take its slots at once parks on a waiter,
@@ -35,9 +34,10 @@ type waiter struct {
 	// it does not change while the waiter is in the room, which counts the
 	// waiters whose cost is above 1.
 	cost int
-	// cutoff is when it stops being worth granting (Arrival.MinTimeLeft
-	// before its context's deadline), in nanoseconds since
-	// dispatcher.epoch; 0 when there is none. Set before it enters the room.
+	// cutoff is when it stops being worth granting: Arrival.MinTimeLeft
+	// before its context's deadline, in nanoseconds since dispatcher.epoch;
+	// 0 when there is none. Set under mu once it is in the room and was not
+	// granted on arrival; unchanged afterwards.
 	cutoff int64
 }
 
@@ -111,9 +111,9 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	if heavy || d.room.heavy > 0 {
 		d.grantLocked()
 	}
-	if w.state == waiting {
+	if dl, ok := ctx.Deadline(); ok && a.MinTimeLeft > 0 && w.state == waiting {
 		// Only now: one granted as it arrived runs whatever its time left.
-		w.cutoff = d.cutoff(ctx, a.MinTimeLeft)
+		w.cutoff = max(int64(dl.Sub(d.epoch)-a.MinTimeLeft), 1) // 0 means none
 	}
 	d.unlock()
 
@@ -194,19 +194,6 @@ func (d *dispatcher) newWaiter(ctx context.Context, cost int) *waiter {
 	return w
 }
 
-// cutoff is waiter.cutoff for a waiter whose context is ctx and that needs
-// need once granted (Arrival.MinTimeLeft): 0 without a deadline or a need.
-// One whose cutoff has already passed is not refused a place: it is
-// answered when its turn comes, as a slot may come free for nobody else
-// first (RejectEarly refuses it at once).
-func (d *dispatcher) cutoff(ctx context.Context, need time.Duration) int64 {
-	dl, ok := ctx.Deadline()
-	if !ok || need <= 0 {
-		return 0
-	}
-	return max(int64(dl.Sub(d.epoch)-need), 1) // 0 means none
-}
-
 // wake gives a waiter that has left the room its fate. The send never blocks:
 // ready has room for one, and a waiter is woken once per use. A waiter whose
 // client has already left is not timed out, evicted or closed: that is not
@@ -237,11 +224,27 @@ func (w *waiter) err() error {
 
 // grantLocked wakes head waiters, in order, while the head's slots are free,
 // and tells a drainer when none is held. A head whose slots are not all free
-// holds the line: nobody behind it is granted. A waiter past its expiry is
-// timed out, not granted. Under CoDel with LIFO, while the queue stands, the
-// head is the newest waiter of the flow whose turn it is. Requires d.mu.
+// holds the line: nobody behind it is granted. A waiter past its expiry, or
+// past its cutoff (too late to finish), is timed out, not granted; one whose client
+// has left is passed over. Those passed over are woken after the grants, so
+// that the granted run first: each passed over goes on to write a response,
+// and under overload there are several for each grant. Under CoDel with
+// LIFO, while the queue stands, the head is the newest waiter of the flow
+// whose turn it is. Requires d.mu.
 func (d *dispatcher) grantLocked() {
 	now := int64(-1) // read the clock once, and only if a waiter is granted or LIFO may apply
+	// The waiters passed over, woken at the end. A few fit without an
+	// allocation; past them, they are woken at once.
+	var buf [8]*waiter
+	passed := buf[:0]
+	pass := func(w *waiter, st waiterState) {
+		if len(passed) == cap(passed) {
+			d.wake(w, st)
+			return
+		}
+		w.state = st
+		passed = append(passed, w)
+	}
 	for d.room.n > 0 {
 		lifo := false
 		if c := d.codel; c != nil && c.lifo {
@@ -272,7 +275,7 @@ func (d *dispatcher) grantLocked() {
 		if w.ctx.Err() != nil {
 			// Its client left and it has not noticed yet: the slot goes to
 			// the next waiter instead.
-			d.wake(w, gone)
+			pass(w, gone)
 			continue
 		}
 		if w.cutoff != 0 {
@@ -282,7 +285,7 @@ func (d *dispatcher) grantLocked() {
 			if now >= w.cutoff {
 				// Its client would leave before the handler finished: it
 				// gets its 408 now, and the slot goes to the next waiter.
-				d.wake(w, timedOut)
+				pass(w, timedOut)
 				continue
 			}
 		}
@@ -291,7 +294,7 @@ func (d *dispatcher) grantLocked() {
 				// Its expiry passed and the timer has not fired yet (a
 				// loaded machine, or CoDel's maximum wait shrank this
 				// instant): it gets its 408, not the slot.
-				d.wake(w, timedOut)
+				pass(w, timedOut)
 				continue
 			}
 		}
@@ -299,6 +302,9 @@ func (d *dispatcher) grantLocked() {
 		d.state.Add(n) // the slots go to w
 		w.cost = int(n)
 		d.wake(w, granted)
+	}
+	for _, w := range passed {
+		d.wake(w, w.state)
 	}
 	if d.idle != nil && running(d.state.Load()) == 0 {
 		close(d.idle)

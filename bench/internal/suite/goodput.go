@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,14 +51,18 @@ const (
 )
 
 // sendOnce is one request of an open-loop client, due at at, given up at
-// deadline, which cancels it and closes its connection. It returns how it
-// ended, when, and the error of a failed one.
-func sendOnce(base context.Context, c *http.Client, url string, deadline time.Time) (int, time.Time, error) {
+// deadline, which cancels it and closes its connection. With a patience
+// header it sends there how long it will still wait, in seconds. It returns
+// how it ended, when, and the error of a failed one.
+func sendOnce(base context.Context, c *http.Client, url, patience string, deadline time.Time) (int, time.Time, error) {
 	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return failed, time.Now(), err
+	}
+	if patience != "" {
+		req.Header.Set(patience, strconv.FormatFloat(max(time.Until(deadline).Seconds(), 0), 'f', 6, 64))
 	}
 	resp, err := c.Do(req)
 	if err == nil {
@@ -173,7 +178,7 @@ func (p Plan) goodputPoint(v Variant, load int) ([][]float64, error) {
 		}
 		time.Sleep(time.Until(at))
 		clients.Go(func() {
-			o, end, err := sendOnce(base, client, url, at.Add(p.GoodputPatience))
+			o, end, err := sendOnce(base, client, url, v.PatienceHeader, at.Add(p.GoodputPatience))
 			if end.Before(from) || !end.Before(to) {
 				return
 			}

@@ -250,6 +250,7 @@ func targets(r *Results) []target {
 		{rq, "hand-off across backends p50 ≤ 300 µs", "11c. hand-off across backends p50", redisCol, "", atMost, 300e3},
 		{"goodput", "CoDel + LIFO at 5× C: goodput ≥ 90% of C", goodputMetric(5, "goodput"), GoodCoDelLIFO, "", atLeast, 0.9},
 		{"goodput", "CoDel + LIFO at 5× C: p99 of delivered ≤ 100 ms", goodputMetric(5, "delivered p99"), GoodCoDelLIFO, "", atMost, 100e6},
+		{"goodput", "FIFO + Deadline (clients send their patience) at 5× C: goodput ≥ 90% of C", goodputMetric(5, "goodput"), GoodDeadline, "", atLeast, 0.9},
 		{"weighted", fmt.Sprintf("Cost: slots running ≤ the limit (%d) at every instant", r.WeightedLimits.MaxConcurrent), "13. most slots running at once", "all", "", atMost, float64(r.WeightedLimits.MaxConcurrent)},
 		{"weighted", "Cost: p99 queue wait of " + heavy + " ≤ 2× that of cost 1", "13. queue wait p99", heavy, "cost 1", ratio, 2},
 		{"fleet", "Shares: admitted ≥ 0.8× the static split's", "14a. admitted", FleetShares, FleetStatic, ratioAtLeast, 0.8},

@@ -121,7 +121,7 @@ func TestSendOnce(t *testing.T) {
 		if path == "x" {
 			url = "http://127.0.0.1:1/" // nobody listens
 		}
-		if o, end, err := sendOnce(context.Background(), c, url, at.Add(100*time.Millisecond)); o != want || (err != nil) != (o == failed) || (o == gaveUp) != (end.Sub(at) >= 100*time.Millisecond) {
+		if o, end, err := sendOnce(context.Background(), c, url, "", at.Add(100*time.Millisecond)); o != want || (err != nil) != (o == failed) || (o == gaveUp) != (end.Sub(at) >= 100*time.Millisecond) {
 			t.Errorf("%s: outcome %d after %v, %v; want %d", path, o, end.Sub(at), err, want)
 		}
 	}

@@ -37,6 +37,10 @@ type Variant struct {
 	Slow     bool   // grants on a 100 ms tick: the harnesses give it fewer samples
 	New      func(l Limits, h gin.HandlerFunc) (http.Handler, func())
 	Request  func(client, seq int) *http.Request
+	// PatienceHeader, when set, is the header in which section 12's
+	// clients send how long they will still wait (seconds), for a variant
+	// that reads it with ginqueue.DeadlineHeader.
+	PatienceHeader string
 }
 
 func (v Variant) throttles() bool { return v.ID != "bare" }
@@ -61,7 +65,11 @@ const (
 	Observed      = "ServerTiming + promqueue"
 	AdaptiveCol   = "Adaptive"
 	GoodCoDelLIFO = "CoDel + LIFO"
+	GoodDeadline  = "FIFO + Deadline"
 )
+
+// PatienceHeader is the header of the Deadline variants of section 12.
+const PatienceHeader = "X-Patience"
 
 // Variants are the columns of the main table, the bare route first.
 func Variants() []Variant {
@@ -220,17 +228,27 @@ func newObserved(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 	return route(h, func() { close(done); wg.Wait(); t.Stop(); _ = q.Close() }, q.Handler())
 }
 
-// GoodputVariants are the columns of section 12: four configurations of
+// GoodputVariants are the columns of section 12: six configurations of
 // ginqueue, then chi and x/sync with the same limit, backlog and timeout.
 // CoDel is at its defaults (Target 5 ms, Interval 100 ms); its drops are
-// queue timeouts, answered 408.
+// queue timeouts, answered 408. The Deadline variants' clients send their
+// patience in the header PatienceHeader, which Config.Deadline reads, with
+// MinTimeLeft at its default (the measured handler time).
 func GoodputVariants() []Variant {
 	codel := func(lifo bool) func(*ginqueue.Config) {
 		return func(c *ginqueue.Config) { c.CoDel = &ginqueue.CoDel{LIFO: lifo} }
 	}
+	deadline := func(rejectEarly bool) func(*ginqueue.Config) {
+		return func(c *ginqueue.Config) {
+			c.Deadline = ginqueue.DeadlineHeader(PatienceHeader)
+			c.RejectEarly = rejectEarly
+		}
+	}
 	return []Variant{
 		{Name: "ginqueue FIFO", ID: "fifo", New: withQueue(nil)},
 		{Name: "FIFO + RejectEarly", ID: "rejectearly", New: withQueue(func(c *ginqueue.Config) { c.RejectEarly = true })},
+		{Name: GoodDeadline, ID: "deadline", New: withQueue(deadline(false)), PatienceHeader: PatienceHeader},
+		{Name: "Deadline + RejectEarly", ID: "deadline-rejectearly", New: withQueue(deadline(true)), PatienceHeader: PatienceHeader},
 		{Name: "CoDel", ID: "codel", New: withQueue(codel(false))},
 		{Name: GoodCoDelLIFO, ID: "codel-lifo", New: withQueue(codel(true))},
 		{Name: Chi, ID: "chi", New: newChi},
