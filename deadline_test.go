@@ -537,3 +537,44 @@ func TestMinTimeLeftWithRejectEarly(t *testing.T) {
 		assert.Zero(t, st.QueueTimeout)
 	})
 }
+
+// MinTimeLeft's default is the measured handler time plus a tenth of the
+// time the request had left on arrival: with a 100 ms handler and 1 s left,
+// a waiter needs 200 ms at its turn.
+func TestMinTimeLeftDefaultAddsATenthOfTheTimeLeft(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ahead int // requests of 100 ms ahead of it
+		want  int
+	}{
+		{"granted with 300 ms left", 7, http.StatusOK},
+		{"granted with 200 ms left", 8, http.StatusOK},
+		{"granted with 100 ms left", 9, http.StatusRequestTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 20, QueueTimeout: 10 * time.Second})
+				r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+				out := make(chan result, 16)
+				sendBy(r, context.Background(), 0, "", time.Now(), out) // measures the handler: 100 ms
+				require.Equal(t, http.StatusOK, (<-out).code)
+				t0 := time.Now()
+				for i := range tc.ahead {
+					sendBy(r, context.Background(), i+1, "", t0, out)
+					synctest.Wait()
+				}
+				sendBy(r, context.Background(), 100, "1", t0, out)
+				for range tc.ahead + 1 {
+					if res := <-out; res.id == 100 {
+						assert.Equal(t, tc.want, res.code)
+						turn := time.Duration(tc.ahead) * 100 * time.Millisecond
+						if res.code == http.StatusOK {
+							turn += 100 * time.Millisecond // its own handler
+						}
+						assert.Equal(t, turn, res.at, "answered at its turn")
+					}
+				}
+			})
+		})
+	}
+}

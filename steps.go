@@ -23,6 +23,7 @@ const (
 	stepPublish   // a publication half written, and written before pubSeq moves to it
 	stepStatsSeq  // Stats, before it reads pubSeq again
 	stepStatsRead // Stats, between its reads of a publication
+	stepPassOver  // grantLocked, before it wakes a waiter it passed over
 )
 
 // at reports step s to the interleaving tests.

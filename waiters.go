@@ -239,6 +239,7 @@ func (d *dispatcher) grantLocked() {
 	passed := buf[:0]
 	pass := func(w *waiter, st waiterState) {
 		if len(passed) == cap(passed) {
+			d.at(stepPassOver)
 			d.wake(w, st)
 			return
 		}
@@ -282,7 +283,7 @@ func (d *dispatcher) grantLocked() {
 			if now < 0 {
 				now = d.now()
 			}
-			if now >= w.cutoff {
+			if now > w.cutoff {
 				// Its client would leave before the handler finished: it
 				// gets its 408 now, and the slot goes to the next waiter.
 				pass(w, timedOut)
@@ -304,6 +305,7 @@ func (d *dispatcher) grantLocked() {
 		d.wake(w, granted)
 	}
 	for _, w := range passed {
+		d.at(stepPassOver)
 		d.wake(w, w.state)
 	}
 	if d.idle != nil && running(d.state.Load()) == 0 {

@@ -4,6 +4,8 @@ package ginqueue
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -311,4 +313,68 @@ func TestMaxAheadLetsAnArrivalGrantedAtOnce(t *testing.T) {
 		require.NoError(t, r.err)
 		d.Release(r.t)
 	})
+}
+
+// At a grant, the waiters passed over (client gone, past their cutoff or
+// their expiry) are woken after the waiter granted, so that it runs first:
+// each of them goes on to write a response, and under overload there are
+// several for each grant. Past the few that fit in grantLocked's buffer
+// they are woken at once; every one gets its own outcome either way.
+func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
+	for _, passedOver := range []int{3, 20} {
+		t.Run(fmt.Sprintf("%d passed over", passedOver), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 64, QueueTimeout: time.Minute})
+				held, err := d.Acquire(context.Background(), Arrival{})
+				require.NoError(t, err)
+				var late []<-chan error
+				var hangUps []context.CancelFunc
+				for i := range passedOver {
+					ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+					if i%2 == 1 {
+						// Its client leaves before the grant.
+						ctx, cancel = context.WithCancel(context.Background())
+						hangUps = append(hangUps, cancel)
+					}
+					defer cancel()
+					errc := make(chan error, 1)
+					go func() {
+						_, err := d.Acquire(ctx, Arrival{MinTimeLeft: 150 * time.Millisecond})
+						errc <- err
+					}()
+					late = append(late, errc)
+					synctest.Wait()
+				}
+				granted := acquireAsync(d, context.Background())
+				synctest.Wait()
+				time.Sleep(100 * time.Millisecond) // the cutoffs have passed, the deadlines not
+				var steps []step
+				d.mu.Lock()
+				for _, cancel := range hangUps {
+					cancel() // seen at the grant, before the waiters notice
+				}
+				d.step = func(s step) {
+					if s == stepGrantTake || s == stepPassOver {
+						steps = append(steps, s)
+					}
+				}
+				d.mu.Unlock()
+				d.Release(held)
+				require.NoError(t, <-granted)
+				d.step = nil
+				for i, errc := range late {
+					if i%2 == 1 {
+						assert.ErrorIs(t, <-errc, context.Canceled, "waiter %d", i)
+					} else {
+						assert.ErrorIs(t, <-errc, ErrQueueTimeout, "waiter %d", i)
+					}
+				}
+				require.NotEmpty(t, steps)
+				// grantLocked keeps up to 8 to wake after the grant.
+				assert.Equal(t, max(passedOver-8, 0), slices.Index(steps, stepGrantTake),
+					"only the waiters past the buffer were woken before the grant")
+				assert.Len(t, steps, passedOver+1)
+			})
+		})
+	}
 }
