@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -325,7 +326,14 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 		t.Run(fmt.Sprintf("%d passed over", passedOver), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 64, QueueTimeout: time.Minute})
-				held, err := d.Acquire(context.Background(), Arrival{})
+				var recording atomic.Bool
+				var steps []step // appended under d.mu: grantLocked's steps only
+				d.step = func(s step) {
+					if recording.Load() && (s == stepGrantTake || s == stepPassOver) {
+						steps = append(steps, s)
+					}
+				}
+				_, err := d.Acquire(context.Background(), Arrival{}) // the slot, released by hand below
 				require.NoError(t, err)
 				var late []<-chan error
 				var hangUps []context.CancelFunc
@@ -348,20 +356,20 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 				granted := acquireAsync(d, context.Background())
 				synctest.Wait()
 				time.Sleep(100 * time.Millisecond) // the cutoffs have passed, the deadlines not
-				var steps []step
 				d.mu.Lock()
 				for _, cancel := range hangUps {
 					cancel() // seen at the grant, before the waiters notice
 				}
-				d.step = func(s step) {
-					if s == stepGrantTake || s == stepPassOver {
-						steps = append(steps, s)
-					}
-				}
+				recording.Store(true)
+				// Release, done by hand under the same lock, so that no
+				// waiter that hung up leaves the room before the grant.
+				d.finished.Add(1)
+				d.state.Add(^uint64(0))
+				d.grantLocked()
+				d.settle()
+				recording.Store(false)
 				d.mu.Unlock()
-				d.Release(held)
 				require.NoError(t, <-granted)
-				d.step = nil
 				for i, errc := range late {
 					if i%2 == 1 {
 						assert.ErrorIs(t, <-errc, context.Canceled, "waiter %d", i)
