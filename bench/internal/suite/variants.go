@@ -14,7 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/otelqueue"
 	"github.com/ginqueue/ginqueue/promqueue"
 )
 
@@ -66,6 +72,9 @@ const (
 	AdaptiveCol   = "Adaptive"
 	GoodCoDelLIFO = "CoDel + LIFO"
 	GoodDeadline  = "FIFO + Deadline"
+	OTel          = "otelqueue"
+	Traced        = "traced"
+	TracedOTel    = "traced + otelqueue"
 )
 
 // PatienceHeader is the header of the Deadline variants of section 12.
@@ -188,6 +197,9 @@ func FeatureVariants(flows int, spread bool) []Variant {
 			c.FlowKey = ginqueue.ByHeader("X-Flow")
 		})},
 		{Name: Observed, ID: "observed", Request: req, New: newObserved},
+		{Name: OTel, ID: "otel", Request: req, New: newOTel(false)},
+		{Name: Traced, ID: "traced", Request: req, New: newTraced(false)},
+		{Name: TracedOTel, ID: "traced-otel", Request: req, New: newTraced(true)},
 		{Name: AdaptiveCol, ID: "adaptive", Request: req, New: withQueue(func(c *ginqueue.Config) {
 			lo, hi := c.MaxConcurrent, c.MaxConcurrent
 			if spread {
@@ -253,5 +265,81 @@ func GoodputVariants() []Variant {
 		{Name: GoodCoDelLIFO, ID: "codel-lifo", New: withQueue(codel(true))},
 		{Name: Chi, ID: "chi", New: newChi},
 		{Name: XSync, ID: "xsync", New: newXSync},
+	}
+}
+
+// newOTel is ginqueue with an otelqueue Metrics on an SDK MeterProvider
+// whose reader collects every ScrapeInterval while the variant serves, and
+// its span events on (Config.OnDecision). With traced, an otelgin-like
+// middleware in front starts a sampled span per request on an SDK
+// TracerProvider, so the events are recorded; without it the requests have
+// no span, and the hook finds none.
+func newOTel(traced bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
+	return func(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
+		q := newQueue(l, func(c *ginqueue.Config) { c.OnDecision = otelqueue.SpanEvents("bench") })
+		reader := sdkmetric.NewManualReader()
+		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		m, err := otelqueue.NewMetrics(provider)
+		if err != nil {
+			panic(err) // a provider of our own: cannot fail
+		}
+		if err := m.Add("bench", q); err != nil {
+			panic(err)
+		}
+		done, t := make(chan struct{}), time.NewTicker(ScrapeInterval)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			var rm metricdata.ResourceMetrics
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					if err := reader.Collect(context.Background(), &rm); err != nil {
+						panic(err) // a collection that fails is a bug
+					}
+				}
+			}
+		})
+		stop := func() {
+			close(done)
+			wg.Wait()
+			t.Stop()
+			_ = m.Unregister()
+			_ = provider.Shutdown(context.Background())
+			_ = q.Close()
+		}
+		if !traced {
+			return route(h, stop, q.Handler())
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		return route(h, func() { stop(); _ = tp.Shutdown(context.Background()) }, spans(tp), q.Handler())
+	}
+}
+
+// newTraced is the traced variants: plain ginqueue behind an otelgin-like
+// middleware that starts a sampled span per request (no exporter: the spans
+// are recorded and dropped), with otelqueue's metrics and span events, or
+// without them, the base they are compared with.
+func newTraced(withOTel bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
+	if withOTel {
+		return newOTel(true)
+	}
+	return func(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
+		q := newQueue(l, nil)
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		return route(h, func() { _ = q.Close(); _ = tp.Shutdown(context.Background()) }, spans(tp), q.Handler())
+	}
+}
+
+// spans is an otelgin-like middleware: a server span per request, in
+// c.Request's context for the handlers after it, ended when they return.
+func spans(tp trace.TracerProvider) gin.HandlerFunc {
+	tracer := tp.Tracer("bench")
+	return func(c *gin.Context) {
+		ctx, span := tracer.Start(c.Request.Context(), c.FullPath(), trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		c.Request = c.Request.WithContext(ctx)
+		c.Next()
 	}
 }
