@@ -59,8 +59,7 @@ type Config struct {
 	// had left on arrival (nothing is refused until a request has
 	// finished); negative means no such check. A request that finds its
 	// slots free runs whatever its time left. Without Deadline it does
-	// nothing. redisqueue's leased shares honour it, its global queue does
-	// not.
+	// nothing. redisqueue honours it in both modes.
 	MinTimeLeft time.Duration
 
 	// OnQueueFull writes the response for a request answered as queue full.

@@ -147,6 +147,13 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		}
 		t, err, again := b.wait(ctx, w, deadline, downCh)
 		if !again {
+			if err == nil && outcome == 0 && tooLate(ctx, a.MinTimeLeft) {
+				// It waited, and its client would leave before its handler
+				// finished: the slots go to the next waiter (never counted
+				// as served).
+				b.release(t)
+				return ginqueue.Ticket{}, errTooLate
+			}
 			if err == nil {
 				b.served.Add(1)
 				b.servedSlots.Add(uint64(t.Cost))
@@ -162,6 +169,18 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		}
 		// Lost by Redis (restarted, flushed): enqueue again with a new id.
 	}
+}
+
+// errTooLate is ErrQueueTimeout for a waiter granted with less time left
+// before its deadline than Arrival.MinTimeLeft.
+var errTooLate = fmt.Errorf("%w: granted with less time left than the request needs", ginqueue.ErrQueueTimeout)
+
+// tooLate reports whether a request whose context is ctx, granted now, has
+// less than need left before its deadline (Arrival.MinTimeLeft); false
+// without a deadline or a need.
+func tooLate(ctx context.Context, need time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && need > 0 && time.Until(dl) < need
 }
 
 // acquireReply reads the acquire script's reply (its layout is in

@@ -3,6 +3,7 @@ package redisqueue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -398,4 +399,65 @@ func TestEvictionThatEmptiesTheQueueKeepsTheTTLs(t *testing.T) {
 	}
 	cancel()
 	<-errs
+}
+
+// Arrival.MinTimeLeft in both modes: a waiter granted with less time left
+// before its context's deadline than it needs is answered queue timeout,
+// is not counted as served, and its slot goes to the next waiter; one that
+// finds its slot free runs whatever its time left.
+func TestMinTimeLeftInBothModes(t *testing.T) {
+	needRedis(t)
+	for _, mode := range []redisqueue.Mode{redisqueue.GlobalQueue, redisqueue.Shares} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			b := startBackends(t, 1, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second},
+				redisqueue.Options{Mode: mode})[0]
+			eventually(t, 2*time.Second, "no slot", func() bool { return b.Stats().Limit == 1 })
+			short, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			defer cancel()
+			first, err := b.Acquire(short, ginqueue.Arrival{MinTimeLeft: time.Second})
+			if err != nil {
+				t.Fatalf("a free slot: its time left is not looked at, but: %v", err)
+			}
+			served := b.Stats().Served
+
+			late, cancelLate := context.WithTimeout(context.Background(), 600*time.Millisecond)
+			defer cancelLate()
+			lateErr := make(chan error, 1)
+			go func() {
+				_, err := b.Acquire(late, ginqueue.Arrival{MinTimeLeft: 400 * time.Millisecond})
+				lateErr <- err
+			}()
+			waitFor := func(n int) {
+				eventually(t, 2*time.Second, "waiters did not queue", func() bool { return b.Stats().Queued == n })
+			}
+			waitFor(1)
+			next := make(chan ginqueue.Ticket, 1)
+			go func() {
+				tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+				if err == nil {
+					next <- tk
+				}
+			}()
+			waitFor(2)
+			time.Sleep(300 * time.Millisecond) // the first waiter now has under 300 ms left of 600
+			b.Release(first)
+			select {
+			case err := <-lateErr:
+				if !errors.Is(err, ginqueue.ErrQueueTimeout) {
+					t.Errorf("the late waiter: %v, want a queue timeout", err)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("the late waiter was not answered")
+			}
+			select {
+			case tk := <-next:
+				b.Release(tk)
+			case <-time.After(2 * time.Second):
+				t.Fatal("the slot did not go to the next waiter")
+			}
+			if got := b.Stats().Served; got != served+1 {
+				t.Errorf("served %d, want %d: the refused grant is not served", got, served+1)
+			}
+		})
+	}
 }
