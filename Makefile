@@ -14,8 +14,8 @@ test:
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) test -race -shuffle=on -count=1 -short ./...); \
 	done
-	@echo "== . (allocation counts, without -race)"
-	$(GO) test -count=1 -run 'Allocat' .
+	@echo "== . and otelqueue (allocation counts, without -race)"
+	$(GO) test -count=1 -run 'Allocat' . ./otelqueue
 
 # The long suites that make test skips: redisqueue on a Cluster and a
 # Sentinel set of its own (failovers, frozen masters, a replica killed with
