@@ -39,6 +39,9 @@ type waiter struct {
 	// 0 when there is none. Set under mu once it is in the room and was not
 	// granted on arrival; unchanged afterwards.
 	cutoff int64
+	// passNext links the waiters grantLocked passed over, out of the room,
+	// until it wakes them; nil otherwise. Guarded by dispatcher.mu.
+	passNext *waiter
 }
 
 // Acquire implements Backend. It applies a.MaxAhead, and grants a.Cost slots
@@ -233,18 +236,17 @@ func (w *waiter) err() error {
 // whose turn it is. Requires d.mu.
 func (d *dispatcher) grantLocked() {
 	now := int64(-1) // read the clock once, and only if a waiter is granted or LIFO may apply
-	// The waiters passed over, woken at the end. A few fit without an
-	// allocation; past them, they are woken at once.
-	var buf [8]*waiter
-	passed := buf[:0]
+	// The waiters passed over, out of the room, linked through passNext in
+	// the order passed, and woken at the end.
+	var first, last *waiter
 	pass := func(w *waiter, st waiterState) {
-		if len(passed) == cap(passed) {
-			d.at(stepPassOver)
-			d.wake(w, st)
-			return
-		}
 		w.state = st
-		passed = append(passed, w)
+		if last == nil {
+			first = w
+		} else {
+			last.passNext = w
+		}
+		last = w
 	}
 	for d.room.n > 0 {
 		lifo := false
@@ -304,9 +306,12 @@ func (d *dispatcher) grantLocked() {
 		w.cost = int(n)
 		d.wake(w, granted)
 	}
-	for _, w := range passed {
+	for w := first; w != nil; {
+		next := w.passNext
+		w.passNext = nil
 		d.at(stepPassOver)
-		d.wake(w, w.state)
+		d.wake(w, w.state) // after this, w may be pooled and reused
+		w = next
 	}
 	if d.idle != nil && running(d.state.Load()) == 0 {
 		close(d.idle)
