@@ -106,8 +106,9 @@ type Decision struct {
 	// Outcome is the request's outcome; OutcomeServed once it holds its
 	// slots.
 	Outcome Outcome
-	// Wait is how long it waited in the queue; zero for a request that ran
-	// at once or was answered on arrival.
+	// Wait is how long it waited in the queue, as OnOutcome reports it:
+	// zero for a request that ran at once or whose deadline had passed on
+	// arrival; for one the Backend refused on arrival, the moment that took.
 	Wait time.Duration
 	// Priority is Config.Priority's value for a request that had to wait;
 	// zero for one that did not (Priority is not asked for it) or without
