@@ -242,7 +242,6 @@ func targets(r *Results) []target {
 		{obs, "ServerTiming + promqueue: uncontended ns/op ≤ 1.15× plain (route only)", "10a. uncontended, route only", Observed, plain, cost, 1.15},
 		{obs, "ServerTiming + promqueue: uncontended ns/op ≤ 1.15× plain (request)", "10b. uncontended, request", Observed, plain, cost, 1.15},
 		{obs, "otelqueue metrics + span events, no span: uncontended ns/op ≤ 1.05× plain (request)", "10b. uncontended, request", OTel, plain, cost, 1.05},
-		{obs, "otelqueue metrics + span events, traced: uncontended ns/op ≤ 1.05× traced plain (request)", "10b. uncontended, request", TracedOTel, Traced, cost, 1.05},
 		{ad, "Adaptive: uncontended ns/op ≤ 1.2× fixed (route only)", "10a. uncontended, route only", AdaptiveCol, plain, cost, 1.2},
 		{ad, "Adaptive: uncontended ns/op ≤ 1.2× fixed (request)", "10b. uncontended, request", AdaptiveCol, plain, cost, 1.2},
 		{ad, "Adaptive: saturated hand-off, time per request ≤ 1.2× fixed", "10c. saturated hand-off", AdaptiveCol, plain, cost, 1.2},
