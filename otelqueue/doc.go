@@ -38,9 +38,11 @@
 //
 // ginqueue.request.queued is the sum of ginqueue.request.queued_by_priority
 // over ginqueue.priority; it is an instrument of its own because it also
-// reads 0 when nobody waits. Every priority that has had a waiter keeps
-// being reported (at 0 when it has none, so graphs do not break), so keep
-// the set of priorities small. Both come from one Stats, so the split adds
+// reads 0 when nobody waits. A priority is reported from the first
+// collection that finds it waiting, and from then on (at 0 when it has
+// none, so graphs do not break); one whose waiters all came and went
+// between two collections is not. Keep the set of priorities small. Both
+// come from one Stats, so the split adds
 // up to the total of the same collection.
 //
 // # The wait distribution

@@ -31,8 +31,10 @@
 // ginqueue_queued is the sum of ginqueue_queued_by_priority over priority;
 // it is a metric of its own because it also reads 0 when nobody waits, and a
 // metric name cannot carry both a priority label and a total without it.
-// Every priority that has had a waiter keeps a series (at 0 when it has none,
-// so graphs do not break), so keep the set of priorities small. Both come
+// A priority has a series from the first scrape that finds it waiting, and
+// keeps it (at 0 when it has none, so graphs do not break); one whose
+// waiters all came and went between two scrapes has none. Keep the set of
+// priorities small. Both come
 // from one Stats, so the split adds up to the total of the same scrape.
 package promqueue
 
