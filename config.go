@@ -54,11 +54,12 @@ type Config struct {
 	// waiting request must have left when its slots come free: one with
 	// less is answered as queue timeout at once (408, or
 	// QueueTimeoutStatus) and the slots go to the next waiter, rather than
-	// start a handler its client will not wait for. Zero means the mean
-	// handler time the Queue measures plus a tenth of the time the request
-	// had left on arrival (nothing is refused until a request has
-	// finished); negative means no such check. A request that finds its
-	// slots free runs whatever its time left. Without Deadline it does
+	// start a handler its client will not wait for. Zero means the handler
+	// time the Queue measures (whatever the cost) plus a tenth of the time
+	// the request had left on arrival (nothing is refused until a request
+	// has finished); negative means no such check; a positive value applies
+	// from the first request. A request that finds its slots free runs
+	// whatever its time left. Without Deadline it does
 	// nothing. redisqueue honours it in both modes.
 	MinTimeLeft time.Duration
 
@@ -105,14 +106,14 @@ type Config struct {
 	// newest lowest-priority waiter to an arrival of higher priority (the
 	// evicted waiter is answered as queue full). Nil means every request has
 	// priority 0. It runs on the request's goroutine, only when the request
-	// has to wait.
+	// may have to wait (it found no free slot, or asks for more than one).
 	Priority func(*gin.Context) int
 
 	// FlowKey names the flow a request belongs to (a client, a tenant, a
 	// route). Within a priority, flows with waiters take turns, one grant
 	// each. Nil means one flow. See ByClientIP, ByHeader and ByRoute. It
-	// runs on the request's goroutine, only when the request has to wait.
-	// Keys longer than 64 bytes are replaced by a hash. redisqueue does not
+	// runs on the request's goroutine, only when the request may have to
+	// wait (it found no free slot, or asks for more than one). Keys longer than 64 bytes are replaced by a hash. redisqueue does not
 	// take turns by flow.
 	FlowKey func(*gin.Context) string
 

@@ -9,6 +9,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -139,16 +140,53 @@ func (q *Queue) timeLeft(ctx context.Context, now time.Time, need time.Duration)
 
 // need is the time a request whose context is ctx, arrived at now, needs
 // before its deadline once granted, with Config.MinTimeLeft zero: the
-// measured slot time of a request, plus a tenth of the time it has left on
-// arrival for what the Queue cannot see (the time the request took to reach
-// it and the response takes to get back, a handler that runs longer than
-// its mean). Zero until a handler time is measured or without a deadline:
+// measured handler time, plus a tenth of the time it has left on arrival
+// for what the Queue cannot see (the time the request took to reach it and
+// the response takes to get back, a handler that runs longer than its
+// mean). Zero until a handler time is measured or without a deadline:
 // nobody is refused on a guess.
 func (q *Queue) need(ctx context.Context, now time.Time) time.Duration {
-	mean, ok := q.service.mean()
+	mean, ok := q.handlerTime.get()
 	dl, hasDeadline := ctx.Deadline()
 	if !ok || !hasDeadline {
 		return 0
 	}
 	return mean + max(dl.Sub(now), 0)/10
+}
+
+// handlerMeter estimates the handler time of a request, whatever its cost,
+// for MinTimeLeft's default. Unlike serviceMeter (the slot time, a mean
+// that RejectEarly and Retry-After need to be steady), it rises fast and
+// falls slowly: a sample above the estimate moves it a quarter of the way
+// there, one below a sixteenth. So a slowdown raises the need within a few
+// requests, and overestimating, which only moves grants to waiters with
+// more time left, is the cheaper error. It counts requests, not seconds:
+// an idle period changes nothing. Every request timed for serviceMeter is
+// a sample, each of the same weight.
+type handlerMeter struct {
+	mu   sync.Mutex
+	mean time.Duration // guarded by mu
+	n    int           // samples so far, up to 1; guarded by mu
+}
+
+// sample adds the handler time d of one timed request.
+func (m *handlerMeter) sample(d time.Duration) {
+	d = max(d, 0)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.n == 0:
+		m.mean, m.n = d, 1
+	case d > m.mean:
+		m.mean += (d - m.mean) / 4
+	default:
+		m.mean -= (m.mean - d) / 16
+	}
+}
+
+// get returns the estimate, and false until a timed request has finished.
+func (m *handlerMeter) get() (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mean, m.n > 0
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -577,4 +578,171 @@ func TestMinTimeLeftDefaultAddsATenthOfTheTimeLeft(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A heavy head waiter past its MinTimeLeft cutoff (it will be answered 408
+// whatever happens) does not hold the line: it is passed over as soon as a
+// slot frees, not once all its slots are free, and the light waiter behind
+// it runs on the slot.
+//
+//	0 ms    A (cost 1, 400 ms) and B (cost 1, 100 ms) run; limit 2.
+//	0 ms    H (cost 2, deadline 200 ms, cutoff 50 ms) waits for 2 slots.
+//	0 ms    L (cost 1, deadline 290 ms, cutoff 140 ms) waits behind H.
+//	100 ms  B ends: one slot free. H is past its cutoff: 408; L has 190 ms
+//	        left, needs 150 ms: it runs.
+func TestMinTimeLeftPassesOverAHeavyHeadPastItsCutoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 2, MaxQueue: 10, QueueTimeout: 10 * time.Second,
+			Deadline: ginqueue.DeadlineHeader("X-T"), MinTimeLeft: 150 * time.Millisecond,
+			Cost: func(c *gin.Context) int { n, _ := strconv.Atoi(c.Query("c")); return n }})
+		r := gin.New()
+		r.Use(q.Handler())
+		r.GET("/", func(c *gin.Context) {
+			ms, _ := strconv.Atoi(c.Query("ms"))
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+			c.Status(http.StatusOK)
+		})
+		type res struct {
+			name string
+			code int
+			at   time.Duration
+		}
+		out := make(chan res, 4)
+		t0 := time.Now()
+		send := func(name string, cost, ms int, deadline string) {
+			go func() {
+				req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, fmt.Sprintf("/?c=%d&ms=%d", cost, ms), nil)
+				if deadline != "" {
+					req.Header.Set("X-T", deadline)
+				}
+				w := httptest.NewRecorder()
+				r.ServeHTTP(w, req)
+				out <- res{name, w.Code, time.Since(t0)}
+			}()
+			synctest.Wait()
+		}
+		send("A", 1, 400, "")
+		send("B", 1, 100, "")
+		send("H", 2, 10, "200ms")
+		send("L", 1, 100, "290ms")
+		got := map[string]res{}
+		for range 4 {
+			x := <-out
+			got[x.name] = x
+		}
+		assert.Equal(t, http.StatusRequestTimeout, got["H"].code)
+		assert.Equal(t, http.StatusOK, got["L"].code,
+			"L could run on the slot B freed at 100 ms; it was held for H, which was already past its cutoff (L answered at %v)", got["L"].at)
+	})
+}
+
+// MinTimeLeft's default starts from the handler time, not the slot time
+// (handler time × slots held): with Config.Cost a request of cost 4 whose
+// handler takes 100 ms needs 140 ms of its 400, not 440.
+func TestMinTimeLeftDefaultIsTheHandlerTimeWhateverTheCost(t *testing.T) {
+	for _, cost := range []int{1, 4} {
+		t.Run(map[int]string{1: "cost 1", 4: "cost 4"}[cost], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: cost, MaxQueue: 10, QueueTimeout: 10 * time.Second,
+					Cost: func(*gin.Context) int { return cost }})
+				r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+				out := make(chan result, 4)
+				sendBy(r, context.Background(), 0, "", time.Now(), out) // measures the handler: 100 ms
+				require.Equal(t, http.StatusOK, (<-out).code)
+
+				t0 := time.Now()
+				sendBy(r, context.Background(), 1, "", t0, out) // runs 0-100 ms, holds every slot
+				synctest.Wait()
+				// Needs 100 ms + 40 ms; has 300 ms left when its turn comes at 100 ms.
+				sendBy(r, context.Background(), 2, "400ms", t0, out)
+				got := map[int]int{}
+				for range 2 {
+					res := <-out
+					got[res.id] = res.code
+				}
+				assert.Equal(t, map[int]int{1: 200, 2: 200}, got, "a 100 ms handler with 300 ms left is refused")
+			})
+		})
+	}
+}
+
+// After a quiet period served at once (10 ms handlers), the handlers slow
+// to 1 s under a load 5 times what the slots serve: MinTimeLeft's default
+// follows within a few requests, so that most of the requests served after
+// the slowdown still have their client (a mean that moved 1/16 per sample,
+// with the fast path's samples weighing 16, left 25 of 27 abandoned).
+func TestMinTimeLeftFollowsASlowdown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var slow atomic.Bool
+		q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 2, MaxQueue: 1000, QueueTimeout: time.Minute})
+		r := newEngine(q.Handler(), func(c *gin.Context) {
+			d := 10 * time.Millisecond
+			if slow.Load() {
+				d = time.Second
+			}
+			time.Sleep(d)
+			c.Status(http.StatusOK)
+		})
+		fire := func(n int, every time.Duration) {
+			for range n {
+				go func() {
+					req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil)
+					req.Header.Set(clientTimeout, "1.5") // clients wait 1.5 s
+					r.ServeHTTP(httptest.NewRecorder(), req)
+				}()
+				time.Sleep(every)
+			}
+		}
+		fire(100, 10*time.Millisecond) // 10 ms handlers, mostly served at once
+		time.Sleep(time.Second)
+		slow.Store(true)
+		before := q.Stats()
+		fire(120, 100*time.Millisecond) // 12 s at 10 requests/s: 5x what 2 slots of 1 s serve
+		time.Sleep(3 * time.Second)
+		st := q.Stats()
+		served, abandoned := st.Served-before.Served, st.Abandoned-before.Abandoned
+		assert.Less(t, abandoned*2, served, "served %d after the slowdown, %d of them for clients who had left", served, abandoned)
+	})
+}
+
+// A positive MinTimeLeft needs no measure: a waiter on a fresh Queue with
+// less than it left at its turn is answered 408 then.
+func TestPositiveMinTimeLeftAppliesBeforeAnythingIsMeasured(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
+			MinTimeLeft: time.Second})
+		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+		out := make(chan result, 2)
+		t0 := time.Now()
+		sendBy(r, context.Background(), 1, "", t0, out) // runs 0-100 ms: nothing measured before it ends
+		synctest.Wait()
+		sendBy(r, context.Background(), 2, "500ms", t0, out)
+		got := map[int]int{}
+		for range 2 {
+			res := <-out
+			got[res.id] = res.code
+		}
+		assert.Equal(t, map[int]int{1: 200, 2: http.StatusRequestTimeout}, got, "400 ms left at its turn, 1 s needed")
+	})
+}
+
+// With RejectEarly, an arrival whose time left (500 ms) is below a positive
+// MinTimeLeft (1 s) cannot be granted: it is refused on arrival (503), even
+// before a handler time is measured, since that needs no estimate.
+func TestRejectEarlyRefusesBeyondAPositiveMinTimeLeftBeforeAnythingIsMeasured(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second,
+			MinTimeLeft: time.Second, RejectEarly: true})
+		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
+		out := make(chan result, 2)
+		t0 := time.Now()
+		sendBy(r, context.Background(), 1, "", t0, out)
+		synctest.Wait()
+		sendBy(r, context.Background(), 2, "500ms", t0, out)
+		for range 2 {
+			if res := <-out; res.id == 2 {
+				assert.Equal(t, http.StatusServiceUnavailable, res.code, "refused on arrival, not at its turn (answered at %v)", res.at)
+			}
+		}
+	})
 }

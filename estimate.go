@@ -46,10 +46,14 @@ var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout or
 // waiters ahead count as requests of the mix served so far, whatever each
 // of them costs. Zero (no bound) with RejectEarly off, or before a handler
 // time is measured, so nobody is refused on a guess; -1 when even the first
-// in line would wait too long.
+// in line would wait too long, which needs no measure when left is zero or
+// less (a positive Config.MinTimeLeft beyond the time left, say).
 func (q *Queue) maxAhead(limit int, left time.Duration) int {
 	if !q.rejectEarly {
 		return 0
+	}
+	if left <= 0 {
+		return -1
 	}
 	perSlot, ok := q.service.mean()
 	if !ok || perSlot <= 0 {

@@ -36,10 +36,13 @@ type Queue struct {
 	timeoutCode  int // the status of the default queue-timeout response
 	handler      gin.HandlerFunc
 
-	waits    waitRecorder
-	drain    drainMeter
-	service  serviceMeter
-	adaptive *limiter // nil unless Config.Adaptive
+	waits   waitRecorder
+	drain   drainMeter
+	service serviceMeter
+	// handlerTime is the handler time MinTimeLeft's default starts from;
+	// sampled only with Config.Deadline.
+	handlerTime handlerMeter
+	adaptive    *limiter // nil unless Config.Adaptive
 
 	// finished counts the requests that released their slot, for a Backend
 	// that is not a FastBackend (a FastBackend counts them itself).
@@ -150,6 +153,10 @@ func (q *Queue) serve(c *gin.Context) {
 			defer unbindDeadline(c, r, cancel) // after the slot is released and OnOutcome has run
 		}
 	}
+	// The request's context as the chain behind the Queue gets it: whether
+	// it has ended when the chain returns tells an abandoned request, and
+	// the chain may put another on c.Request.
+	ctx := c.Request.Context()
 	var w waited
 	var n uint64 // slots the fast path took so far, this one included; 0 if not
 	// The slots asked for: only a request of cost 1 tries the fast path.
@@ -192,7 +199,7 @@ func (q *Queue) serve(c *gin.Context) {
 	// A deferred release gives the slot back even when a handler panics and
 	// gin.Recovery catches it further up.
 	if of == 0 && q.onOutcome == nil && q.adaptive == nil {
-		defer q.finish(c, t)
+		defer q.finish(ctx, t)
 		if q.onDecision != nil {
 			q.onDecision(c, Decision{Outcome: OutcomeServed, Cost: cost})
 		}
@@ -207,7 +214,7 @@ func (q *Queue) serve(c *gin.Context) {
 	if of > 0 || q.adaptive != nil {
 		start = time.Now()
 	}
-	defer q.done(c, t, wait, gen, start, of)
+	defer q.done(c, ctx, t, wait, gen, start, of)
 	if q.onDecision != nil {
 		q.onDecision(c, Decision{Outcome: OutcomeServed, Wait: wait, Priority: w.priority, Queued: w.queued, Cost: cost})
 	}
@@ -228,7 +235,7 @@ type waited struct {
 // done ends a served request that is timed, or has a hook or an adaptive
 // limit: the handler time becomes a sample, the slots are released, then
 // OnOutcome runs, so a hook that panics cannot keep them.
-func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, start time.Time, of int) {
+func (q *Queue) done(c *gin.Context, ctx context.Context, t Ticket, wait time.Duration, gen uint64, start time.Time, of int) {
 	if !start.IsZero() {
 		took := time.Since(start)
 		if q.adaptive != nil {
@@ -236,19 +243,22 @@ func (q *Queue) done(c *gin.Context, t Ticket, wait time.Duration, gen uint64, s
 		}
 		if of > 0 {
 			q.service.sample(took, max(t.Cost, 1), of)
+			if q.deadline != nil {
+				q.handlerTime.sample(took)
+			}
 		}
 	}
-	q.finish(c, t)
+	q.finish(ctx, t)
 	if q.onOutcome != nil {
 		q.onOutcome(c, OutcomeServed, wait)
 	}
 }
 
 // finish ends a served request whose handler chain has returned: it counts
-// the request as abandoned if its client has gone by now, and gives t's
-// slots back.
-func (q *Queue) finish(c *gin.Context, t Ticket) {
-	if c.Request.Context().Err() != nil {
+// the request as abandoned if its context, as the Queue passed it on, has
+// ended by now, and gives t's slots back.
+func (q *Queue) finish(ctx context.Context, t Ticket) {
+	if ctx.Err() != nil {
 		q.abandoned.Add(1)
 	}
 	q.release(t)
@@ -268,7 +278,7 @@ func (q *Queue) release(t Ticket) {
 // wait pays for its priority, flow key and clock.
 func (q *Queue) wait(c *gin.Context, cost int) (waited, error) {
 	if q.closed.Load() {
-		return waited{}, ErrClosed
+		return waited{cost: cost}, ErrClosed
 	}
 	start := time.Now()
 	ctx, a := c.Request.Context(), q.arrival(c)

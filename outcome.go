@@ -110,8 +110,9 @@ type Decision struct {
 	// zero for a request that ran at once or whose deadline had passed on
 	// arrival; for one the Backend refused on arrival, the moment that took.
 	Wait time.Duration
-	// Priority is Config.Priority's value for a request that had to wait;
-	// zero for one that did not (Priority is not asked for it) or without
+	// Priority is Config.Priority's value for a request that may have had
+	// to wait (it found no free slot, or asked for more than one); zero for
+	// one the fast path served (Priority is not asked for it) or without
 	// Config.Priority.
 	Priority int
 	// Queued is how many requests were waiting when it arrived, as the

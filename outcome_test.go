@@ -437,3 +437,22 @@ func TestOnDecision(t *testing.T) {
 		assert.Zero(t, q.Stats().Running)
 	})
 }
+
+// Decision.Cost is Config.Cost's value for a request refused after Close:
+// Cost was asked before the Queue looked at Close.
+func TestDecisionCostAfterClose(t *testing.T) {
+	var got []ginqueue.Decision
+	asked := 0
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Second,
+		Cost:       func(*gin.Context) int { asked++; return 3 },
+		OnDecision: func(_ *gin.Context, d ginqueue.Decision) { got = append(got, d) }})
+	r := newEngine(q.Handler(), func(c *gin.Context) { c.Status(http.StatusOK) })
+	require.NoError(t, q.Close())
+	out := make(chan result, 1)
+	send(r, context.Background(), 1, time.Now(), out)
+	assert.Equal(t, http.StatusServiceUnavailable, (<-out).code)
+	require.Len(t, got, 1)
+	assert.Equal(t, ginqueue.OutcomeClosed, got[0].Outcome)
+	assert.Equal(t, 1, asked, "Cost was asked")
+	assert.Equal(t, 3, got[0].Cost, "Decision.Cost is the cost asked")
+}

@@ -29,11 +29,11 @@ type Stats struct {
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
 	Closed       uint64 // requests answered because the Queue was closed
-	// Abandoned counts the served requests whose client had gone by the
-	// time their handler chain returned (their request context had ended:
-	// a hang-up, or with Config.Deadline the client's deadline passed):
-	// work nobody received. It is part of Served, not an outcome of its
-	// own.
+	// Abandoned counts the served requests whose request context, as the
+	// Queue passed it on, had ended by the time their handler chain
+	// returned: the client hung up, or its deadline passed (Config.Deadline,
+	// or a timeout middleware in front). Their answers most likely reached
+	// nobody. It is part of Served, not an outcome of its own.
 	Abandoned uint64
 
 	// OldestWait is how long the oldest waiter has waited so far; zero when

@@ -164,3 +164,51 @@ func TestAbandoned(t *testing.T) {
 		assert.Contains(t, string(b), `"abandoned":3`)
 	})
 }
+
+// Stats.Abandoned looks at the request context the Queue passed on, not at
+// c.Request once the chain has returned: a middleware behind the Queue that
+// puts its own context on c.Request (the usual per-route timeout:
+// WithTimeout, defer cancel) leaves a context it has just canceled there,
+// though its client got the answer; and one that detaches the work from the
+// client (context.WithoutCancel) must not hide a hang-up.
+func TestAbandonedLooksAtTheContextTheQueuePassedOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second})
+		r := gin.New()
+		r.Use(q.Handler(), func(c *gin.Context) { // a per-route timeout middleware behind the Queue
+			ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
+			defer cancel()
+			c.Request = c.Request.WithContext(ctx)
+			c.Next()
+		})
+		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+		for range 3 {
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil)) // client stays, context never ends
+			assert.Equal(t, http.StatusOK, w.Code)
+		}
+		assert.Zero(t, q.Stats().Abandoned, "no client left: nothing was abandoned")
+	})
+}
+
+func TestAbandonedSeesAHangUpHiddenBehindTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second})
+		r := gin.New()
+		r.Use(q.Handler(), func(c *gin.Context) { // detaches the work from the client (context.WithoutCancel)
+			c.Request = c.Request.WithContext(context.WithoutCancel(c.Request.Context()))
+			c.Next()
+		})
+		r.GET("/", sleeper(100*time.Millisecond))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+			close(done)
+		}()
+		synctest.Wait()
+		cancel() // the client hangs up while its handler runs
+		<-done
+		assert.EqualValues(t, 1, q.Stats().Abandoned, "the client hung up while its handler ran")
+	})
+}

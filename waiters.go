@@ -256,7 +256,28 @@ func (d *dispatcher) grantLocked() {
 			}
 			lifo = d.standing(now)
 		}
-		n := d.grantable(d.room.peek(lifo))
+		h := d.room.peek(lifo)
+		// A head whose client has left, or past its cutoff, is passed over
+		// whether or not its slots are free: a heavy one would hold the line
+		// for nobody.
+		if h.ctx.Err() != nil {
+			// Its client left and it has not noticed yet: the slot goes to
+			// the next waiter instead.
+			pass(d.take(lifo), gone)
+			continue
+		}
+		if h.cutoff != 0 {
+			if now < 0 {
+				now = d.now()
+			}
+			if now > h.cutoff {
+				// Its client would leave before the handler finished: it
+				// gets its 408 now, and the slot goes to the next waiter.
+				pass(d.take(lifo), timedOut)
+				continue
+			}
+		}
+		n := d.grantable(h)
 		if n == 0 {
 			break
 		}
@@ -269,29 +290,7 @@ func (d *dispatcher) grantLocked() {
 			}
 			maxWait = d.maxWait(now)
 		}
-		var w *waiter // the waiter peek returned
-		if lifo {
-			w = d.room.newest()
-		} else {
-			w = d.room.next()
-		}
-		if w.ctx.Err() != nil {
-			// Its client left and it has not noticed yet: the slot goes to
-			// the next waiter instead.
-			pass(w, gone)
-			continue
-		}
-		if w.cutoff != 0 {
-			if now < 0 {
-				now = d.now()
-			}
-			if now > w.cutoff {
-				// Its client would leave before the handler finished: it
-				// gets its 408 now, and the slot goes to the next waiter.
-				pass(w, timedOut)
-				continue
-			}
-		}
+		w := d.take(lifo) // h
 		if d.timer != nil {
 			if now-w.arrived >= maxWait {
 				// Its expiry passed and the timer has not fired yet (a
@@ -317,6 +316,15 @@ func (d *dispatcher) grantLocked() {
 		close(d.idle)
 		d.idle = nil
 	}
+}
+
+// take removes and returns the waiter that room.peek(lifo) returns.
+// Requires d.mu.
+func (d *dispatcher) take(lifo bool) *waiter {
+	if lifo {
+		return d.room.newest()
+	}
+	return d.room.next()
 }
 
 // makeRoom reports whether a place can be found for a, giving it the place
