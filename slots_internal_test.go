@@ -5,6 +5,7 @@ package ginqueue
 import (
 	"context"
 	"math"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 
@@ -124,5 +125,43 @@ func TestStatsCountSlots(t *testing.T) {
 		d.Release(r.t)
 		assert.Equal(t, BackendStats{Limit: 6, Served: 4}, d.Stats())
 		assert.Equal(t, Counts{Limit: 6, Fast: 2, Finished: 4}, d.Counts())
+	})
+}
+
+// A Release that grants a waiter yields, so that the waiter runs at once
+// rather than behind the rest of the releasing request; one that grants
+// nobody (no waiter, or a heavy head whose slots are not all free) does not.
+func TestReleaseYieldsToTheWaiterItGranted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 2, MaxQueue: 4, Weighted: true})
+		var yields atomic.Int64
+		d.step = func(s step) {
+			if s == stepYield {
+				yields.Add(1)
+			}
+		}
+		a, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+		b, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+		d.Release(b)
+		assert.Zero(t, yields.Load(), "nobody waited: no yield")
+		b, err = d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+
+		heavy := make(chan error, 1)
+		go func() {
+			tk, err := d.Acquire(context.Background(), Arrival{Cost: 2})
+			if err == nil {
+				d.Release(tk)
+			}
+			heavy <- err
+		}()
+		synctest.Wait()
+		d.Release(a)
+		assert.Zero(t, yields.Load(), "one slot free, the head needs two: nobody granted, no yield")
+		d.Release(b)
+		require.NoError(t, <-heavy)
+		assert.EqualValues(t, 1, yields.Load(), "the release that granted the heavy waiter yielded")
 	})
 }

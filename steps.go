@@ -24,6 +24,7 @@ const (
 	stepStatsSeq  // Stats, before it reads pubSeq again
 	stepStatsRead // Stats, between its reads of a publication
 	stepPassOver  // grantLocked, before it wakes a waiter it passed over
+	stepYield     // Release, before it yields to the waiter it granted
 )
 
 // at reports step s to the interleaving tests.

@@ -233,8 +233,8 @@ func (w *waiter) err() error {
 // that the granted run first: each passed over goes on to write a response,
 // and under overload there are several for each grant. Under CoDel with
 // LIFO, while the queue stands, the head is the newest waiter of the flow
-// whose turn it is. Requires d.mu.
-func (d *dispatcher) grantLocked() {
+// whose turn it is. It reports whether it granted anyone. Requires d.mu.
+func (d *dispatcher) grantLocked() (grantedAny bool) {
 	now := int64(-1) // read the clock once, and only if a waiter is granted or LIFO may apply
 	// The waiters passed over, out of the room, linked through passNext in
 	// the order passed, and woken at the end.
@@ -304,6 +304,7 @@ func (d *dispatcher) grantLocked() {
 		d.state.Add(n) // the slots go to w
 		w.cost = int(n)
 		d.wake(w, granted)
+		grantedAny = true
 	}
 	for w := first; w != nil; {
 		next := w.passNext
@@ -316,6 +317,7 @@ func (d *dispatcher) grantLocked() {
 		close(d.idle)
 		d.idle = nil
 	}
+	return grantedAny
 }
 
 // take removes and returns the waiter that room.peek(lifo) returns.
