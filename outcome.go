@@ -106,9 +106,11 @@ type Decision struct {
 	// Outcome is the request's outcome; OutcomeServed once it holds its
 	// slots.
 	Outcome Outcome
-	// Wait is how long it waited in the queue, as OnOutcome reports it:
-	// zero for a request that ran at once or whose deadline had passed on
-	// arrival; for one the Backend refused on arrival, the moment that took.
+	// Wait is how long it waited for its slots, as OnOutcome reports it:
+	// zero for a request the fast path served or whose deadline had passed
+	// on arrival; otherwise the time the Backend took to grant or refuse
+	// it, a few microseconds when its slots were free (with Config.Cost
+	// above 1) and a round trip for a remote Backend.
 	Wait time.Duration
 	// Priority is Config.Priority's value for a request that may have had
 	// to wait (it found no free slot, or asked for more than one); zero for

@@ -94,8 +94,9 @@ type entry struct {
 // ScopeName) and registers the one callback that reads the Queues. It
 // returns an error if provider is nil or the provider refuses an
 // instrument or the callback; then nothing is registered. Build one
-// Metrics per provider: two on one provider share its instruments, so a
-// name added to both is reported twice.
+// Metrics per provider: two on one provider share its instruments, and a
+// name added to both is one series whose sums add up the two Queues and
+// whose gauges keep one of them.
 func NewMetrics(provider metric.MeterProvider) (*Metrics, error) {
 	if provider == nil {
 		return nil, errors.New("otelqueue: MeterProvider is nil")

@@ -659,3 +659,65 @@ func TestUnregisterFails(t *testing.T) {
 	assert.Empty(t, collect(t, reader), "after a failed Unregister")
 	assert.NoError(t, m.Unregister(), "a second Unregister")
 }
+
+// Every Queue keeps its 27 bucket series once the provider's cardinality
+// limit allows for them, as docs/observability.md says to set it for more
+// than 74 Queues.
+func TestManyQueuesKeepTheirBucketsUnderARaisedCardinalityLimit(t *testing.T) {
+	const queues = 80
+	reader := sdkmetric.NewManualReader()
+	// 80 Queues are 2160 bucket series, past the SDK's default of 2000 per
+	// instrument: the limit the docs say to raise.
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithCardinalityLimit(10000))
+	defer func() { _ = provider.Shutdown(context.Background()) }()
+	m, err := otelqueue.NewMetrics(provider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Unregister() }()
+	for i := range queues {
+		q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = q.Close() }()
+		if err := m.Add("q"+strconv.Itoa(i), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if mt.Name != "ginqueue.wait.bucket" {
+				continue
+			}
+			sum := mt.Data.(metricdata.Sum[int64])
+			perQueue := map[string]int{}
+			overflow := 0
+			for _, dp := range sum.DataPoints {
+				if v, ok := dp.Attributes.Value("otel.metric.overflow"); ok && v.AsBool() {
+					overflow++
+					continue
+				}
+				name, _ := dp.Attributes.Value(otelqueue.QueueKey)
+				perQueue[name.AsString()]++
+			}
+			want := len(ginqueue.WaitBuckets()) + 1
+			missing := 0
+			for i := range queues {
+				if perQueue["q"+strconv.Itoa(i)] != want {
+					missing++
+				}
+			}
+			if missing > 0 || overflow > 0 {
+				t.Errorf("ginqueue.wait.bucket: %d data points, %d of %d Queues without their %d buckets, %d overflow series",
+					len(sum.DataPoints), missing, queues, want, overflow)
+			}
+			return
+		}
+	}
+	t.Fatal("no ginqueue.wait.bucket")
+}
