@@ -79,15 +79,17 @@ type Metrics struct {
 type entry struct {
 	name     string
 	q        *ginqueue.Queue
-	queue    metric.MeasurementOption    // {ginqueue.queue}
-	outcomes []metric.MeasurementOption  // by Outcome, with ginqueue.outcome
-	buckets  []metric.MeasurementOption  // by bound of WaitBuckets, then +Inf
-	pcts     [3]metric.MeasurementOption // p50, p90, p99
+	// Each option in a slice of its own, passed with ..., so that an
+	// observation allocates no slice for its variadic options.
+	queue    []metric.ObserveOption    // {ginqueue.queue}
+	outcomes [][]metric.ObserveOption  // by Outcome, with ginqueue.outcome
+	buckets  [][]metric.ObserveOption  // by bound of WaitBuckets, then +Inf
+	pcts     [3][]metric.ObserveOption // p50, p90, p99
 
 	mu sync.Mutex // guards seen; collections may overlap
 	// seen holds every priority that has had a waiter, with its option, so
 	// that it reads 0 rather than vanishing when its waiters are gone.
-	seen map[int]metric.MeasurementOption
+	seen map[int][]metric.ObserveOption
 }
 
 // NewMetrics creates the instruments on a Meter of provider (scope
@@ -235,19 +237,19 @@ func newEntry(name string, q *ginqueue.Queue) *entry {
 	e := &entry{
 		name:  name,
 		q:     q,
-		queue: metric.WithAttributeSet(attribute.NewSet(queue)),
-		seen:  map[int]metric.MeasurementOption{},
+		queue: opts(attribute.NewSet(queue)),
+		seen:  map[int][]metric.ObserveOption{},
 	}
 	for o := ginqueue.Outcome(0); o.String() != "unknown"; o++ {
-		e.outcomes = append(e.outcomes, metric.WithAttributeSet(attribute.NewSet(queue, OutcomeKey.String(o.String()))))
+		e.outcomes = append(e.outcomes, opts(attribute.NewSet(queue, OutcomeKey.String(o.String()))))
 	}
 	for _, le := range ginqueue.WaitBuckets() {
-		e.buckets = append(e.buckets, metric.WithAttributeSet(attribute.NewSet(queue,
+		e.buckets = append(e.buckets, opts(attribute.NewSet(queue,
 			UpperBoundKey.String(strconv.FormatFloat(le, 'g', -1, 64)))))
 	}
-	e.buckets = append(e.buckets, metric.WithAttributeSet(attribute.NewSet(queue, UpperBoundKey.String("+Inf"))))
+	e.buckets = append(e.buckets, opts(attribute.NewSet(queue, UpperBoundKey.String("+Inf"))))
 	for i, p := range [...]int64{50, 90, 99} {
-		e.pcts[i] = metric.WithAttributeSet(attribute.NewSet(queue, PercentileKey.Int64(p)))
+		e.pcts[i] = opts(attribute.NewSet(queue, PercentileKey.Int64(p)))
 	}
 	return e
 }
@@ -269,21 +271,21 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 // observe reports e's Queue to o.
 func (e *entry) observe(in *instruments, o metric.Observer) {
 	st := e.q.Stats()
-	o.ObserveInt64(in.usage, int64(st.Running), e.queue)
-	o.ObserveInt64(in.limit, int64(st.Limit), e.queue)
-	o.ObserveInt64(in.queued, int64(st.Queued), e.queue)
+	o.ObserveInt64(in.usage, int64(st.Running), e.queue...)
+	o.ObserveInt64(in.limit, int64(st.Limit), e.queue...)
+	o.ObserveInt64(in.queued, int64(st.Queued), e.queue...)
 	unavailable := int64(0)
 	if st.Unavailable {
 		unavailable = 1
 	}
-	o.ObserveInt64(in.unavailable, unavailable, e.queue)
-	o.ObserveInt64(in.outages, count(st.Outages), e.queue)
-	o.ObserveInt64(in.abandoned, count(st.Abandoned), e.queue)
-	o.ObserveFloat64(in.oldestWait, st.OldestWait.Seconds(), e.queue)
-	o.ObserveFloat64(in.drainRate, st.DrainRate, e.queue)
-	o.ObserveFloat64(in.noLoadLatency, st.NoLoadLatency.Seconds(), e.queue)
+	o.ObserveInt64(in.unavailable, unavailable, e.queue...)
+	o.ObserveInt64(in.outages, count(st.Outages), e.queue...)
+	o.ObserveInt64(in.abandoned, count(st.Abandoned), e.queue...)
+	o.ObserveFloat64(in.oldestWait, st.OldestWait.Seconds(), e.queue...)
+	o.ObserveFloat64(in.drainRate, st.DrainRate, e.queue...)
+	o.ObserveFloat64(in.noLoadLatency, st.NoLoadLatency.Seconds(), e.queue...)
 	for i, p := range [...]float64{st.WaitP50.Seconds(), st.WaitP90.Seconds(), st.WaitP99.Seconds()} {
-		o.ObserveFloat64(in.percentile, p, e.pcts[i])
+		o.ObserveFloat64(in.percentile, p, e.pcts[i]...)
 	}
 
 	counts := [...]uint64{
@@ -294,17 +296,17 @@ func (e *entry) observe(in *instruments, o metric.Observer) {
 		ginqueue.OutcomeClosed:       st.Closed,
 	}
 	for i, n := range counts {
-		o.ObserveInt64(in.requests, count(n), e.outcomes[i])
+		o.ObserveInt64(in.requests, count(n), e.outcomes[i]...)
 	}
 
 	e.observePriorities(in, o, st.QueuedByPriority)
 
 	h := e.q.WaitHistogram()
 	for i, n := range h.Counts {
-		o.ObserveInt64(in.bucket, count(n), e.buckets[i])
+		o.ObserveInt64(in.bucket, count(n), e.buckets[i]...)
 	}
-	o.ObserveInt64(in.bucket, count(h.Count), e.buckets[len(h.Counts)])
-	o.ObserveFloat64(in.waitTime, h.Sum, e.queue)
+	o.ObserveInt64(in.bucket, count(h.Count), e.buckets[len(h.Counts)]...)
+	o.ObserveFloat64(in.waitTime, h.Sum, e.queue...)
 }
 
 // observePriorities reports the waiters of every priority seen so far, 0
@@ -314,7 +316,7 @@ func (e *entry) observePriorities(in *instruments, o metric.Observer, split []gi
 	defer e.mu.Unlock()
 	for _, pc := range split {
 		if _, ok := e.seen[pc.Priority]; !ok {
-			e.seen[pc.Priority] = metric.WithAttributeSet(attribute.NewSet(QueueKey.String(e.name), PriorityKey.Int(pc.Priority)))
+			e.seen[pc.Priority] = opts(attribute.NewSet(QueueKey.String(e.name), PriorityKey.Int(pc.Priority)))
 		}
 	}
 	for p, opt := range e.seen {
@@ -324,8 +326,13 @@ func (e *entry) observePriorities(in *instruments, o metric.Observer, split []gi
 				n += pc.Queued
 			}
 		}
-		o.ObserveInt64(in.queuedByPriority, int64(n), opt)
+		o.ObserveInt64(in.queuedByPriority, int64(n), opt...)
 	}
+}
+
+// opts is the observe options of one attribute set.
+func opts(set attribute.Set) []metric.ObserveOption {
+	return []metric.ObserveOption{metric.WithAttributeSet(set)}
 }
 
 // count converts a counter to what an Int64 instrument takes; no Queue
