@@ -77,8 +77,8 @@ type Metrics struct {
 // entry is one named Queue, with the measurement options it needs, built
 // once by Add.
 type entry struct {
-	name     string
-	q        *ginqueue.Queue
+	name string
+	q    *ginqueue.Queue
 	// Each option in a slice of its own, passed with ..., so that an
 	// observation allocates no slice for its variadic options.
 	queue    []metric.ObserveOption    // {ginqueue.queue}
