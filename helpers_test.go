@@ -218,9 +218,9 @@ func (m *slotMeter) enter(cost int64) {
 func (m *slotMeter) leave(cost int64) { m.now.Add(-cost) }
 
 // statsWatch checks, at every look, what Prometheus and dashboards rely on:
-// counters and histogram buckets never go down, Served >= Running, the split
-// by priority adds up to Queued, DrainRate is finite and not negative, the
-// percentiles are ordered.
+// counters (Abandoned too, never above Served) and histogram buckets never
+// go down, Served >= Running, the split by priority adds up to Queued,
+// DrainRate is finite and not negative, the percentiles are ordered.
 type statsWatch struct {
 	mu    sync.Mutex // serializes looks, so "before" means before
 	last  ginqueue.Stats
@@ -242,6 +242,9 @@ func (w *statsWatch) look(q *ginqueue.Queue) {
 		if n < was[o] {
 			bad("the %v counter went down: %d after %d", o, n, was[o])
 		}
+	}
+	if st.Abandoned < w.last.Abandoned || st.Abandoned > st.Served {
+		bad("Abandoned %d after %d, with Served %d", st.Abandoned, w.last.Abandoned, st.Served)
 	}
 	if uint64(max(st.Running, 0)) > st.Served || st.Running < 0 {
 		bad("Running %d with Served %d", st.Running, st.Served)
