@@ -1,11 +1,16 @@
 package otelqueue_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/ginqueue/ginqueue"
@@ -55,6 +60,35 @@ func BenchmarkSpanEvents(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				r.ServeHTTP(w, req)
+			}
+		})
+	}
+}
+
+// BenchmarkCollect is one collection of a ManualReader whose provider
+// holds a Metrics with 1 and with 50 Queues.
+func BenchmarkCollect(b *testing.B) {
+	for _, n := range []int{1, 50} {
+		b.Run(strconv.Itoa(n)+" queues", func(b *testing.B) {
+			reader := sdkmetric.NewManualReader()
+			provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			b.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+			m, err := otelqueue.NewMetrics(provider)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				q := newQueue(b, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
+				if err := m.Add("q"+strconv.Itoa(i), q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var rm metricdata.ResourceMetrics
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := reader.Collect(context.Background(), &rm); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
