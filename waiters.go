@@ -2,6 +2,7 @@ package ginqueue
 
 import (
 	"context"
+	"time"
 )
 
 // Waiters: a request that cannot take its slots at once parks on a waiter,
@@ -120,6 +121,16 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	}
 	d.unlock()
 
+	// A heavy waiter past its cutoff may hold the line while slots behind
+	// it are free, and then no release or arrival comes to pass it over
+	// before its deadline: it watches its cutoff itself. (A light one holds
+	// nobody up: it is passed over at the next grant.)
+	var cut <-chan time.Time
+	if w.cutoff != 0 && w.cost > 1 {
+		tm := time.NewTimer(time.Duration(w.cutoff-d.now()) + 1)
+		defer tm.Stop()
+		cut = tm.C
+	}
 	select {
 	case <-w.ready:
 		var t Ticket
@@ -132,11 +143,15 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		d.waiters.Put(w)
 		return t, err
 	case <-ctx.Done():
+	case <-cut:
 	}
 
 	d.lock()
 	defer d.unlock()
 	err := ctx.Err()
+	if err == nil {
+		err = ErrQueueTimeout // its cutoff passed
+	}
 	switch w.state {
 	case waiting:
 		heavy := d.room.heavy > 0
@@ -145,6 +160,16 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 			d.grantLocked() // w may have held the line
 		}
 	case granted:
+		if ctx.Err() == nil {
+			// Granted in the instant its cutoff passed, its client still
+			// there: it runs.
+			<-w.ready
+			d.served(uint64(w.cost))
+			t := Ticket{Cost: w.cost}
+			w.ctx = nil
+			d.waiters.Put(w)
+			return t, nil
+		}
 		// The grant and the hang-up came in the same instant. Nobody will run
 		// on these slots: give them back (they were never counted as
 		// served) and hand them to the next waiter.
@@ -258,12 +283,14 @@ func (d *dispatcher) grantLocked() (grantedAny bool) {
 		}
 		h := d.room.peek(lifo)
 		// A head whose client has left, or past its cutoff, is passed over
-		// whether or not its slots are free: a heavy one would hold the line
-		// for nobody.
+		// whether or not its slots are free (a heavy one would hold the line
+		// for nobody), and without using its flow's turn: as if it had left
+		// the room itself.
 		if h.ctx.Err() != nil {
 			// Its client left and it has not noticed yet: the slot goes to
 			// the next waiter instead.
-			pass(d.take(lifo), gone)
+			d.room.remove(h)
+			pass(h, gone)
 			continue
 		}
 		if h.cutoff != 0 {
@@ -273,7 +300,8 @@ func (d *dispatcher) grantLocked() (grantedAny bool) {
 			if now > h.cutoff {
 				// Its client would leave before the handler finished: it
 				// gets its 408 now, and the slot goes to the next waiter.
-				pass(d.take(lifo), timedOut)
+				d.room.remove(h)
+				pass(h, timedOut)
 				continue
 			}
 		}

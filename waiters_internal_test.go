@@ -383,3 +383,66 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 		})
 	}
 }
+
+// A heavy head past its cutoff, with a slot free and a light waiter behind
+// it, holds the line for nobody: it is answered at its cutoff, though no
+// release or arrival comes then, and the light waiter is granted.
+func TestHeavyHeadPastItsCutoffGivesUpTheLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 2, MaxQueue: 4, Weighted: true})
+		held, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+		defer d.Release(held)
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		heavy := park(d, ctx, Arrival{Cost: 2, MinTimeLeft: 500 * time.Millisecond}) // cutoff at 500ms
+		light := park(d, context.Background(), Arrival{})                          // behind it; one slot is free
+		require.True(t, pending(heavy))
+		require.True(t, pending(light))
+
+		time.Sleep(600 * time.Millisecond) // past the heavy head's cutoff, before its deadline
+		synctest.Wait()
+		assert.False(t, pending(light), "a slot is free and the head past its cutoff holds the line for nobody")
+		require.False(t, pending(heavy), "the head past its cutoff is answered then, not at its deadline")
+		p := <-heavy
+		assert.ErrorIs(t, p.err, ErrQueueTimeout)
+		if l := <-light; l.err == nil {
+			d.Release(l.t)
+		}
+	})
+}
+
+// Round robin between flows: a waiter passed over for its cutoff does not
+// use its flow's turn, as one that leaves the room by itself does not, so
+// which waiter gets the freed slot does not depend on who noticed first.
+func TestPassedOverWaiterLeavesItsFlowsTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 4})
+		held, err := d.Acquire(context.Background(), Arrival{})
+		require.NoError(t, err)
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		a1 := park(d, ctx, Arrival{Flow: "a", MinTimeLeft: 500 * time.Millisecond}) // cutoff at 500ms
+		a2 := park(d, context.Background(), Arrival{Flow: "a"})
+		b1 := park(d, context.Background(), Arrival{Flow: "b"})
+
+		time.Sleep(600 * time.Millisecond)
+		d.Release(held) // a1 is passed over (408): whose turn is the slot?
+		synctest.Wait()
+		require.False(t, pending(a1))
+		assert.False(t, pending(a2), "flow a's turn went to its dead head; flow a's next waiter should be granted")
+		assert.True(t, pending(b1), "flow b was granted out of turn")
+		for _, c := range []<-chan parked{a2, b1} {
+			select {
+			case p := <-c:
+				if p.err == nil {
+					d.Release(p.t)
+				}
+			default:
+			}
+		}
+		synctest.Wait()
+	})
+}
