@@ -115,19 +115,25 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	if heavy || d.room.heavy > 0 {
 		d.grantLocked()
 	}
-	if dl, ok := ctx.Deadline(); ok && a.MinTimeLeft > 0 && w.state == waiting {
-		// Only now: one granted as it arrived runs whatever its time left.
-		w.cutoff = max(int64(dl.Sub(d.epoch)-a.MinTimeLeft), 1) // 0 means none
-	}
-	d.unlock()
-
 	// A heavy waiter past its cutoff may hold the line while slots behind
 	// it are free, and then no release or arrival comes to pass it over
 	// before its deadline: it watches its cutoff itself. (A light one holds
-	// nobody up: it is passed over at the next grant.)
+	// nobody up: it is passed over at the next grant.) Decided under mu:
+	// a grant may change w.cost as soon as mu is released.
+	var watch time.Duration // until w's cutoff, when watching is set
+	watching := false
+	if dl, ok := ctx.Deadline(); ok && a.MinTimeLeft > 0 && w.state == waiting {
+		// Only now: one granted as it arrived runs whatever its time left.
+		w.cutoff = max(int64(dl.Sub(d.epoch)-a.MinTimeLeft), 1) // 0 means none
+		if w.cost > 1 {
+			watch, watching = time.Duration(w.cutoff-d.now())+1, true
+		}
+	}
+	d.unlock()
+
 	var cut <-chan time.Time
-	if w.cutoff != 0 && w.cost > 1 {
-		tm := time.NewTimer(time.Duration(w.cutoff-d.now()) + 1)
+	if watching {
+		tm := time.NewTimer(watch)
 		defer tm.Stop()
 		cut = tm.C
 	}

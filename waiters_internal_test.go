@@ -397,7 +397,7 @@ func TestHeavyHeadPastItsCutoffGivesUpTheLine(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		heavy := park(d, ctx, Arrival{Cost: 2, MinTimeLeft: 500 * time.Millisecond}) // cutoff at 500ms
-		light := park(d, context.Background(), Arrival{})                          // behind it; one slot is free
+		light := park(d, context.Background(), Arrival{})                            // behind it; one slot is free
 		require.True(t, pending(heavy))
 		require.True(t, pending(light))
 
