@@ -70,11 +70,10 @@ func (q *Queue) maxAhead(limit int, left time.Duration) int {
 }
 
 // tooFarBack applies maxAhead's bound for a Backend that is not a
-// FastBackend, from its Stats: the waiters of a's priority or higher. An
+// FastBackend, from its Stats b: the waiters of a's priority or higher. An
 // arrival that finds a free slot and nobody waiting would not wait, so no
 // bound refuses it (Arrival.MaxAhead's rule).
-func (q *Queue) tooFarBack(a Arrival, left time.Duration) bool {
-	b := q.backend.Stats()
+func (q *Queue) tooFarBack(a Arrival, left time.Duration, b BackendStats) bool {
 	if b.Queued == 0 && b.Running < b.Limit {
 		return false
 	}

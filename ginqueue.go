@@ -52,8 +52,9 @@ type Queue struct {
 	// that a request that runs writes nothing here.
 	counts [numOutcomes]atomic.Uint64
 
-	// abandoned counts the served requests whose client had gone (their
-	// request context ended) by the time the handler chain returned.
+	// abandoned counts the served requests whose request context, as the
+	// Queue passed it on, had ended by the time the handler chain returned
+	// (Stats.Abandoned).
 	abandoned atomic.Uint64
 
 	// closed is set by Close before the Backend closes, so that an arrival
@@ -299,10 +300,12 @@ func (q *Queue) wait(c *gin.Context, cost int) (waited, error) {
 		a.MaxAhead = q.maxAhead(n.Limit, left) // applied as the arrival takes its place
 		w.t, err = q.fast.Acquire(ctx, a)
 	} else {
-		if q.onDecision != nil {
-			w.queued = q.backend.Stats().Queued
+		var b BackendStats // read once, for RejectEarly and Decision.Queued
+		if q.rejectEarly || q.onDecision != nil {
+			b = q.backend.Stats()
+			w.queued = b.Queued
 		}
-		if q.rejectEarly && q.tooFarBack(a, left) {
+		if q.rejectEarly && q.tooFarBack(a, left, b) {
 			err = errRejectedEarly
 		} else {
 			w.t, err = q.backend.Acquire(ctx, a)

@@ -139,15 +139,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	}
 	select {
 	case <-w.ready:
-		var t Ticket
-		err := w.err()
-		if err == nil {
-			t.Cost = w.cost
-			d.served(uint64(w.cost))
-		}
-		w.ctx = nil
-		d.waiters.Put(w)
-		return t, err
+		return d.woken(w)
 	case <-ctx.Done():
 	case <-cut:
 	}
@@ -170,11 +162,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 			// Granted in the instant its cutoff passed, its client still
 			// there: it runs.
 			<-w.ready
-			d.served(uint64(w.cost))
-			t := Ticket{Cost: w.cost}
-			w.ctx = nil
-			d.waiters.Put(w)
-			return t, nil
+			return d.woken(w)
 		}
 		// The grant and the hang-up came in the same instant. Nobody will run
 		// on these slots: give them back (they were never counted as
@@ -191,6 +179,21 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	w.ctx = nil
 	d.waiters.Put(w)
 	return Ticket{}, err
+}
+
+// woken is the result of a waiter whose wake-up has been received: its
+// Ticket if granted (counted as served), else its error; w goes back to the
+// pool.
+func (d *dispatcher) woken(w *waiter) (Ticket, error) {
+	var t Ticket
+	err := w.err()
+	if err == nil {
+		t.Cost = w.cost
+		d.served(uint64(w.cost))
+	}
+	w.ctx = nil
+	d.waiters.Put(w)
+	return t, err
 }
 
 // tooFarBack reports whether a.MaxAhead refuses a (not 0): -1 if it would
@@ -259,8 +262,8 @@ func (w *waiter) err() error {
 // grantLocked wakes head waiters, in order, while the head's slots are free,
 // and tells a drainer when none is held. A head whose slots are not all free
 // holds the line: nobody behind it is granted. A waiter past its expiry, or
-// past its cutoff (too late to finish), is timed out, not granted; one whose client
-// has left is passed over. Those passed over are woken after the grants, so
+// past its cutoff (too late to finish), is timed out, not granted; one whose
+// client has left is passed over. Those passed over are woken after the grants, so
 // that the granted run first: each passed over goes on to write a response,
 // and under overload there are several for each grant. Under CoDel with
 // LIFO, while the queue stands, the head is the newest waiter of the flow
