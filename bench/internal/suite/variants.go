@@ -198,8 +198,8 @@ func FeatureVariants(flows int, spread bool) []Variant {
 		})},
 		{Name: Observed, ID: "observed", Request: req, New: newObserved},
 		{Name: OTel, ID: "otel", Request: req, New: newOTel(false)},
-		{Name: Traced, ID: "traced", Request: req, New: newTraced(false)},
-		{Name: TracedOTel, ID: "traced-otel", Request: req, New: newTraced(true)},
+		{Name: Traced, ID: "traced", Request: req, New: newTraced},
+		{Name: TracedOTel, ID: "traced-otel", Request: req, New: newOTel(true)},
 		{Name: AdaptiveCol, ID: "adaptive", Request: req, New: withQueue(func(c *ginqueue.Config) {
 			lo, hi := c.MaxConcurrent, c.MaxConcurrent
 			if spread {
@@ -317,19 +317,13 @@ func newOTel(traced bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
 	}
 }
 
-// newTraced is the traced variants: plain ginqueue behind an otelgin-like
-// middleware that starts a sampled span per request (no exporter: the spans
-// are recorded and dropped), with otelqueue's metrics and span events, or
-// without them, the base they are compared with.
-func newTraced(withOTel bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
-	if withOTel {
-		return newOTel(true)
-	}
-	return func(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
-		q := newQueue(l, nil)
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
-		return route(h, func() { _ = q.Close(); _ = tp.Shutdown(context.Background()) }, spans(tp), q.Handler())
-	}
+// newTraced is plain ginqueue behind an otelgin-like middleware that starts
+// a sampled span per request (no exporter: the spans are recorded and
+// dropped): the base of newOTel(true).
+func newTraced(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
+	q := newQueue(l, nil)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	return route(h, func() { _ = q.Close(); _ = tp.Shutdown(context.Background()) }, spans(tp), q.Handler())
 }
 
 // spans is an otelgin-like middleware: a server span per request, in
