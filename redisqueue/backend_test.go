@@ -172,7 +172,7 @@ func TestCloseWithRedisNeverReachedReturnsAtOnce(t *testing.T) {
 // goroutines run while it checks.
 func TestCloseStopsEveryGoroutine(t *testing.T) {
 	needRedis(t)
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goRedisProbe)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t)})

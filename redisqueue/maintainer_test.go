@@ -15,7 +15,7 @@ import (
 // goodbye until LeaseTTL.
 func TestMaintainerStopsWhenTheClientIsClosed(t *testing.T) {
 	needRedis(t)
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goRedisProbe)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t)})
 	if err != nil {
