@@ -37,6 +37,8 @@
 //   - OutcomeCanceled: its client hung up while it waited. No body is written,
 //     and 499 is recorded for access logs.
 //   - OutcomeClosed: 503 at once, after Queue.Close or Queue.Shutdown.
+//   - OutcomePanic: Skip, Deadline, Cost, Priority or FlowKey panicked. The
+//     panic goes on to gin.Recovery, which answers 500.
 //
 // Config.OnQueueFull, Config.OnQueueTimeout and Config.OnClosed replace the
 // default responses. A waiting request parks in its own goroutine, and

@@ -140,13 +140,26 @@ func (q *Queue) Handler() gin.HandlerFunc { return q.handler }
 // serve is the middleware. It waits in the request's own goroutine and runs
 // the rest of the chain there, so the pooled gin.Context never leaves it.
 func (q *Queue) serve(c *gin.Context) {
+	// asking is true while the Queue runs a Config function that comes
+	// before the request takes its slots (Skip, Deadline, Cost, Priority,
+	// FlowKey): if one panics, the deferred call counts the request as
+	// OutcomePanic and the panic goes on to gin.Recovery. Nothing is held
+	// yet then, so nothing needs giving back.
+	asking := true
+	defer func() {
+		if asking {
+			q.panicked(c)
+		}
+	}()
 	if q.skip != nil && q.skip(c) {
+		asking = false
 		c.Next()
 		return
 	}
 	if q.deadline != nil {
 		r, cancel, err := q.bindDeadline(c)
 		if err != nil {
+			asking = false
 			q.reject(c, err, waited{})
 			return
 		}
@@ -170,12 +183,20 @@ func (q *Queue) serve(c *gin.Context) {
 		n = q.fast.TryAcquire()
 	}
 	if n == 0 {
+		if q.closed.Load() {
+			asking = false
+			q.reject(c, ErrClosed, waited{cost: cost})
+			return
+		}
+		a := q.arrival(c, cost) // only a request that may wait pays for its priority and flow
+		asking = false
 		var err error
-		if w, err = q.wait(c, cost); err != nil {
+		if w, err = q.wait(c, a); err != nil {
 			q.reject(c, err, w)
 			return
 		}
 	}
+	asking = false
 	t, wait := w.t, w.wait
 	// The handler time of every request that went through Acquire, and of
 	// one in serviceEvery of the others (the first included), is a sample
@@ -274,17 +295,13 @@ func (q *Queue) release(t Ticket) {
 	q.backend.Release(t)
 }
 
-// wait gets cost slots for c from the Backend when the fast path could not
+// wait gets a's slots for c from the Backend when the fast path could not
 // (or, for a cost above 1, was not tried). Only a request that may have to
-// wait pays for its priority, flow key and clock.
-func (q *Queue) wait(c *gin.Context, cost int) (waited, error) {
-	if q.closed.Load() {
-		return waited{cost: cost}, ErrClosed
-	}
+// wait pays for its clock.
+func (q *Queue) wait(c *gin.Context, a Arrival) (waited, error) {
 	start := time.Now()
-	ctx, a := c.Request.Context(), q.arrival(c)
-	a.Cost = cost
-	w := waited{priority: a.Priority, cost: cost}
+	ctx := c.Request.Context()
+	w := waited{priority: a.Priority, cost: a.Cost}
 	need := q.minTimeLeft // how long it needs once granted: see Config.MinTimeLeft
 	if q.deadline != nil && need >= 0 {
 		if need == 0 {
@@ -320,9 +337,9 @@ func (q *Queue) wait(c *gin.Context, cost int) (waited, error) {
 	return w, err
 }
 
-// arrival describes c for the Backend.
-func (q *Queue) arrival(c *gin.Context) Arrival {
-	var a Arrival
+// arrival describes c, asking for cost slots, for the Backend.
+func (q *Queue) arrival(c *gin.Context, cost int) Arrival {
+	a := Arrival{Cost: cost}
 	if q.priority != nil {
 		a.Priority = q.priority(c)
 	}

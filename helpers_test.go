@@ -188,6 +188,7 @@ func counted(st ginqueue.Stats) map[ginqueue.Outcome]uint64 {
 		ginqueue.OutcomeQueueTimeout: st.QueueTimeout,
 		ginqueue.OutcomeCanceled:     st.Canceled,
 		ginqueue.OutcomeClosed:       st.Closed,
+		ginqueue.OutcomePanic:        st.Panicked,
 	}
 }
 

@@ -45,13 +45,18 @@ const (
 	// OutcomeClosed: 503. The Queue was closed before the request was
 	// granted.
 	OutcomeClosed
+	// OutcomePanic: one of the Config functions asked before a request
+	// takes its slots (Skip, Deadline, Cost, Priority or FlowKey) panicked.
+	// The request held no slot and no place; the panic goes on up the chain,
+	// where gin.Recovery answers 500. No Queue status is written.
+	OutcomePanic
 
 	// numOutcomes is the number of outcomes: a new one goes above it.
 	numOutcomes
 )
 
 // String returns the outcome's name as used in metric labels: "served",
-// "queue_full", "queue_timeout", "canceled" or "closed".
+// "queue_full", "queue_timeout", "canceled", "closed" or "panic".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeServed:
@@ -64,6 +69,8 @@ func (o Outcome) String() string {
 		return "canceled"
 	case OutcomeClosed:
 		return "closed"
+	case OutcomePanic:
+		return "panic"
 	}
 	return "unknown"
 }
@@ -81,6 +88,11 @@ func (q *Queue) reject(c *gin.Context, err error, w waited) {
 	o := outcomeOf(c.Request.Context(), err)
 	q.counts[o].Add(1)
 	c.Abort()
+	if q.onOutcome != nil {
+		// Deferred, so that it reports the outcome even when OnDecision or
+		// the rejection hook panics.
+		defer q.onOutcome(c, o, w.wait)
+	}
 	if q.onDecision != nil {
 		q.onDecision(c, Decision{Outcome: o, Wait: w.wait, Priority: w.priority, Queued: w.queued, Cost: max(w.cost, 1)})
 	}
@@ -95,8 +107,16 @@ func (q *Queue) reject(c *gin.Context, err error, w waited) {
 	default:
 		q.respond(c, q.onFull, http.StatusServiceUnavailable)
 	}
+}
+
+// panicked counts a request whose Skip, Deadline, Cost, Priority or FlowKey
+// panicked, and reports it to OnOutcome. It runs while the panic unwinds
+// and does not recover it: gin.Recovery answers the request (500). The
+// request held no slot and no place.
+func (q *Queue) panicked(c *gin.Context) {
+	q.counts[OutcomePanic].Add(1)
 	if q.onOutcome != nil {
-		q.onOutcome(c, o, w.wait)
+		q.onOutcome(c, OutcomePanic, 0)
 	}
 }
 

@@ -29,6 +29,9 @@ type Stats struct {
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
 	Closed       uint64 // requests answered because the Queue was closed
+	// Panicked counts the requests whose Skip, Deadline, Cost, Priority or
+	// FlowKey panicked (OutcomePanic); gin.Recovery answered them.
+	Panicked uint64
 	// Abandoned counts the served requests whose request context, as the
 	// Queue passed it on, had ended by the time their handler chain
 	// returned: the client hung up, or its deadline passed (Config.Deadline,
@@ -64,24 +67,24 @@ type Stats struct {
 
 // Stats returns a snapshot of the Queue's slots, queue, counters and waits.
 // It never waits behind waiters.
+//
+// The counters are read in the reverse of the order in which one request
+// moves them: a request is served before it can be counted abandoned, so
+// Abandoned is read before Served, and Abandoned is never above Served.
 func (q *Queue) Stats() Stats {
+	st := Stats{
+		Abandoned:    q.abandoned.Load(),
+		QueueFull:    q.counts[OutcomeQueueFull].Load(),
+		QueueTimeout: q.counts[OutcomeQueueTimeout].Load(),
+		Canceled:     q.counts[OutcomeCanceled].Load(),
+		Closed:       q.counts[OutcomeClosed].Load(),
+		Panicked:     q.counts[OutcomePanic].Load(),
+	}
 	b := q.backend.Stats()
 	now := time.Now()
-	st := Stats{
-		Running:          b.Running,
-		Queued:           b.Queued,
-		Limit:            b.Limit,
-		QueuedByPriority: b.QueuedByPriority,
-		Served:           b.Served,
-		QueueFull:        q.counts[OutcomeQueueFull].Load(),
-		QueueTimeout:     q.counts[OutcomeQueueTimeout].Load(),
-		Canceled:         q.counts[OutcomeCanceled].Load(),
-		Closed:           q.counts[OutcomeClosed].Load(),
-		Abandoned:        q.abandoned.Load(),
-		OldestWait:       b.OldestWait,
-		Unavailable:      b.Unavailable,
-		Outages:          b.Outages,
-	}
+	st.Running, st.Queued, st.Limit = b.Running, b.Queued, b.Limit
+	st.QueuedByPriority, st.OldestWait = b.QueuedByPriority, b.OldestWait
+	st.Served, st.Unavailable, st.Outages = b.Served, b.Unavailable, b.Outages
 	fast, finished := q.progress()
 	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, fast)
 	st.DrainRate, _ = q.drain.rate(now, finished)
@@ -125,6 +128,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		QueueTimeout     uint64       `json:"queue_timeout"`
 		Canceled         uint64       `json:"canceled"`
 		Closed           uint64       `json:"closed"`
+		Panicked         uint64       `json:"panicked"`
 		Abandoned        uint64       `json:"abandoned"`
 		OldestWait       float64      `json:"oldest_wait_seconds"`
 		WaitP50          float64      `json:"wait_p50_seconds"`
@@ -134,7 +138,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		NoLoadLatency    float64      `json:"no_load_latency_seconds"`
 		Unavailable      bool         `json:"unavailable"`
 		Outages          uint64       `json:"outages"`
-	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed, s.Abandoned,
+	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed, s.Panicked, s.Abandoned,
 		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate,
 		s.NoLoadLatency.Seconds(), s.Unavailable, s.Outages})
 }

@@ -212,3 +212,48 @@ func TestAbandonedSeesAHangUpHiddenBehindTheQueue(t *testing.T) {
 		assert.EqualValues(t, 1, q.Stats().Abandoned, "the client hung up while its handler ran")
 	})
 }
+
+// A reader racing a load never sees Abandoned above Served, nor outcomes
+// that no instant had: the requests that had returned before the read are
+// all counted in it, and it counts no more than had arrived after it. The
+// clients hung up before they arrived and the handler is empty, so every
+// request is served at once and abandoned as it returns: a read of Served
+// before Abandoned sees one counted in the second and not the first.
+func TestStatsAreOneCutUnderLoad(t *testing.T) {
+	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4})
+	r := newEngine(q.Handler(), func(*gin.Context) {})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	var arrived, returned atomic.Uint64
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	for range 2 {
+		clients.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				arrived.Add(1)
+				r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(gone, http.MethodGet, "/", nil))
+				returned.Add(1)
+			}
+		})
+	}
+	var fails []string
+	for i := 0; i < 20000 && len(fails) < 10; i++ {
+		before := returned.Load()
+		st := q.Stats()
+		after := arrived.Load()
+		total := st.Served + st.QueueFull + st.QueueTimeout + st.Canceled + st.Closed + st.Panicked
+		if st.Abandoned > st.Served || total < before || total > after {
+			fails = append(fails, fmt.Sprintf("read %d: Abandoned %d, Served %d, outcomes %d, returned before %d, arrived after %d",
+				i, st.Abandoned, st.Served, total, before, after))
+		}
+	}
+	close(stop)
+	clients.Wait()
+	assert.Empty(t, fails)
+	assert.NotZero(t, q.Stats().Abandoned, "the clients had hung up")
+}

@@ -21,7 +21,7 @@
 //	ginqueue.request.queued              UpDownCounter {request} requests waiting
 //	ginqueue.request.queued_by_priority  UpDownCounter {request} requests waiting, by ginqueue.priority
 //	ginqueue.requests                    Counter {request}       requests by ginqueue.outcome (served,
-//	                                                             queue_full, queue_timeout, canceled, closed)
+//	                                                             queue_full, queue_timeout, canceled, closed, panic)
 //	ginqueue.abandoned_requests          Counter {request}       served requests whose client had gone
 //	                                                             by the time the handler returned
 //	ginqueue.wait.oldest                 Gauge s                 how long the oldest waiter has waited
@@ -75,7 +75,7 @@
 // (every other), with the attributes
 //
 //	ginqueue.queue          string   the name given to SpanEvents
-//	ginqueue.outcome        string   served, queue_full, queue_timeout, canceled or closed
+//	ginqueue.outcome        string   served, queue_full, queue_timeout, canceled, closed or panic
 //	ginqueue.wait.duration  float64  seconds spent waiting in the queue
 //	ginqueue.priority       int      Decision.Priority
 //	ginqueue.arrival.queued int      requests waiting when it arrived (Decision.Queued)

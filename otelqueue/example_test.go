@@ -66,6 +66,7 @@ func ExampleNewMetrics() {
 	// Output:
 	// ginqueue.requests ginqueue.outcome=canceled,ginqueue.queue=api 0
 	// ginqueue.requests ginqueue.outcome=closed,ginqueue.queue=api 0
+	// ginqueue.requests ginqueue.outcome=panic,ginqueue.queue=api 0
 	// ginqueue.requests ginqueue.outcome=queue_full,ginqueue.queue=api 0
 	// ginqueue.requests ginqueue.outcome=queue_timeout,ginqueue.queue=api 0
 	// ginqueue.requests ginqueue.outcome=served,ginqueue.queue=api 1

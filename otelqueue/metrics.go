@@ -25,7 +25,7 @@ const (
 	// QueueKey names the Queue: the name given to Metrics.Add or SpanEvents.
 	QueueKey = attribute.Key("ginqueue.queue")
 	// OutcomeKey is an Outcome's String: served, queue_full, queue_timeout,
-	// canceled or closed.
+	// canceled, closed or panic.
 	OutcomeKey = attribute.Key("ginqueue.outcome")
 	// PriorityKey is a request's priority (Config.Priority).
 	PriorityKey = attribute.Key("ginqueue.priority")
@@ -137,7 +137,7 @@ func NewMetrics(provider metric.MeterProvider) (*Metrics, error) {
 	in.unavailable = upDown("ginqueue.backend.unavailable", "{backend}",
 		"1 while the queue's Backend cannot reach the store it shares with other replicas and applies its fallback policy, else 0.")
 	in.requests = counter("ginqueue.requests", "{request}",
-		"Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled or closed.")
+		"Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled, closed or panic.")
 	in.abandoned = counter("ginqueue.abandoned_requests", "{request}",
 		"Served requests whose client had gone by the time the handler returned: work nobody received. Part of the served outcome.")
 	in.bucket = counter("ginqueue.wait.bucket", "{request}",
@@ -294,6 +294,7 @@ func (e *entry) observe(in *instruments, o metric.Observer) {
 		ginqueue.OutcomeQueueTimeout: st.QueueTimeout,
 		ginqueue.OutcomeCanceled:     st.Canceled,
 		ginqueue.OutcomeClosed:       st.Closed,
+		ginqueue.OutcomePanic:        st.Panicked,
 	}
 	for i, n := range counts {
 		o.ObserveInt64(in.requests, count(n), e.outcomes[i]...)

@@ -54,7 +54,7 @@ func idle(limit int) map[string]float64 {
 	for _, p := range []string{"50", "90", "99"} {
 		want["ginqueue.wait.percentile{ginqueue.percentile="+p+"}"] = 0
 	}
-	for _, o := range []string{"served", "queue_full", "queue_timeout", "canceled", "closed"} {
+	for _, o := range []string{"served", "queue_full", "queue_timeout", "canceled", "closed", "panic"} {
 		want["ginqueue.requests{ginqueue.outcome="+o+"}"] = 0
 	}
 	for _, b := range bounds() {
@@ -157,8 +157,8 @@ func TestIdleQueues(t *testing.T) {
 	}
 	assert.Equal(t, idle(4), api)
 	assert.Equal(t, 2.0, ps["ginqueue.slot.limit{ginqueue.queue=web}"].value)
-	// Per queue: 10 single series, 3 percentiles, 5 outcomes and 27 buckets.
-	assert.Len(t, ps, 2*45)
+	// Per queue: 10 single series, 3 percentiles, 6 outcomes and 27 buckets.
+	assert.Len(t, ps, 2*46)
 
 	assert.True(t, m.Remove("web"))
 	assert.False(t, m.Remove("web"), "Remove(web) again")
@@ -228,6 +228,7 @@ func TestEveryOutcome(t *testing.T) {
 			"ginqueue.requests{ginqueue.outcome=queue_timeout}": 1,
 			"ginqueue.requests{ginqueue.outcome=canceled}":      1,
 			"ginqueue.requests{ginqueue.outcome=closed}":        1,
+			"ginqueue.requests{ginqueue.outcome=panic}":         0,
 			"ginqueue.wait.time":                                0.25,
 			// The Queue's own measurements, passed on unchanged.
 			"ginqueue.wait.percentile{ginqueue.percentile=50}": st.WaitP50.Seconds(),
@@ -535,9 +536,9 @@ func TestConcurrentCollections(t *testing.T) {
 						errs <- err.Error()
 						return
 					}
-					// 45 series per Queue, none half reported.
-					if n := len(ps); n%45 != 0 {
-						errs <- fmt.Sprintf("%d series, not a multiple of 45", n)
+					// 46 series per Queue, none half reported.
+					if n := len(ps); n%46 != 0 {
+						errs <- fmt.Sprintf("%d series, not a multiple of 46", n)
 						return
 					}
 				}

@@ -19,7 +19,7 @@
 //	ginqueue_drain_rate_per_second{queue}     gauge: requests finished per second, last ~10 s
 //	ginqueue_no_load_latency_seconds{queue}   gauge: the adaptive limit's no-load handler time
 //	ginqueue_requests_total{queue,outcome}    counter: requests by outcome (served,
-//	                                          queue_full, queue_timeout, canceled, closed)
+//	                                          queue_full, queue_timeout, canceled, closed, panic)
 //	ginqueue_abandoned_total{queue}           counter: served requests whose client had gone
 //	                                          by the time the handler returned
 //	ginqueue_queue_wait_seconds{queue}        histogram: queue waits of served requests,
@@ -78,7 +78,7 @@ func newDescs() descs {
 			"Handler time the adaptive limit measured with few requests in flight; 0 without Config.Adaptive or until measured.",
 			queue, nil),
 		requests: prometheus.NewDesc("ginqueue_requests_total",
-			"Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled or closed.",
+			"Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled, closed or panic.",
 			[]string{"queue", "outcome"}, nil),
 		abandoned: prometheus.NewDesc("ginqueue_abandoned_total",
 			"Served requests whose client had gone by the time the handler returned: work nobody received. Part of the served outcome.",
@@ -217,6 +217,7 @@ func (e *entry) collect(d *descs, ms []prometheus.Metric) []prometheus.Metric {
 		ginqueue.OutcomeQueueTimeout: st.QueueTimeout,
 		ginqueue.OutcomeCanceled:     st.Canceled,
 		ginqueue.OutcomeClosed:       st.Closed,
+		ginqueue.OutcomePanic:        st.Panicked,
 	}
 	for o, n := range counts {
 		ms = append(ms, prometheus.MustNewConstMetric(d.requests, prometheus.CounterValue,

@@ -104,29 +104,31 @@ ginqueue_limit{queue="web"} 2
 # TYPE ginqueue_queued gauge
 ginqueue_queued{queue="api"} 0
 ginqueue_queued{queue="web"} 0
-# HELP ginqueue_requests_total Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled or closed.
+# HELP ginqueue_requests_total Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled, closed or panic.
 # TYPE ginqueue_requests_total counter
 ginqueue_requests_total{outcome="canceled",queue="api"} 0
 ginqueue_requests_total{outcome="closed",queue="api"} 0
+ginqueue_requests_total{outcome="panic",queue="api"} 0
 ginqueue_requests_total{outcome="queue_full",queue="api"} 0
 ginqueue_requests_total{outcome="queue_timeout",queue="api"} 0
 ginqueue_requests_total{outcome="served",queue="api"} 0
 ginqueue_requests_total{outcome="canceled",queue="web"} 0
 ginqueue_requests_total{outcome="closed",queue="web"} 0
+ginqueue_requests_total{outcome="panic",queue="web"} 0
 ginqueue_requests_total{outcome="queue_full",queue="web"} 0
 ginqueue_requests_total{outcome="queue_timeout",queue="web"} 0
 ginqueue_requests_total{outcome="served",queue="web"} 0
 `, "ginqueue_limit", "ginqueue_queued", "ginqueue_queued_by_priority", "ginqueue_requests_total")
 	// Per queue: 7 gauges (no priority seen yet), 1 histogram, the outages
-	// and abandoned counters and the 5 outcomes make 15 series.
-	if n := testutil.CollectAndCount(c); n != 30 {
-		t.Errorf("%d series, want 30", n)
+	// and abandoned counters and the 6 outcomes make 16 series.
+	if n := testutil.CollectAndCount(c); n != 32 {
+		t.Errorf("%d series, want 32", n)
 	}
 	if !c.Remove("web") || c.Remove("web") {
 		t.Error("Remove(web) twice: want true, then false")
 	}
-	if n := testutil.CollectAndCount(c); n != 15 {
-		t.Errorf("after Remove: %d series, want 15", n)
+	if n := testutil.CollectAndCount(c); n != 16 {
+		t.Errorf("after Remove: %d series, want 16", n)
 	}
 }
 
@@ -258,10 +260,11 @@ ginqueue_queue_wait_seconds_bucket{queue="api",le="60"} 2
 ginqueue_queue_wait_seconds_bucket{queue="api",le="+Inf"} 2
 ginqueue_queue_wait_seconds_sum{queue="api"} 0.25
 ginqueue_queue_wait_seconds_count{queue="api"} 2
-# HELP ginqueue_requests_total Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled or closed.
+# HELP ginqueue_requests_total Requests that passed the queue, by outcome: served, queue_full, queue_timeout, canceled, closed or panic.
 # TYPE ginqueue_requests_total counter
 ginqueue_requests_total{outcome="canceled",queue="api"} 1
 ginqueue_requests_total{outcome="closed",queue="api"} 1
+ginqueue_requests_total{outcome="panic",queue="api"} 0
 ginqueue_requests_total{outcome="queue_full",queue="api"} 1
 ginqueue_requests_total{outcome="queue_timeout",queue="api"} 1
 ginqueue_requests_total{outcome="served",queue="api"} 2

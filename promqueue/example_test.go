@@ -47,6 +47,7 @@ func ExampleCollector() {
 	// ginqueue_limit{queue="api"} 8
 	// ginqueue_requests_total{outcome="canceled",queue="api"} 0
 	// ginqueue_requests_total{outcome="closed",queue="api"} 0
+	// ginqueue_requests_total{outcome="panic",queue="api"} 0
 	// ginqueue_requests_total{outcome="queue_full",queue="api"} 0
 	// ginqueue_requests_total{outcome="queue_timeout",queue="api"} 0
 	// ginqueue_requests_total{outcome="served",queue="api"} 1

@@ -134,6 +134,7 @@ func TestServer(t *testing.T) {
 		"queue_timeout": statuses[http.StatusRequestTimeout],
 		"canceled":      0,
 		"closed":        0,
+		"panic":         0,
 	} {
 		if got := find(t, samples, "ginqueue_requests_total", "ginqueue_outcome", outcome); got != float64(want) {
 			t.Errorf("ginqueue_requests_total{outcome=%q} = %v, want %d (what the client saw)", outcome, got, want)
