@@ -5,11 +5,15 @@ package ginqueue_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
 )
@@ -54,4 +58,19 @@ func TestDeadlineWithoutHeaderAllocatesNothing(t *testing.T) {
 	q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
 	assertAllocatesAsBare(t, q)
 	assert.EqualValues(t, 1001, q.Stats().Served)
+}
+
+// The middleware's defers are open-coded: a defer the compiler puts on the
+// stack instead costs the fast path about 20 ns, a third of its time. The
+// compiler open-codes a function's defers only while they and its returns
+// are few, so a defer added to serve can tip it over.
+func TestMiddlewareDefersAreOpenCoded(t *testing.T) {
+	out, err := exec.Command("go", "build", "-o", os.DevNull, "-gcflags=-d=defer", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "ginqueue.go") {
+			assert.Contains(t, line, "open-coded defer")
+		}
+	}
+	assert.Contains(t, string(out), "ginqueue.go", "the compiler's report names the middleware's defers")
 }

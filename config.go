@@ -137,12 +137,15 @@ type Config struct {
 	// OnOutcome is called once per request that Skip does not exempt, with
 	// its outcome and how long it waited in the queue: for a served request
 	// after the handler chain returned and its slots were given back, for
-	// the others after their response. A panic in it cannot keep a slot. Nil
-	// means no hook. It runs on the request's goroutine.
+	// a rejected one after its response (or its hook's panic), and for
+	// OutcomePanic as the panic leaves the Queue, before gin.Recovery
+	// answers. A panic in it cannot keep a slot. Nil means no hook. It runs
+	// on the request's goroutine.
 	OnOutcome func(c *gin.Context, o Outcome, wait time.Duration)
 
-	// OnDecision is called once per request that Skip does not exempt, at
-	// the moment the Queue decides its fate: for a served request once it
+	// OnDecision is called once per request that Skip does not exempt and
+	// whose Config functions did not panic (OutcomePanic), at the moment
+	// the Queue decides its fate: for a served request once it
 	// holds its slots and before the rest of the chain runs, for the others
 	// before their response is written. It is for tracing (the otelqueue
 	// module adds span events with it). Nil means no hook, and nothing is

@@ -84,7 +84,7 @@ var (
 // RejectEarly, errPastDeadlineEarly. Requires q.deadline.
 func (q *Queue) bindDeadline(c *gin.Context) (*http.Request, context.CancelFunc, error) {
 	ctx := c.Request.Context()
-	dl := q.deadline(c)
+	dl := ask(q, c, q.deadline)
 	own, hasOwn := ctx.Deadline()
 	mine := !dl.IsZero() && (!hasOwn || dl.Before(own))
 	if !mine {

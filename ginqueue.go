@@ -140,26 +140,13 @@ func (q *Queue) Handler() gin.HandlerFunc { return q.handler }
 // serve is the middleware. It waits in the request's own goroutine and runs
 // the rest of the chain there, so the pooled gin.Context never leaves it.
 func (q *Queue) serve(c *gin.Context) {
-	// asking is true while the Queue runs a Config function that comes
-	// before the request takes its slots (Skip, Deadline, Cost, Priority,
-	// FlowKey): if one panics, the deferred call counts the request as
-	// OutcomePanic and the panic goes on to gin.Recovery. Nothing is held
-	// yet then, so nothing needs giving back.
-	asking := true
-	defer func() {
-		if asking {
-			q.panicked(c)
-		}
-	}()
-	if q.skip != nil && q.skip(c) {
-		asking = false
+	if q.skip != nil && ask(q, c, q.skip) {
 		c.Next()
 		return
 	}
 	if q.deadline != nil {
 		r, cancel, err := q.bindDeadline(c)
 		if err != nil {
-			asking = false
 			q.reject(c, err, waited{})
 			return
 		}
@@ -179,24 +166,21 @@ func (q *Queue) serve(c *gin.Context) {
 		if q.fast != nil {
 			n = q.fast.TryAcquire()
 		}
-	} else if cost = max(q.cost(c), 1); cost == 1 && q.fast != nil {
+	} else if cost = max(ask(q, c, q.cost), 1); cost == 1 && q.fast != nil {
 		n = q.fast.TryAcquire()
 	}
 	if n == 0 {
 		if q.closed.Load() {
-			asking = false
 			q.reject(c, ErrClosed, waited{cost: cost})
 			return
 		}
 		a := q.arrival(c, cost) // only a request that may wait pays for its priority and flow
-		asking = false
 		var err error
 		if w, err = q.wait(c, a); err != nil {
 			q.reject(c, err, w)
 			return
 		}
 	}
-	asking = false
 	t, wait := w.t, w.wait
 	// The handler time of every request that went through Acquire, and of
 	// one in serviceEvery of the others (the first included), is a sample
@@ -341,12 +325,29 @@ func (q *Queue) wait(c *gin.Context, a Arrival) (waited, error) {
 func (q *Queue) arrival(c *gin.Context, cost int) Arrival {
 	a := Arrival{Cost: cost}
 	if q.priority != nil {
-		a.Priority = q.priority(c)
+		a.Priority = ask(q, c, q.priority)
 	}
 	if q.flowKey != nil {
-		a.Flow = q.flowKey(c)
+		a.Flow = ask(q, c, q.flowKey)
 	}
 	return a
+}
+
+// ask returns f(c), f being a Config function asked before c takes its
+// slots (Skip, Deadline, Cost, Priority, FlowKey). If f panics, c is
+// counted as OutcomePanic as the panic goes on up to gin.Recovery: nothing
+// is held yet, so nothing needs giving back. Its own function, so that the
+// defer costs nothing to a Queue without such functions.
+func ask[T any](q *Queue, c *gin.Context, f func(*gin.Context) T) T {
+	answered := false
+	defer func() {
+		if !answered {
+			q.panicked(c)
+		}
+	}()
+	v := f(c)
+	answered = true
+	return v
 }
 
 // SetLimit sets the limit to n slots while the Queue runs. Raising it grants

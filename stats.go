@@ -3,6 +3,7 @@ package ginqueue
 import (
 	"encoding/json"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -66,21 +67,13 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the Queue's slots, queue, counters and waits.
-// It never waits behind waiters.
-//
-// The counters are read in the reverse of the order in which one request
-// moves them: a request is served before it can be counted abandoned, so
-// Abandoned is read before Served, and Abandoned is never above Served.
+// It never waits behind waiters. The counters are one cut: they hold
+// values they all held at one instant (Abandoned is never above Served, a
+// rejection answered before a request was served is never missing beside
+// it), except under a storm of answers that changes them at every one of
+// many reads, when Abandoned is still never above Served.
 func (q *Queue) Stats() Stats {
-	st := Stats{
-		Abandoned:    q.abandoned.Load(),
-		QueueFull:    q.counts[OutcomeQueueFull].Load(),
-		QueueTimeout: q.counts[OutcomeQueueTimeout].Load(),
-		Canceled:     q.counts[OutcomeCanceled].Load(),
-		Closed:       q.counts[OutcomeClosed].Load(),
-		Panicked:     q.counts[OutcomePanic].Load(),
-	}
-	b := q.backend.Stats()
+	st, b := q.cut()
 	now := time.Now()
 	st.Running, st.Queued, st.Limit = b.Running, b.Queued, b.Limit
 	st.QueuedByPriority, st.OldestWait = b.QueuedByPriority, b.OldestWait
@@ -92,6 +85,61 @@ func (q *Queue) Stats() Stats {
 		st.NoLoadLatency = q.adaptive.noLoadLatency()
 	}
 	return st
+}
+
+// cutTries bounds the reads cut makes before it settles for an ordered one.
+const cutTries = 64
+
+// cut reads the Queue's counters and the Backend's Stats as of one instant:
+// the Queue's counters are read before and after the Backend's, and kept
+// when both reads agree. The counters only grow, so equal reads mean they
+// held those values all through the Backend's read, whose Served (which
+// grows by one at a time) held the value read at some instant of it.
+// After cutTries reads that disagree, the last is used: read in the
+// reverse of the order one request moves the counters (Abandoned before
+// Served), it keeps Abandoned at most Served.
+func (q *Queue) cut() (Stats, BackendStats) {
+	t := q.tally()
+	for try := 1; ; try++ {
+		b := q.backend.Stats()
+		again := q.tally()
+		if again == t || try == cutTries {
+			return t.stats(), b
+		}
+		t = again
+		if try%8 == 0 {
+			runtime.Gosched() // answers keep coming: let them pass
+		}
+	}
+}
+
+// tally is the counters the Queue keeps itself: the rejections by outcome
+// and the abandoned requests.
+type tally struct {
+	counts    [numOutcomes]uint64
+	abandoned uint64
+}
+
+// tally reads the Queue's counters, Abandoned first.
+func (q *Queue) tally() tally {
+	var t tally
+	t.abandoned = q.abandoned.Load()
+	for o := range t.counts {
+		t.counts[o] = q.counts[o].Load()
+	}
+	return t
+}
+
+// stats is t as the counters of a Stats.
+func (t tally) stats() Stats {
+	return Stats{
+		QueueFull:    t.counts[OutcomeQueueFull],
+		QueueTimeout: t.counts[OutcomeQueueTimeout],
+		Canceled:     t.counts[OutcomeCanceled],
+		Closed:       t.counts[OutcomeClosed],
+		Panicked:     t.counts[OutcomePanic],
+		Abandoned:    t.abandoned,
+	}
 }
 
 // WaitHistogram returns the distribution of queue waits of the requests

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -256,4 +257,96 @@ func TestStatsAreOneCutUnderLoad(t *testing.T) {
 	clients.Wait()
 	assert.Empty(t, fails)
 	assert.NotZero(t, q.Stats().Abandoned, "the clients had hung up")
+}
+
+// statsDuring is a Backend whose Stats lets requests go on before it
+// counts, once: what any Backend's Stats allows when its goroutine is
+// descheduled, or waits on a lock, between the Queue's counters and its own.
+type statsDuring struct {
+	ginqueue.Backend
+	during func()
+}
+
+func (b *statsDuring) Stats() ginqueue.BackendStats {
+	if f := b.during; f != nil {
+		b.during = nil
+		f()
+	}
+	return b.Backend.Stats()
+}
+
+// lateThenPlain is an engine behind q, and the two requests one client sends
+// in turn: one whose deadline has passed (queue timeout at once, 408), then a
+// plain one (served, 200). While the client does only this, QueueTimeout is
+// never below Served.
+func lateThenPlain(q *ginqueue.Queue) (r *gin.Engine, late, plain *http.Request) {
+	r = gin.New()
+	r.Use(gin.Recovery(), q.Handler())
+	r.GET("/", func(c *gin.Context) { c.Status(http.StatusOK) })
+	late = httptest.NewRequest(http.MethodGet, "/", nil)
+	late.Header.Set(clientTimeout, "0")
+	return r, late, httptest.NewRequest(http.MethodGet, "/", nil)
+}
+
+// A Stats read that overlaps a queue timeout and the request served after it
+// must not show the second without the first (Served 1, QueueTimeout 0, a
+// state the Queue never had): the Queue's counters are read again after
+// the Backend's.
+func TestStatsCutBesideABackendRead(t *testing.T) {
+	b := &statsDuring{Backend: ginqueue.NewMemoryBackend()}
+	q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second, Backend: b})
+	r, late, plain := lateThenPlain(q)
+	var codes []int
+	b.during = func() {
+		for _, req := range []*http.Request{late, plain} {
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, req)
+			codes = append(codes, w.Code)
+		}
+	}
+	st := q.Stats()
+	assert.Equal(t, []int{http.StatusRequestTimeout, http.StatusOK}, codes)
+	assert.LessOrEqual(t, st.Served, st.QueueTimeout,
+		"Stats counts the served request but not the queue timeout answered before it arrived")
+}
+
+// The same with the in-memory Backend as it is: readers racing one client
+// that alternates the two requests never see Served above QueueTimeout
+// (more threads than CPUs, so that a reader is descheduled between the
+// Queue's counters and the Backend's). A read in one fixed order saw it
+// within milliseconds.
+func TestStatsNeverShowServedAheadOfAnEarlierTimeout(t *testing.T) {
+	procs := max(8, 2*runtime.NumCPU())
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+	q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second})
+	r, late, plain := lateThenPlain(q)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !stop.Load() {
+			r.ServeHTTP(httptest.NewRecorder(), late)
+			r.ServeHTTP(httptest.NewRecorder(), plain)
+		}
+	})
+	seen := make(chan ginqueue.Stats, 1)
+	for range procs - 1 {
+		wg.Go(func() {
+			for !stop.Load() {
+				if st := q.Stats(); st.Served > st.QueueTimeout {
+					select {
+					case seen <- st:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	select {
+	case st := <-seen:
+		t.Errorf("Stats shows Served %d above QueueTimeout %d, which it never was", st.Served, st.QueueTimeout)
+	case <-time.After(2 * time.Second):
+	}
+	stop.Store(true)
+	wg.Wait()
 }
