@@ -126,6 +126,11 @@ type dispatcher struct {
 	pubs   [2]roomPub
 	pubSeq atomic.Uint64
 	pubVer uint64
+
+	// The waiters answered in the current section under mu, linked through
+	// wakeNext, whose wake-ups settle sends once the publication is done.
+	// Guarded by mu.
+	wakeFirst, wakeLast *waiter
 }
 
 // NewMemoryBackend returns the in-memory Backend that NewQueue uses when
@@ -178,19 +183,35 @@ func (d *dispatcher) unlock() {
 	d.mu.Unlock()
 }
 
-// settle ends every change made under mu: it sets slowBit exactly when
-// something needs the slow path, and refreshes the mirrors Stats reads.
-// Requires d.mu.
+// settle ends every change made under mu, in this order: it refreshes the
+// publication Stats reads, sends the wake-ups of the waiters the section
+// answered, then sets slowBit exactly when something needs the slow path.
+// A woken waiter may return and answer its request at once, and a release
+// that finds slowBit clear skips mu: either comes after a publication that
+// no longer shows the waiters that left. Requires d.mu.
 func (d *dispatcher) settle() {
+	if d.room.ver != d.pubVer {
+		d.publish()
+	}
+	d.sendWakeUps()
 	d.at(stepSettle)
 	if d.room.n > 0 || d.closed || d.idle != nil {
 		d.state.Or(slowBit)
 	} else {
 		d.state.And(^slowBit)
 	}
-	if d.room.ver != d.pubVer {
-		d.publish()
+}
+
+// sendWakeUps sends the wake-ups that wake queued, in the order queued
+// (see settle). Requires d.mu.
+func (d *dispatcher) sendWakeUps() {
+	for d.wakeFirst != nil {
+		w := d.wakeFirst
+		d.at(stepWake)
+		d.wakeFirst, w.wakeNext = w.wakeNext, nil
+		w.ready <- struct{}{} // after this, w may be pooled and reused
 	}
+	d.wakeLast = nil
 }
 
 // SetLimit implements LimitSetter. Raising the limit grants waiters at

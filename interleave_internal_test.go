@@ -259,7 +259,7 @@ var stepNames = map[step]string{
 	stepStart: "start", stepLock: "lock", stepFastLoad: "fast-load", stepFastCAS: "fast-cas",
 	stepRelease: "release-add", stepSlowLoad: "slow-load", stepSlowMark: "slow-mark", stepSlowTake: "slow-take",
 	stepGrantRead: "grant-read", stepGrantTake: "grant-add", stepSettle: "settle", stepSetLimit: "setlimit-add",
-	stepPublish: "publish", stepStatsSeq: "stats-seq", stepStatsRead: "stats-read",
+	stepPublish: "publish", stepStatsSeq: "stats-seq", stepStatsRead: "stats-read", stepWake: "wake",
 }
 
 // The actors.

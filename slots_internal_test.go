@@ -28,8 +28,7 @@ func TestFastPathNeverOvertakesWaiter(t *testing.T) {
 		assert.Zero(t, d.TryAcquire(), "an arrival overtook the waiter")
 		d.mu.Lock()
 		d.grantLocked() // the second half
-		d.settle()
-		d.mu.Unlock()
+		d.unlock()
 		assert.NoError(t, <-waiter)
 		assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
 	})

@@ -23,7 +23,7 @@ const (
 	stepPublish   // a publication half written, and written before pubSeq moves to it
 	stepStatsSeq  // Stats, before it reads pubSeq again
 	stepStatsRead // Stats, between its reads of a publication
-	stepPassOver  // grantLocked, before it wakes a waiter it passed over
+	stepWake      // settle, before it sends a wake-up
 	stepYield     // Release, before it yields to the waiter it granted
 )
 

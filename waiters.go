@@ -41,8 +41,10 @@ type waiter struct {
 	// granted on arrival; unchanged afterwards.
 	cutoff int64
 	// passNext links the waiters grantLocked passed over, out of the room,
-	// until it wakes them; nil otherwise. Guarded by dispatcher.mu.
-	passNext *waiter
+	// until it wakes them; nil otherwise. wakeNext links the waiters whose
+	// wake-up waits for the end of the section (see dispatcher.sendWakeUps).
+	// Both guarded by dispatcher.mu.
+	passNext, wakeNext *waiter
 }
 
 // Acquire implements Backend. It applies a.MaxAhead, and grants a.Cost slots
@@ -231,16 +233,22 @@ func (d *dispatcher) newWaiter(ctx context.Context, cost int) *waiter {
 	return w
 }
 
-// wake gives a waiter that has left the room its fate. The send never blocks:
-// ready has room for one, and a waiter is woken once per use. A waiter whose
-// client has already left is not timed out, evicted or closed: that is not
-// why it leaves. Requires d.mu.
+// wake gives a waiter that has left the room its fate, and queues its
+// wake-up, which the end of the section sends (see sendWakeUps). The send
+// never blocks: ready has room for one, and a waiter is woken once per use.
+// A waiter whose client has already left is not timed out, evicted or
+// closed: that is not why it leaves. Requires d.mu.
 func (d *dispatcher) wake(w *waiter, st waiterState) {
 	if st != granted && w.ctx.Err() != nil {
 		st = gone
 	}
 	w.state = st
-	w.ready <- struct{}{}
+	if d.wakeLast == nil {
+		d.wakeFirst = w
+	} else {
+		d.wakeLast.wakeNext = w
+	}
+	d.wakeLast = w
 }
 
 // err is the result of a woken waiter.
@@ -346,8 +354,7 @@ func (d *dispatcher) grantLocked() (grantedAny bool) {
 	for w := first; w != nil; {
 		next := w.passNext
 		w.passNext = nil
-		d.at(stepPassOver)
-		d.wake(w, w.state) // after this, w may be pooled and reused
+		d.wake(w, w.state)
 		w = next
 	}
 	if d.idle != nil && running(d.state.Load()) == 0 {

@@ -5,7 +5,6 @@ package ginqueue
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -326,10 +325,17 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 128, QueueTimeout: time.Minute})
 				var recording atomic.Bool
-				var steps []step // appended under d.mu: grantLocked's steps only
+				// Appended under d.mu: the grant, and the fate of each
+				// waiter as its wake-up is sent.
+				var steps []string
 				d.step = func(s step) {
-					if recording.Load() && (s == stepGrantTake || s == stepPassOver) {
-						steps = append(steps, s)
+					switch {
+					case !recording.Load():
+					case s == stepGrantTake:
+						steps = append(steps, "grant")
+					case s == stepWake:
+						steps = append(steps, map[waiterState]string{granted: "wake granted",
+							timedOut: "wake timed out", gone: "wake gone"}[d.wakeFirst.state])
 					}
 				}
 				_, err := d.Acquire(context.Background(), Arrival{}) // the slot, released by hand below
@@ -376,9 +382,11 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 						assert.ErrorIs(t, <-errc, ErrQueueTimeout, "waiter %d", i)
 					}
 				}
-				require.NotEmpty(t, steps)
-				assert.Equal(t, 0, slices.Index(steps, stepGrantTake), "a waiter passed over was woken before the grant")
-				assert.Len(t, steps, passedOver+1)
+				require.Len(t, steps, passedOver+2)
+				assert.Equal(t, []string{"grant", "wake granted"}, steps[:2], "a waiter passed over was woken before the grant")
+				for i, s := range steps[2:] {
+					assert.Contains(t, []string{"wake timed out", "wake gone"}, s, "wake-up %d", i)
+				}
 			})
 		})
 	}
