@@ -31,6 +31,14 @@ func TestFastPathAllocatesNothingExtra(t *testing.T) {
 	assert.EqualValues(t, 1001, st.Served)
 }
 
+// Server-Timing on a request that did not wait allocates nothing either.
+func TestServerTimingAllocatesNothingExtra(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; `make test` runs this test in one")
+	}
+	assertAllocatesAsBare(t, mustQueue(t, ginqueue.Config{MaxConcurrent: 4, ServerTiming: true}))
+}
+
 // assertAllocatesAsBare checks that a request through q, finding a free
 // slot, allocates what the bare route does (1001 requests in all).
 func assertAllocatesAsBare(t *testing.T, q *ginqueue.Queue) {

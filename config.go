@@ -154,9 +154,11 @@ type Config struct {
 	OnDecision func(c *gin.Context, d Decision)
 
 	// ServerTiming adds "Server-Timing: queue;dur=<ms>" to served responses,
-	// before the handler writes. False means no header. For a request that
-	// did not wait the header's value slice is shared between responses:
-	// Add to it or Set it, but do not write into its elements.
+	// before the handler writes, after any metric that middleware ahead (an
+	// outer Queue too) has set. False means no header. For a request that
+	// did not wait, when nothing was set ahead, the header's value slice is
+	// shared between responses: Add to it or Set it, but do not write into
+	// its elements.
 	ServerTiming bool
 
 	// RejectEarly answers queue full (503) at once to an arrival whose

@@ -194,13 +194,7 @@ func (q *Queue) serve(c *gin.Context) {
 		of = serviceEvery
 	}
 	if q.serverTiming {
-		if wait == 0 {
-			// Preset, so the fast path allocates nothing: len and cap 1, so
-			// an Add by a handler copies instead of writing into it.
-			c.Writer.Header()["Server-Timing"] = q.noWait[:1:1]
-		} else {
-			c.Header("Server-Timing", serverTiming(wait))
-		}
+		q.addServerTiming(c, wait)
 	}
 	// A deferred release gives the slot back even when a handler panics and
 	// gin.Recovery catches it further up.
@@ -225,6 +219,22 @@ func (q *Queue) serve(c *gin.Context) {
 		q.onDecision(c, Decision{Outcome: OutcomeServed, Wait: wait, Priority: w.priority, Queued: w.queued, Cost: cost})
 	}
 	c.Next()
+}
+
+// addServerTiming adds the queue's wait to c's Server-Timing header, after
+// the metrics that middleware ahead (an outer Queue too) has set.
+func (q *Queue) addServerTiming(c *gin.Context, wait time.Duration) {
+	h := c.Writer.Header()
+	switch v := h["Server-Timing"]; {
+	case len(v) > 0:
+		h["Server-Timing"] = append(v, serverTiming(wait))
+	case wait == 0:
+		// Preset, so the fast path allocates nothing: len and cap 1, so an
+		// Add by a handler copies instead of writing into it.
+		h["Server-Timing"] = q.noWait[:1:1]
+	default:
+		h["Server-Timing"] = []string{serverTiming(wait)}
+	}
 }
 
 // waited is what a request that went through Acquire got: its Ticket (on a

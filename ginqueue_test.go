@@ -490,6 +490,23 @@ func TestServerTimingPresetIsNotShared(t *testing.T) {
 	}
 }
 
+// Server-Timing set by middleware ahead, an outer Queue's included, is kept:
+// the Queue adds its metric after theirs, on the fast path and after a wait.
+func TestServerTimingKeepsMetricsSetAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		outer := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, ServerTiming: true})
+		inner := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute, ServerTiming: true})
+		r := gin.New()
+		r.Use(func(c *gin.Context) { c.Header("Server-Timing", "app;dur=1") }, outer.Handler(), inner.Handler())
+		r.GET("/", sleeper(250*time.Millisecond))
+		out := make(chan result, 2)
+		burst(r, 2, 0, out)
+		first, second := <-out, <-out
+		assert.Equal(t, []string{"app;dur=1", "queue;dur=0", "queue;dur=0"}, first.header.Values("Server-Timing"))
+		assert.Equal(t, []string{"app;dur=1", "queue;dur=0", "queue;dur=250.000"}, second.header.Values("Server-Timing"))
+	})
+}
+
 // The seed lesson's scenario: 3 slots, 10 places, 5 s timeout, 15 requests
 // of 300 ms arriving together in a known order.
 func TestSeedScenario(t *testing.T) {
