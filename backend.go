@@ -276,6 +276,14 @@ type ShareSetter interface {
 	// share is raised again, and waiters wait (or time out) meanwhile. It
 	// returns an error naming n when n is below 0 or above MaxLimit.
 	SetShare(n int) error
+	// SetLease bounds what is granted within the share until the next
+	// SetLease: nothing from until on (by the monotonic clock), so that a
+	// Backend whose lease ran out while it was frozen grants nothing when
+	// it resumes, whatever its timers say; and a cost is clamped to fleet
+	// slots rather than to the share, so that a request whose cost is above
+	// the share waits until the share covers it. A zero until means no end;
+	// a fleet of 0 or less clamps to the share, as SetLimit does.
+	SetLease(until time.Time, fleet int)
 }
 
 // FastPather is a Backend whose fast path depends on how it was built:

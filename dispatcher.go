@@ -127,6 +127,12 @@ type dispatcher struct {
 	pubSeq atomic.Uint64
 	pubVer uint64
 
+	// leaseEnd is when granting stops (see SetLease), in nanoseconds since
+	// epoch; 0 when it never does. clampTo is the most slots one grant
+	// takes; 0 means the limit. Both written under mu, read anywhere.
+	leaseEnd atomic.Int64
+	clampTo  atomic.Int64
+
 	// The waiters answered in the current section under mu, linked through
 	// wakeNext, whose wake-ups settle sends once the publication is done.
 	// Guarded by mu.
@@ -232,6 +238,27 @@ func (d *dispatcher) SetShare(n int) error {
 		return fmt.Errorf("ginqueue: share must be in [0, %d], got %d", MaxLimit, n)
 	}
 	return d.setLimit(n)
+}
+
+// SetLease implements ShareSetter. A lease renewed grants the waiters its
+// end held back.
+func (d *dispatcher) SetLease(until time.Time, fleet int) {
+	d.lock()
+	defer d.unlock()
+	end := int64(0)
+	if !until.IsZero() {
+		end = max(int64(until.Sub(d.epoch)), 1)
+	}
+	d.leaseEnd.Store(end)
+	d.clampTo.Store(int64(max(min(fleet, MaxLimit), 0)))
+	d.grantLocked()
+}
+
+// leaseOver reports whether the lease set by SetLease has run out: then
+// nothing is granted.
+func (d *dispatcher) leaseOver() bool {
+	end := d.leaseEnd.Load()
+	return end != 0 && d.now() >= end
 }
 
 // setLimit moves the limit to n, checked by the caller.

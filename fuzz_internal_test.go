@@ -162,7 +162,7 @@ func playSchedule(t *testing.T, data []byte) {
 			t.Fatalf("step %d: %d waiting, MaxQueue %d", step, waiting, l.MaxQueue)
 		}
 		d.mu.Lock()
-		if w := d.room.peek(false); w != nil && fits(d.state.Load(), w.cost) != 0 {
+		if w := d.room.peek(false); w != nil && d.fits(d.state.Load(), w.cost) != 0 {
 			t.Fatalf("step %d: the head waits for %d slots while %d of %d are held", step, w.cost, slots, st.Limit)
 		}
 		d.mu.Unlock()

@@ -198,7 +198,7 @@ func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int,
 		s.mu.Unlock()
 		if bad == "" {
 			d.mu.Lock()
-			if w := d.room.peek(false); w != nil && fits(d.state.Load(), w.cost) != 0 {
+			if w := d.room.peek(false); w != nil && d.fits(d.state.Load(), w.cost) != 0 {
 				run, limit := d.slots()
 				bad = fmt.Sprintf("%d parked while %d of %d slots are held and the head needs %d", d.room.n, run, limit, w.cost)
 			}

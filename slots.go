@@ -23,11 +23,15 @@ func limitOf(s uint64) int64 { return int64(s >> limitShift & limitMask) }
 func admits(s uint64) bool { return s&slowBit == 0 && running(s) < limitOf(s) }
 
 // fits returns the slots a request of the given cost (at least 1) is granted
-// in state s, its cost clamped to the limit of s, or 0 if they are not free.
-// It ignores slowBit.
-func fits(s uint64, cost int) uint64 {
-	n := min(int64(cost), limitOf(s))
-	if running(s)+n > limitOf(s) {
+// in state s, its cost clamped to the limit of s (or to clampTo, when set),
+// or 0 if they are not free or the lease is over. It ignores slowBit.
+func (d *dispatcher) fits(s uint64, cost int) uint64 {
+	most := limitOf(s)
+	if c := d.clampTo.Load(); c > 0 {
+		most = c
+	}
+	n := min(int64(cost), most)
+	if running(s)+n > limitOf(s) || d.leaseOver() {
 		return 0
 	}
 	return uint64(n)
@@ -40,7 +44,7 @@ func (d *dispatcher) TryAcquire() uint64 {
 	for {
 		d.at(stepFastLoad)
 		st := d.state.Load()
-		if !admits(st) {
+		if !admits(st) || d.leaseOver() {
 			return 0
 		}
 		d.at(stepFastCAS)
@@ -58,7 +62,7 @@ func (d *dispatcher) tryAcquireN(cost int) uint64 {
 	for {
 		d.at(stepFastLoad)
 		st := d.state.Load()
-		n := fits(st, cost)
+		n := d.fits(st, cost)
 		if st&slowBit != 0 || n == 0 {
 			return 0
 		}

@@ -81,7 +81,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 				continue // a fast path or a release moved: look again
 			}
 		}
-		if n := fits(st, cost); n != 0 {
+		if n := d.fits(st, cost); n != 0 {
 			// The slots are free and nobody waits: take them. Only
 			// releases can change state now, and they only free slots.
 			d.at(stepSlowTake)
@@ -210,7 +210,7 @@ func (d *dispatcher) tooFarBack(a Arrival, cost int) bool {
 		lifo = d.standing(d.now())
 	}
 	ahead := d.room.ahead(a.Priority, a.Flow, lifo)
-	if ahead == 0 && fits(d.state.Load(), cost) != 0 {
+	if ahead == 0 && d.fits(d.state.Load(), cost) != 0 {
 		return false
 	}
 	return a.MaxAhead < 0 || ahead >= a.MaxAhead
@@ -412,5 +412,5 @@ func (d *dispatcher) finish(w *waiter, st waiterState) {
 // Requires d.mu: the limit cannot move before they are added.
 func (d *dispatcher) grantable(w *waiter) uint64 {
 	d.at(stepGrantRead)
-	return fits(d.state.Load(), w.cost)
+	return d.fits(d.state.Load(), w.cost)
 }
