@@ -291,7 +291,7 @@ func TestWaiterTimedOutWhileRedisPausedIsUnavailable(t *testing.T) {
 	for _, policy := range []redisqueue.Policy{redisqueue.FailClosed, redisqueue.FailOpen} {
 		o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
 			TickInterval: 100 * time.Millisecond, OnRedisDown: policy,
-			FailureThreshold: 1000} // never marked down in this test: the pause is short of it
+			FailureThreshold: 59} // the most LeaseTTL allows: never marked down in this test, the pause is short of it
 		l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 300 * time.Millisecond}
 		b := startBackends2(t, srv.addr(), l, o)
 		ctx := context.Background()

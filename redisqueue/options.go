@@ -121,7 +121,8 @@ type Options struct {
 	// (the README's "When Redis is slow, paused or down" says why). The
 	// request whose call failed gets OnRedisDown either way. Zero means
 	// DefaultFailureThreshold (3); 1 marks Redis down at the first failure.
-	// Negative is refused. A Redis that does not answer at Start is marked
+	// Negative is refused, and so is a FailureThreshold × CallTimeout of
+	// LeaseTTL or more: the replica must find Redis down within its lease. A Redis that does not answer at Start is marked
 	// down at once.
 	FailureThreshold int
 
@@ -257,6 +258,12 @@ func (o Options) compile() (Options, error) {
 		return o, fmt.Errorf("redisqueue: Options.TickInterval %v must be at least %v: every replica syncs with Redis each tick", o.TickInterval, minTick)
 	case o.TickInterval > o.LeaseTTL/3:
 		return o, fmt.Errorf("redisqueue: Options.TickInterval %v must not exceed Options.LeaseTTL/3 (%v)", o.TickInterval, o.LeaseTTL/3)
+	case time.Duration(o.FailureThreshold) >= (o.LeaseTTL+o.CallTimeout-1)/o.CallTimeout:
+		// FailureThreshold calls that each wait CallTimeout must mark Redis
+		// down before the lease runs out, so that the replica applies
+		// OnRedisDown while its lease still holds.
+		return o, fmt.Errorf("redisqueue: Options.FailureThreshold × Options.CallTimeout (%d × %v = %v) must be below Options.LeaseTTL (%v)",
+			o.FailureThreshold, o.CallTimeout, time.Duration(o.FailureThreshold)*o.CallTimeout, o.LeaseTTL)
 	}
 	return o, nil
 }

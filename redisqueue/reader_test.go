@@ -20,7 +20,7 @@ func TestGrantReachesWaiterSoonAfterServerReturns(t *testing.T) {
 	srv := startRedis(t)
 	const tick = time.Second
 	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 3 * tick, TickInterval: tick,
-		FailureThreshold: 100} // never down: this is about the reader alone
+		FailureThreshold: 29} // the most LeaseTTL allows: never down, this is about the reader alone
 	l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
 	b := startBackends2(t, srv.addr(), l, o)
 	ctx := context.Background()

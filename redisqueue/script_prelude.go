@@ -128,9 +128,12 @@ local function drop_waiter_cost(id)
   end
 end
 
--- drop the holders whose lease expired, their costs with them
+-- drop the holders whose lease expired, their costs with them; only while
+-- the fleet's heartbeats are recent: after a gap (Redis paused for
+-- everyone) the first sync moves every lease on by the gap instead, since
+-- the requests on them may still run
 local function expire_holders()
-  lim()
+  if not judging() then return end
   if extra > 0 then
     local gone = redis.call('ZRANGEBYSCORE', H, '-inf', clock())
     local d = 0

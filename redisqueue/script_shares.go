@@ -3,13 +3,14 @@ package redisqueue
 // The Redis data of one Name in Shares mode (see shares.go), beside the
 // GlobalQueue keys of scripts.go under the same hash tag:
 //
-//	s     HASH   replica id → "held need prio told queued v": the slots
+//	s     HASH   replica id → "held need prio told queued v low": the slots
 //	             Redis counts as the replica's (never below what it runs or
 //	             may run before its next sync), its demand (its running
 //	             slots and waiters, at their peak since its previous sync),
 //	             the highest priority among its waiters ("" when none
 //	             wait), the share it was last told it may keep, its waiters
-//	             now, and the v of its last sync
+//	             now, the v of its last sync, and the largest cost among its
+//	             waiters (the least share that runs each of them)
 //	se    ZSET   replica id → when its lease runs out (ms, Redis clock)
 //	sm    HASH   n: the fleet's limit set by SetLimit (absent: the declared
 //	             MaxConcurrent); d: the MaxConcurrent the live replicas
@@ -52,7 +53,8 @@ const (
 //	sync  ARGV[6..12] = held now, need, prio ("" none), queued, the epoch
 //	      this replica knows ("" none), the replicas and the v of its last
 //	      reply, the gap (ms) that moves leases on, the freeze (ms) of new
-//	      keys, "1" if this replica comes back from an outage. Reply {held, target, shrink, limit, epoch, freeze left ms,
+//	      keys, the largest cost waiting (1 without costs). Reply {held,
+//	      target, shrink, limit, epoch, freeze left ms,
 //	      the replicas "id,id,...", free, 1 if a replica is short of its
 //	      target else 0, v}, or {"conflict", why}.
 //	limit ARGV[6] = the new limit. Reply: the limit.
@@ -81,14 +83,15 @@ local limit = tonumber(meta[1]) or tonumber(declared)
 
 if op == 'sync' then
   local beat = tonumber(meta[8])
-  if beat and now - beat > tonumber(ARGV[13]) and ARGV[15] == '1' then
-    -- Nobody synced for longer than any replica's period, and this replica
-    -- comes back from an outage: Redis was paused or unreachable for
-    -- everyone. Every lease is moved on by the gap, so that nobody is taken
-    -- for dead for it: under FailOpen a replica goes on admitting within
-    -- its share past its lease, and one under FailClosed gives its share
-    -- back at its next sync. (A replica that just started cannot tell an
-    -- outage from a fleet that died: it moves nothing.)
+  if beat and now - beat > tonumber(ARGV[13]) then
+    -- Nobody synced for longer than any replica's period: Redis was paused
+    -- or unreachable for everyone, whoever syncs first now (a replica back
+    -- from an outage, one that never marked Redis down, one that just
+    -- started). Every lease is moved on by the gap, so that nobody is
+    -- taken for dead for it while it may still run its share: a replica
+    -- stops admitting at its own lease end and reports what it runs at its
+    -- next sync. If the fleet had died instead, its shares come back a
+    -- lease later.
     local gap = now - beat
     local all = redis.call('ZRANGE', SE, 0, -1, 'WITHSCORES')
     for i = 1, #all, 2 do redis.call('ZADD', SE, tonumber(all[i + 1]) + gap, all[i]) end
@@ -108,17 +111,17 @@ if op == 'sync' then
 end
 
 -- Every replica's record.
-local ids, held, need, prio, told, queued, synced = {}, {}, {}, {}, {}, {}, {}
+local ids, held, need, prio, told, queued, synced, low = {}, {}, {}, {}, {}, {}, {}, {}
 local function load()
-  ids, held, need, prio, told, queued, synced = {}, {}, {}, {}, {}, {}, {}
+  ids, held, need, prio, told, queued, synced, low = {}, {}, {}, {}, {}, {}, {}, {}
   local all = redis.call('HGETALL', S)
   for i = 1, #all, 2 do
     local id = all[i]
-    local h, n, p, d, q, v = string.match(all[i + 1], '^(%d+) (%d+) (%S*) (%d+) (%d+) (%d+)$')
+    local h, n, p, d, q, v, w = string.match(all[i + 1], '^(%d+) (%d+) (%S*) (%d+) (%d+) (%d+) (%d+)$')
     if h then
       ids[#ids + 1] = id
       held[id], need[id], prio[id], told[id], queued[id] = tonumber(h), tonumber(n), tonumber(p), tonumber(d), tonumber(q)
-      synced[id] = tonumber(v)
+      synced[id], low[id] = tonumber(v), tonumber(w)
     end
   end
   table.sort(ids)
@@ -225,6 +228,10 @@ if now < freeze and awaited then
   end
 end
 held[me], need[me], prio[me], queued[me] = cur, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+low[me] = tonumber(ARGV[15]) or 1
+-- the least share that lets a replica's largest waiting request run: its
+-- cost, at most the limit and at most its demand
+local function least(id) return math.max(1, math.min(low[id] or 1, limit, math.max(need[id], 1))) end
 
 -- Targets: the limit goes to the demand of the highest priority first,
 -- then the next; within a priority that the rest cannot cover, a slot to
@@ -259,21 +266,32 @@ while i <= #order do
       if need[id] > 0 then dem[#dem + 1] = id end
     end
     table.sort(dem)
-    if #dem > left then
-      -- Fewer slots than replicas that want one: a slot each to as many,
-      -- in an order that turns every second, so that none waits forever.
+    -- Each replica first gets the least share that runs its largest
+    -- waiting request (one slot without costs).
+    local lows = 0
+    for _, id in ipairs(dem) do lows = lows + least(id) end
+    if lows > left then
+      -- Fewer slots than those least shares: each in turn gets its least
+      -- share while the slots last, in an order that turns every second,
+      -- so that none waits forever.
       local turn, pos = math.floor(now / 1000), {}
       for k, id in ipairs(dem) do pos[id] = (k - 1 + turn) % #dem end
       table.sort(dem, function(a, b) return pos[a] < pos[b] end)
-      for k = 1, left do target[dem[k]] = 1 end
+      local rest = left
+      for _, id in ipairs(dem) do
+        if least(id) <= rest then
+          target[id] = least(id)
+          rest = rest - least(id)
+        end
+      end
     else
-      -- A slot each first, so that no replica whose requests wait is
+      -- The least shares first, so that no replica whose requests wait is
       -- starved by rounding; the rest in proportion to the demand beyond.
-      local rest, beyond, given, fr = left - #dem, d - #dem, 0, {}
+      local rest, beyond, given, fr = left - lows, d - lows, 0, {}
       for _, id in ipairs(dem) do
         local exact = 0
-        if beyond > 0 then exact = rest * (need[id] - 1) / beyond end
-        target[id] = 1 + math.floor(exact)
+        if beyond > 0 then exact = rest * (need[id] - least(id)) / beyond end
+        target[id] = least(id) + math.floor(exact)
         given = given + math.floor(exact)
         fr[#fr + 1] = {id, exact - math.floor(exact)}
       end
@@ -354,7 +372,7 @@ local shrink = over or shrinkBusy or (shrinkIdle and idle(me))
 -- told: the share this replica now believes it may keep.
 local keepTold = math.max(target[me], held[me])
 if shrink then keepTold = target[me] end
-redis.call('HSET', S, me, held[me] .. ' ' .. need[me] .. ' ' .. ARGV[8] .. ' ' .. keepTold .. ' ' .. queued[me] .. ' ' .. v)
+redis.call('HSET', S, me, held[me] .. ' ' .. need[me] .. ' ' .. ARGV[8] .. ' ' .. keepTold .. ' ' .. queued[me] .. ' ' .. v .. ' ' .. low[me])
 redis.call('ZADD', SE, now + ttl, me)
 -- Declared in GlobalQueue's keys as well, so that a replica of that mode
 -- refuses to start beside this one.

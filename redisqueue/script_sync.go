@@ -100,6 +100,13 @@ end
 if gap then
   for _, r in ipairs(redis.call('ZRANGEBYSCORE', R, prev, now + live)) do redis.call('ZADD', R, now + live, r) end
   for _, w in ipairs(redis.call('ZRANGEBYSCORE', WE, '-inf', now + live)) do redis.call('ZADD', WE, now + live, w) end
+  -- the slots held when the gap began may still run: their leases move on
+  -- by the gap (no call could refresh them meanwhile)
+  local hs = redis.call('ZRANGE', H, 0, -1, 'WITHSCORES')
+  for i = 1, #hs, 2 do
+    local e = tonumber(hs[i + 1])
+    if e > prev then redis.call('ZADD', H, e + now - prev, hs[i]) end
+  end
 end
 redis.call('HSET', L, 'b', now)
 beat = now

@@ -51,6 +51,11 @@ type shares struct {
 	// asked is set by an arrival that found no free slot, for the
 	// coordinator: sync soon, if it may help.
 	asked atomic.Bool
+	// waiting counts, by cost, the requests in Acquire (waiting, or about
+	// to be granted), when requests have costs: the slots they wait for
+	// are demand, and the largest the least share that lets them run.
+	waitMu  sync.Mutex
+	waiting map[int]int // guarded by waitMu
 
 	mu sync.Mutex
 	// Guarded by mu. local is the limit of mem: never above the held value
@@ -120,10 +125,17 @@ func (s *shares) start(l ginqueue.Limits) error {
 // acquire implements Backend.Acquire: the in-memory Backend's, within the
 // share.
 func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+	// A cost is weighed against the fleet's limit, not this replica's share:
+	// one above the share waits until the share covers it.
+	a.Cost = min(max(a.Cost, 1), int(max(s.b.limit.Load(), 1)))
 	c := s.fast.Counts()
-	s.notePeak(c.Held + c.Queued + max(a.Cost, 1))
-	if c.Held+max(a.Cost, 1) > c.Limit || c.Queued > 0 {
+	s.notePeak(c.Held + s.queuedSlots(c) + a.Cost)
+	if c.Held+a.Cost > c.Limit || c.Queued > 0 {
 		s.noteWaiter(a.Priority)
+	}
+	if s.b.limits.Weighted {
+		s.enter(a.Cost)
+		defer s.leave(a.Cost)
 	}
 	s.mu.Lock()
 	lost, lostCtx, why := s.lost, s.lostCtx, s.why
@@ -148,6 +160,47 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 		return t, &unavailableError{cause: errors.New(why)}
 	}
 	return t, err
+}
+
+// enter and leave count a request of the given cost into and out of
+// Acquire (see waiting).
+func (s *shares) enter(cost int) {
+	s.waitMu.Lock()
+	if s.waiting == nil {
+		s.waiting = map[int]int{}
+	}
+	s.waiting[cost]++
+	s.waitMu.Unlock()
+}
+
+func (s *shares) leave(cost int) {
+	s.waitMu.Lock()
+	if s.waiting[cost]--; s.waiting[cost] == 0 {
+		delete(s.waiting, cost)
+	}
+	s.waitMu.Unlock()
+}
+
+// waitingSlots returns the slots the requests in Acquire ask for, and the
+// largest of their costs (0 when none waits, or costs are off).
+func (s *shares) waitingSlots() (sum, most int) {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	for cost, n := range s.waiting {
+		sum += cost * n
+		most = max(most, cost)
+	}
+	return sum, most
+}
+
+// queuedSlots is the demand of the requests waiting here, in slots: with
+// costs, what they ask for, else one each.
+func (s *shares) queuedSlots(c ginqueue.Counts) int {
+	if !s.b.limits.Weighted {
+		return c.Queued
+	}
+	sum, _ := s.waitingSlots()
+	return max(sum, c.Queued)
 }
 
 // notePeak raises the peak demand since the previous sync to n.
@@ -307,6 +360,10 @@ func (s *shares) run() {
 		if !frozenTill.IsZero() && !now.Before(frozenTill) {
 			due = true
 		}
+		// The lease ran out (this process was frozen, or its syncs failed):
+		// nothing is admitted here until a sync succeeds.
+		lapsed := s.lapsed(now)
+		due = due || lapsed && !down
 		if due {
 			s.asked.Store(false)
 			_ = s.sync(fell)
@@ -319,6 +376,8 @@ func (s *shares) run() {
 			// Nothing to admit with, and nobody to move a share here: a
 			// waiter would only wait for its QueueTimeout.
 			s.halt("Redis is unreachable and this replica holds no share of the limit")
+		case b.down.Load() && s.lapsed(time.Now()):
+			s.halt("the share's lease ran out while Redis was unreachable")
 		}
 		next := last.Add(pace(b.down.Load(), slow))
 		if s.asked.Load() {
@@ -346,6 +405,13 @@ func (s *shares) leaseRanOut() {
 	if !end.IsZero() && !time.Now().Before(end) {
 		s.halt("the share's lease ran out while Redis was unreachable")
 	}
+}
+
+// lapsed reports whether the share's lease has run out at now.
+func (s *shares) lapsed(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.leaseEnd.IsZero() && !now.Before(s.leaseEnd)
 }
 
 // stopAdmitting is when FailClosed stops admitting within the share if no
@@ -393,13 +459,28 @@ func (s *shares) sync(fell bool) error {
 	// moves it (and Close, to zero). So what is reported, the limit or
 	// what runs if more, bounds what runs until the reply is applied.
 	s.mu.Lock()
+	if !s.leaseEnd.IsZero() && !time.Now().Before(s.leaseEnd) && s.local > 0 {
+		// The lease ran out: Redis may have counted the share away and
+		// given it to others. The in-memory Backend grants nothing past
+		// the lease already; the share goes, and what runs here is
+		// reported, so that Redis counts it and grows no share until the
+		// fleet is back under its limit.
+		s.local = 0
+		_ = s.share.SetShare(0)
+	}
 	local, epoch, seen, seenV := s.local, s.epoch, s.replicas, s.version
 	s.mu.Unlock()
 	c := s.fast.Counts()
 	cur := max(local, c.Held)
-	need := c.Held + c.Queued
+	need := c.Held + s.queuedSlots(c)
 	if peak := int(s.peak.Swap(0)); !fell {
 		need = max(need, peak)
+	}
+	// The least share that lets the largest waiting request run.
+	least := 1
+	if s.b.limits.Weighted {
+		_, least = s.waitingSlots()
+		least = max(least, 1)
 	}
 	prio := ""
 	if s.waited.Swap(false) || c.Queued > 0 {
@@ -423,17 +504,14 @@ func (s *shares) sync(fell bool) error {
 		prio = s.lastPrio
 	}
 	s.mu.Unlock()
-	wasDown := "0"
-	if b.down.Load() {
-		if !b.answersFresh() {
-			return errStillDown
-		}
-		wasDown = "1"
+	if b.down.Load() && !b.answersFresh() {
+		return errStillDown
 	}
 	sent := time.Now()
 	o := b.opts
 	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, seen, seenV,
-		(2*o.SharePeriod + 2*o.CallTimeout).Milliseconds(), (o.SharePeriod + 2*o.CallTimeout).Milliseconds(), wasDown)
+		(2*o.SharePeriod + 2*o.CallTimeout).Milliseconds(), (o.SharePeriod + 2*o.CallTimeout).Milliseconds(),
+		min(least, math.MaxInt32))
 	if err != nil {
 		return err
 	}
@@ -486,6 +564,9 @@ func (s *shares) sync(fell bool) error {
 	s.epoch = ep
 	s.version = version
 	s.leaseEnd = sent.Add(b.opts.LeaseTTL - b.opts.LeaseTTL/100)
+	// The in-memory Backend itself grants nothing past the lease, checked
+	// as it grants, whatever the timers say after a freeze.
+	s.share.SetLease(s.leaseEnd, int(limit))
 	if s.leaseTimer != nil {
 		s.leaseTimer.Reset(time.Until(s.stopAdmitting()))
 	}

@@ -170,7 +170,7 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 		}
 	})
 	ob := o
-	ob.FailureThreshold = 1000 // never marked down: it syncs with a full list at once
+	ob.FailureThreshold = 59 // the most LeaseTTL allows, never reached: it syncs with a full list at once
 	other := start(ob, nil)
 	ctl := redis.NewClient(&redis.Options{Addr: addr})
 	defer ctl.Close()
