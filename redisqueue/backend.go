@@ -57,6 +57,10 @@ type Backend struct {
 	failedAt    atomic.Int64 // when the last failure that counted was seen, in ns since born; see failed
 	born        time.Time    // when New made it: failedAt counts from here, on the monotonic clock
 	lastOK      atomic.Int64 // when a call last got an answer (UnixNano)
+	// syncedAt is when the last sync that got an answer was sent, in ns
+	// since born (monotonic): Redis takes this replica for dead, and drops
+	// the slots it was granted, a liveness lease after that.
+	syncedAt atomic.Int64
 	resync      atomic.Bool  // the reader saw another server: sync at once
 	// listening is set while the reader has a connection to the server
 	// (dialled and answered), cleared when a call on it fails; while it is

@@ -41,6 +41,15 @@ func (b *Backend) notice(n string) bool {
 	if !ok {
 		return false
 	}
+	if !evicted && b.lapsed() {
+		// Read after a freeze or an outage longer than the liveness lease:
+		// the slots may have been dropped and given to others since they
+		// were granted. The next sync says whether Redis still counts them
+		// (the waiter is granted then) or lost them (it queues again).
+		b.resync.Store(true)
+		b.wake()
+		return false
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.waiters[id]

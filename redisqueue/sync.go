@@ -2,6 +2,7 @@ package redisqueue
 
 import (
 	"fmt"
+	"time"
 )
 
 // sync runs the sync script: heartbeat and declaration, lease refresh, and
@@ -57,6 +58,7 @@ func (b *Backend) sync(first bool) error {
 		h(down)
 	}
 
+	sent := time.Since(b.born)
 	res, err := b.call(syncScript, args...)
 	if err != nil {
 		if first {
@@ -94,6 +96,7 @@ func (b *Backend) sync(first bool) error {
 	if l, ok := out[2].(int64); ok {
 		b.limit.Store(l)
 	}
+	b.syncedAt.Store(int64(sent))
 	b.markUp()
 	type ghost struct {
 		id    uint64
@@ -156,4 +159,13 @@ func (b *Backend) sync(first bool) error {
 		}
 	}
 	return nil
+}
+
+// lapsed reports whether this replica's liveness lease in Redis may have
+// run out since its last sync (it was frozen, or its syncs failed): Redis
+// may then have taken it for dead and given its slots to others, so a
+// grant notice it reads now is acted on only once a sync confirms it.
+func (b *Backend) lapsed() bool {
+	synced := b.syncedAt.Load()
+	return synced != 0 && time.Since(b.born)-time.Duration(synced) >= b.opts.liveTTL()-b.opts.TickInterval/2
 }
