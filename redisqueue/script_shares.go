@@ -340,8 +340,9 @@ end
 -- longer than the giver would after the move, by a fifth (a wait grows as
 -- demand per slot beyond 1): demand measured at saturation wavers by a
 -- slot or two, and moving busy slots for that costs round trips and evens
--- out no waits. A replica that holds no slot, whose
--- requests would wait without end, takes one from anyone above target.
+-- out no waits. A replica that holds less than the least share that runs
+-- its largest waiting request (no slot, without costs), whose requests
+-- would wait without end, takes slots from anyone above target.
 local function deficit(id) return math.max(0, target[id] - held[id]) end
 local function above(a, b) -- a's waiters are of a higher priority than b's
   return prio[a] ~= nil and (prio[b] == nil or prio[a] > prio[b])
@@ -351,7 +352,9 @@ local function significant(j)
   for _, i in ipairs(ids) do
     if i ~= j and held[i] > target[i] then
       if above(j, i) then return true end
-      if held[j] == 0 then return true end -- it waits without end
+      -- below the least share that runs its largest waiting request (no
+      -- slot at all, without costs), it waits without end
+      if held[j] < least(j) then return true end
       if held[i] > 1 then
         local wj, wi = need[j] / held[j] - 1, math.max(need[i] / (held[i] - 1) - 1, 0)
         if wj > 0 and wj > 1.2 * wi then return true end
