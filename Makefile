@@ -19,10 +19,11 @@ test:
 
 # The long suites that make test skips: redisqueue on a Cluster and a
 # Sentinel set of its own (failovers, frozen masters, a replica killed with
-# waiters) and 3 OS processes through a Redis pause, in both modes. About
-# 16 minutes.
+# waiters) and fleets of OS processes through a Redis pause, a replica
+# frozen past its lease, one started during a pause and weighted requests,
+# in both modes. About 20 minutes.
 test-long:
-	cd redisqueue && $(GO) test -race -count=1 -timeout 45m -run 'Topology|FrozenMaster|ShutdownDuringKill|IdleKillThenBurst|FleetPaused' .
+	cd redisqueue && $(GO) test -race -count=1 -timeout 45m -run 'Topology|FrozenMaster|ShutdownDuringKill|IdleKillThenBurst|FleetPaused|FleetLimit' .
 
 # A burst of 15 requests on 3 slots against a real server on 127.0.0.1, as a timeline.
 demo:

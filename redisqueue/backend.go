@@ -61,7 +61,7 @@ type Backend struct {
 	// since born (monotonic): Redis takes this replica for dead, and drops
 	// the slots it was granted, a liveness lease after that.
 	syncedAt atomic.Int64
-	resync      atomic.Bool  // the reader saw another server: sync at once
+	resync   atomic.Bool // the reader saw another server: sync at once
 	// listening is set while the reader has a connection to the server
 	// (dialled and answered), cleared when a call on it fails; while it is
 	// clear, grant notices can sit unread, and the safety net runs faster.

@@ -3,6 +3,7 @@ package redisqueue_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -127,10 +128,36 @@ type fleetSpec struct {
 	Mode                             redisqueue.Mode // GlobalQueue (the zero value) or Shares
 	Limit, Workers                   int
 	Handler, Run, QueueTimeout       time.Duration
+
+	// The fields below may differ between the replicas of one fleet. Zero
+	// values keep the defaults: no Config.Cost, a MaxQueue of 20,
+	// redisqueue's own Options defaults, a plain counter.
+
+	// Cost, when above 0, sets Config.Cost to give every request this
+	// cost, and its handler counts that many on the counter.
+	Cost int
+	// MaxQueue is the Queue's; zero means 20.
+	MaxQueue int
+	// The Options fields of the same names; zero takes redisqueue's
+	// default.
+	LeaseTTL, CallTimeout, TickInterval time.Duration
+	FailureThreshold                    int
+	// Live, when set, is a Redis hash on CounterAddr, of this replica
+	// alone, where each running handler enters itself: dropLive can then
+	// take the handlers of a stopped replica off the counter.
+	Live string
+}
+
+// options are the redisqueue.Options of s.
+func (s fleetSpec) options() redisqueue.Options {
+	return redisqueue.Options{Name: s.Name, OnRedisDown: s.Policy, Mode: s.Mode, LeaseTTL: s.LeaseTTL,
+		CallTimeout: s.CallTimeout, TickInterval: s.TickInterval, FailureThreshold: s.FailureThreshold}
 }
 
 type fleetResult struct {
 	Peak     int64       // the most handlers the counter saw running at once, fleet-wide
+	PeakAt   int64       // when the counter first saw Peak (Unix ms)
+	RawPeak  int64       // with Live: Peak with the handlers dropLive took off still counted
 	Codes    map[int]int // responses by status
 	Local    int         // grants of the FailOpen fallback
 	Longest  time.Duration
@@ -138,9 +165,12 @@ type fleetResult struct {
 	Replicas int
 	Over     []int64 // when the counter saw more than Limit (Unix ms)
 	Served   []int64 // when each 200 was answered (Unix ms)
+	// Stall is the longest time this process did not run: how much longer
+	// than its period a 10 ms ticker waited (a SIGSTOP shows here).
+	Stall time.Duration
 }
 
-// fleetMain is one replica of runFleet.
+// fleetMain is one replica of a fleet: see fleetEnv.
 func fleetMain() int {
 	var s fleetSpec
 	if err := json.Unmarshal([]byte(os.Getenv(fleetEnv)), &s); err != nil {
@@ -148,46 +178,49 @@ func fleetMain() int {
 		return 1
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
-	ctr := redis.NewClient(&redis.Options{Addr: s.CounterAddr})
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: s.Name, OnRedisDown: s.Policy, Mode: s.Mode})
+	ctr := newOutsideCounter(s)
+	b, err := redisqueue.New(rdb, s.options())
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
 	var local atomic.Int64
-	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: s.Limit, MaxQueue: 20, QueueTimeout: s.QueueTimeout,
-		Backend: countLocal{b, &local}})
+	cfg := ginqueue.Config{MaxConcurrent: s.Limit, MaxQueue: cmp.Or(s.MaxQueue, 20), QueueTimeout: s.QueueTimeout,
+		Backend: countLocal{b, &local}}
+	if s.Cost > 0 {
+		cfg.Cost = func(*gin.Context) int { return s.Cost }
+	}
+	q, err := ginqueue.NewQueue(cfg)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	var peak atomic.Int64
-	var overMu sync.Mutex
-	var over []int64
-	h := func(c *gin.Context) {
-		ctx := context.Background()
-		n, err := ctr.Incr(ctx, s.Counter).Result()
-		if err == nil {
-			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-			}
-			if n > int64(s.Limit) {
-				overMu.Lock()
-				over = append(over, time.Now().UnixMilli())
-				overMu.Unlock()
-			}
-		}
-		time.Sleep(s.Handler)
-		ctr.Decr(ctx, s.Counter)
-	}
 	e := gin.New()
-	e.GET("/", q.Handler(), h)
-	rep := &replica{e: e}
+	e.GET("/", q.Handler(), ctr.handler(s.Handler))
+	stall := watchStall()
 	fmt.Println("ready")
+	res := runClients(&replica{e: e}, s.Workers, s.Run)
+	res.Stall = stall()
+	ctr.report(&res)
+	res.Local = int(local.Load())
+	res.Outages = b.Stats().Outages
+	if g, err := b.GlobalStats(context.Background()); err == nil {
+		res.Replicas = g.Replicas
+	}
+	_ = q.Close()
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+	return 0
+}
+
+// runClients runs n closed-loop clients of rep until run has passed and
+// returns their responses.
+func runClients(rep *replica, n int, run time.Duration) fleetResult {
 	var mu sync.Mutex
 	res := fleetResult{Codes: map[int]int{}}
-	end := time.Now().Add(s.Run)
+	end := time.Now().Add(run)
 	var wg sync.WaitGroup
-	for range s.Workers {
+	for range n {
 		wg.Go(func() {
 			for time.Now().Before(end) {
 				start := time.Now()
@@ -207,15 +240,114 @@ func fleetMain() int {
 		})
 	}
 	wg.Wait()
-	res.Peak, res.Local, res.Over = peak.Load(), int(local.Load()), over
-	res.Outages = b.Stats().Outages
-	if g, err := b.GlobalStats(context.Background()); err == nil {
-		res.Replicas = g.Replicas
+	return res
+}
+
+// watchStall starts a 10 ms ticker; the func it returns stops it and
+// returns the longest it waited beyond its period.
+func watchStall() func() time.Duration {
+	const period = 10 * time.Millisecond
+	done := make(chan struct{})
+	longest := make(chan time.Duration)
+	go func() {
+		tk := time.NewTicker(period)
+		defer tk.Stop()
+		var most time.Duration
+		last := time.Now()
+		for {
+			select {
+			case <-tk.C:
+				now := time.Now()
+				most = max(most, now.Sub(last)-period)
+				last = now
+			case <-done:
+				longest <- most
+				return
+			}
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		return <-longest
 	}
-	_ = q.Close()
-	out, _ := json.Marshal(res)
-	fmt.Println(string(out))
-	return 0
+}
+
+// outsideCounter counts the handlers running across a fleet in a Redis
+// counter of its own (INCRBY cost as a handler starts, DECRBY cost as it
+// ends), and what one replica saw of it.
+type outsideCounter struct {
+	s    fleetSpec
+	ctr  *redis.Client
+	seq  atomic.Uint64
+	mu   sync.Mutex
+	peak int64
+	at   int64
+	raw  int64
+	over []int64
+}
+
+func newOutsideCounter(s fleetSpec) *outsideCounter {
+	return &outsideCounter{s: s, ctr: redis.NewClient(&redis.Options{Addr: s.CounterAddr})}
+}
+
+// liveStart counts a handler (ARGV[1], of cost ARGV[2]) in the counter
+// (KEYS[1]) and in the replica's hash of running handlers (KEYS[2]), and in
+// the raw count (KEYS[3]) that dropLive leaves alone; liveEnd takes it off,
+// from the counter only if dropLive has not already.
+var (
+	liveStart = redis.NewScript(`
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return {redis.call('INCRBY', KEYS[1], ARGV[2]), redis.call('INCRBY', KEYS[3], ARGV[2])}`)
+	liveEnd = redis.NewScript(`
+redis.call('DECRBY', KEYS[3], ARGV[2])
+if redis.call('HDEL', KEYS[2], ARGV[1]) == 1 then redis.call('DECRBY', KEYS[1], ARGV[2]) end
+return 0`)
+)
+
+// handler returns the route's handler: it counts itself for d.
+func (o *outsideCounter) handler(d time.Duration) gin.HandlerFunc {
+	cost := int64(max(o.s.Cost, 1))
+	return func(c *gin.Context) {
+		ctx := context.Background()
+		if o.s.Live == "" {
+			if n, err := o.ctr.IncrBy(ctx, o.s.Counter, cost).Result(); err == nil {
+				o.saw(n, n)
+			}
+			time.Sleep(d)
+			o.ctr.DecrBy(ctx, o.s.Counter, cost)
+			return
+		}
+		keys := []string{o.s.Counter, o.s.Live, o.s.Counter + ":raw"}
+		id := strconv.FormatUint(o.seq.Add(1), 36)
+		if v, err := liveStart.Run(ctx, o.ctr, keys, id, cost).Int64Slice(); err == nil && len(v) == 2 {
+			o.saw(v[0], v[1])
+		}
+		time.Sleep(d)
+		liveEnd.Run(ctx, o.ctr, keys, id, cost)
+	}
+}
+
+// saw records that a handler starting now saw n running, raw with the
+// handlers dropLive took off.
+func (o *outsideCounter) saw(n, raw int64) {
+	now := time.Now().UnixMilli()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if n > o.peak {
+		o.peak, o.at = n, now
+	}
+	o.raw = max(o.raw, raw)
+	if n > int64(o.s.Limit) {
+		o.over = append(o.over, now)
+	}
+}
+
+// report puts what the counter saw in r.
+func (o *outsideCounter) report(r *fleetResult) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r.Peak, r.PeakAt, r.Over = o.peak, o.at, o.over
+	r.RawPeak = max(o.raw, o.peak)
 }
 
 // countLocal counts the grants of the FailOpen fallback.
@@ -232,61 +364,94 @@ func (b countLocal) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.T
 	return t, err
 }
 
+// fleetProc is one replica of a fleet, an OS process running fleetMain.
+type fleetProc struct {
+	cmd   *exec.Cmd
+	lines chan string // what it prints, a line at a time
+}
+
+// startFleetProc starts a replica of s; it is killed at the end of the test.
+func startFleetProc(t *testing.T, s fleetSpec) *fleetProc {
+	t.Helper()
+	spec, _ := json.Marshal(s)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fleetEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return &fleetProc{cmd, lines}
+}
+
+// first returns the first line p printed: "ready", or why it could not
+// start.
+func (p *fleetProc) first(t *testing.T) string {
+	t.Helper()
+	select {
+	case l := <-p.lines:
+		return l
+	case <-time.After(20 * time.Second):
+		t.Fatal("a replica did not start")
+	}
+	return ""
+}
+
+// ready waits until p is ready.
+func (p *fleetProc) ready(t *testing.T) {
+	t.Helper()
+	if l := p.first(t); l != "ready" {
+		t.Fatalf("a replica: %s", l)
+	}
+}
+
+// result waits up to d for p's result.
+func (p *fleetProc) result(t *testing.T, d time.Duration) fleetResult {
+	t.Helper()
+	var r fleetResult
+	select {
+	case l := <-p.lines:
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("a replica printed %q", l)
+		}
+	case <-time.After(d):
+		t.Fatal("a replica did not finish")
+	}
+	return r
+}
+
 // runFleet runs 3 replicas of s as OS processes; during the run, fault
 // is applied after a second. It returns each replica's result.
 func runFleet(t *testing.T, s fleetSpec, fault func()) []fleetResult {
 	t.Helper()
 	const procs = 3
-	type started struct {
-		cmd   *exec.Cmd
-		lines chan string
-	}
-	var ps []started
+	var ps []*fleetProc
 	for range procs {
-		spec, _ := json.Marshal(s)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fleetEnv+"="+string(spec))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		lines := make(chan string, 4)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		ps = append(ps, started{cmd, lines})
+		ps = append(ps, startFleetProc(t, s))
 	}
 	for _, p := range ps {
-		if l := <-p.lines; l != "ready" {
-			t.Fatalf("a replica: %s", l)
-		}
+		p.ready(t)
 	}
 	time.Sleep(time.Second)
 	fault()
 	var rs []fleetResult
 	for _, p := range ps {
-		var r fleetResult
-		select {
-		case l := <-p.lines:
-			if err := json.Unmarshal([]byte(l), &r); err != nil {
-				t.Fatalf("a replica printed %q", l)
-			}
-		case <-time.After(s.Run + 20*time.Second):
-			t.Fatal("a replica did not finish")
-		}
-		rs = append(rs, r)
+		rs = append(rs, p.result(t, s.Run+20*time.Second))
 	}
 	return rs
 }

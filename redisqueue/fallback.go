@@ -69,7 +69,9 @@ func (b *Backend) allowanceLocked() int {
 	}
 	fleet := int(b.limit.Load())
 	if b.replicas == 0 {
-		return fleet // Redis never answered
+		// Redis never answered: other replicas may be running the whole
+		// limit, and nothing says how much of it is this one's.
+		return 0
 	}
 	return min(b.splitLocked(fleet), b.heard.mine+b.splitLocked(max(0, fleet-b.heard.fleet)))
 }

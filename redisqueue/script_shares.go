@@ -56,7 +56,8 @@ const (
 //	      keys, the largest cost waiting (1 without costs). Reply {held,
 //	      target, shrink, limit, epoch, freeze left ms,
 //	      the replicas "id,id,...", free, 1 if a replica is short of its
-//	      target else 0, v}, or {"conflict", why}.
+//	      target else 0, v, 1 if the fleet holds more than its limit else
+//	      0}, or {"conflict", why}.
 //	limit ARGV[6] = the new limit. Reply: the limit.
 //	bye   the replica leaves: its share goes back at once. Reply: 1.
 //	stats Reply {held in all, queued in all, replicas, limit}.
@@ -403,5 +404,5 @@ if short > 0 then anyShort = 1 end
 -- those a freeze still waits for (they may hold slots of older data).
 local seen = table.concat(ids, ',')
 if frozen and awaited and awaited ~= '' then seen = seen .. ',' .. awaited end
-return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, seen, math.max(free, 0), anyShort, v}
+return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, seen, math.max(free, 0), anyShort, v, over and 1 or 0}
 `)

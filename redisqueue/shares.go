@@ -527,7 +527,7 @@ func (s *shares) sync(fell bool) error {
 		s.halt(err.Error())
 		return err
 	}
-	if !ok || len(r) != 10 {
+	if !ok || len(r) != 11 {
 		return fmt.Errorf("redisqueue: unexpected reply to the shares sync: %v", res)
 	}
 	held, _ := r[0].(int64)
@@ -540,6 +540,7 @@ func (s *shares) sync(fell bool) error {
 	free, _ := r[7].(int64)
 	short, _ := r[8].(int64)
 	version, _ := r[9].(int64)
+	over, _ := r[10].(int64)
 	b.markUp()
 	b.limit.Store(limit)
 
@@ -550,6 +551,13 @@ func (s *shares) sync(fell bool) error {
 	}
 	if shrink == 1 && int(target) < next {
 		next = int(target)
+	}
+	if over == 1 {
+		// The fleet holds more than its limit (this replica came back
+		// after its lease ran out, or SetLimit lowered the limit): the
+		// slots counted as ours stay with what runs on them, and no share
+		// grows until the fleet is back under the limit.
+		next = min(next, s.local)
 	}
 	if s.lost {
 		s.lost = false
