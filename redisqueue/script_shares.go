@@ -3,14 +3,15 @@ package redisqueue
 // The Redis data of one Name in Shares mode (see shares.go), beside the
 // GlobalQueue keys of scripts.go under the same hash tag:
 //
-//	s     HASH   replica id → "held need prio told queued v low": the slots
+//	s     HASH   replica id → "held need prio told queued v low seq": the slots
 //	             Redis counts as the replica's (never below what it runs or
 //	             may run before its next sync), its demand (its running
 //	             slots and waiters, at their peak since its previous sync),
 //	             the highest priority among its waiters ("" when none
 //	             wait), the share it was last told it may keep, its waiters
-//	             now, the v of its last sync, and the largest cost among its
-//	             waiters (the least share that runs each of them)
+//	             now, the v of its last sync, the largest cost among its
+//	             waiters (the least share that runs each of them), and the
+//	             number of its last sync applied
 //	se    ZSET   replica id → when its lease runs out (ms, Redis clock)
 //	sm    HASH   n: the fleet's limit set by SetLimit (absent: the declared
 //	             MaxConcurrent); d: the MaxConcurrent the live replicas
@@ -53,11 +54,13 @@ const (
 //	sync  ARGV[6..12] = held now, need, prio ("" none), queued, the epoch
 //	      this replica knows ("" none), the replicas and the v of its last
 //	      reply, the gap (ms) that moves leases on, the freeze (ms) of new
-//	      keys, the largest cost waiting (1 without costs). Reply {held,
+//	      keys, the largest cost waiting (1 without costs), the number of
+//	      this sync (each of a replica's syncs has a higher one). Reply {held,
 //	      target, shrink, limit, epoch, freeze left ms,
 //	      the replicas "id,id,...", free, 1 if a replica is short of its
 //	      target else 0, v, 1 if the fleet holds more than its limit else
-//	      0}, or {"conflict", why}.
+//	      0}, or {"conflict", why}, or {"stale"} for a sync that arrived
+//	      after a later one of the same replica (nothing is changed).
 //	limit ARGV[6] = the new limit. Reply: the limit.
 //	bye   the replica leaves: its share goes back at once. Reply: 1.
 //	stats Reply {held in all, queued in all, replicas, limit}.
@@ -112,17 +115,17 @@ if op == 'sync' then
 end
 
 -- Every replica's record.
-local ids, held, need, prio, told, queued, synced, low = {}, {}, {}, {}, {}, {}, {}, {}
+local ids, held, need, prio, told, queued, synced, low, sent = {}, {}, {}, {}, {}, {}, {}, {}, {}
 local function load()
-  ids, held, need, prio, told, queued, synced, low = {}, {}, {}, {}, {}, {}, {}, {}
+  ids, held, need, prio, told, queued, synced, low, sent = {}, {}, {}, {}, {}, {}, {}, {}, {}
   local all = redis.call('HGETALL', S)
   for i = 1, #all, 2 do
     local id = all[i]
-    local h, n, p, d, q, v, w = string.match(all[i + 1], '^(%d+) (%d+) (%S*) (%d+) (%d+) (%d+) (%d+)$')
+    local h, n, p, d, q, v, w, c = string.match(all[i + 1], '^(%d+) (%d+) (%S*) (%d+) (%d+) (%d+) (%d+) (%d+)$')
     if h then
       ids[#ids + 1] = id
       held[id], need[id], prio[id], told[id], queued[id] = tonumber(h), tonumber(n), tonumber(p), tonumber(d), tonumber(q)
-      synced[id], low[id] = tonumber(v), tonumber(w)
+      synced[id], low[id], sent[id] = tonumber(v), tonumber(w), tonumber(c)
     end
   end
   table.sort(ids)
@@ -161,6 +164,12 @@ end
 
 -- sync. A live replica in r that has no share runs in GlobalQueue mode.
 load()
+-- A sync that reaches Redis after a later one of the same replica (its
+-- caller gave up on it, and synced again) says what the replica held then:
+-- applied, it would lower what Redis counts as the replica's and let
+-- another grow into slots still in use.
+local seq = tonumber(ARGV[16])
+if sent[me] and seq <= sent[me] then return {'stale'} end
 for _, r in ipairs(redis.call('ZRANGEBYSCORE', GR, '(' .. now, '+inf')) do
   if r ~= me and not held[r] then
     return {'conflict', 'replica ' .. r .. ' of this Name runs in GlobalQueue mode'}
@@ -376,7 +385,7 @@ local shrink = over or shrinkBusy or (shrinkIdle and idle(me))
 -- told: the share this replica now believes it may keep.
 local keepTold = math.max(target[me], held[me])
 if shrink then keepTold = target[me] end
-redis.call('HSET', S, me, held[me] .. ' ' .. need[me] .. ' ' .. ARGV[8] .. ' ' .. keepTold .. ' ' .. queued[me] .. ' ' .. v .. ' ' .. low[me])
+redis.call('HSET', S, me, held[me] .. ' ' .. need[me] .. ' ' .. ARGV[8] .. ' ' .. keepTold .. ' ' .. queued[me] .. ' ' .. v .. ' ' .. low[me] .. ' ' .. seq)
 redis.call('ZADD', SE, now + ttl, me)
 -- Declared in GlobalQueue's keys as well, so that a replica of that mode
 -- refuses to start beside this one.

@@ -51,6 +51,9 @@ type shares struct {
 	// asked is set by an arrival that found no free slot, for the
 	// coordinator: sync soon, if it may help.
 	asked atomic.Bool
+	// syncs numbers the syncs, so that Redis can tell one that reached it
+	// after a later one (see script_shares.go).
+	syncs atomic.Int64
 	// waiting counts, by cost, the requests in Acquire (waiting, or about
 	// to be granted), when requests have costs: the slots they wait for
 	// are demand, and the largest the least share that lets them run.
@@ -511,11 +514,16 @@ func (s *shares) sync(fell bool) error {
 	o := b.opts
 	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, seen, seenV,
 		(2*o.SharePeriod + 2*o.CallTimeout).Milliseconds(), (o.SharePeriod + 2*o.CallTimeout).Milliseconds(),
-		min(least, math.MaxInt32))
+		min(least, math.MaxInt32), s.syncs.Add(1))
 	if err != nil {
 		return err
 	}
 	r, ok := res.([]any)
+	if ok && len(r) == 1 && r[0] == "stale" {
+		// Only a sync that reached Redis after a later one is stale, and
+		// its caller gave up on it first: nothing to apply.
+		return nil
+	}
 	if ok && len(r) == 2 && r[0] == "conflict" {
 		why, _ := r[1].(string)
 		err := fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
