@@ -414,6 +414,11 @@ func (s *shares) leaseRanOut() {
 func (s *shares) lapsed(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.lapsedLocked(now)
+}
+
+// lapsedLocked is lapsed. Requires s.mu.
+func (s *shares) lapsedLocked(now time.Time) bool {
 	return !s.leaseEnd.IsZero() && !now.Before(s.leaseEnd)
 }
 
@@ -462,7 +467,7 @@ func (s *shares) sync(fell bool) error {
 	// moves it (and Close, to zero). So what is reported, the limit or
 	// what runs if more, bounds what runs until the reply is applied.
 	s.mu.Lock()
-	if !s.leaseEnd.IsZero() && !time.Now().Before(s.leaseEnd) && s.local > 0 {
+	if s.lapsedLocked(time.Now()) && s.local > 0 {
 		// The lease ran out: Redis may have counted the share away and
 		// given it to others. The in-memory Backend grants nothing past
 		// the lease already; the share goes, and what runs here is
@@ -475,15 +480,16 @@ func (s *shares) sync(fell bool) error {
 	s.mu.Unlock()
 	c := s.fast.Counts()
 	cur := max(local, c.Held)
-	need := c.Held + s.queuedSlots(c)
+	// The slots the waiters ask for, and the least share that lets the
+	// largest waiting request run.
+	queued, least := c.Queued, 1
+	if s.b.limits.Weighted {
+		sum, most := s.waitingSlots()
+		queued, least = max(sum, c.Queued), max(most, 1)
+	}
+	need := c.Held + queued
 	if peak := int(s.peak.Swap(0)); !fell {
 		need = max(need, peak)
-	}
-	// The least share that lets the largest waiting request run.
-	least := 1
-	if s.b.limits.Weighted {
-		_, least = s.waitingSlots()
-		least = max(least, 1)
 	}
 	prio := ""
 	if s.waited.Swap(false) || c.Queued > 0 {
