@@ -5,7 +5,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 GO ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test test-long demo bench bench-smoke bench-goodput bench-weighted bench-fleet lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules check-outside
+.PHONY: test test-long demo bench bench-smoke bench-goodput bench-weighted bench-fleet bench-fleet-scale lint examples soak soak-redis soak-smoke fuzz-smoke adaptive-chart tidy check-modules check-outside
 
 # Vet and race-test every module in the repository, without the long
 # suites (-short): a few minutes.
@@ -56,6 +56,14 @@ bench-weighted:
 # the Redis of make test); prints its table and targets, writes nothing.
 bench-fleet:
 	cd bench && $(GO) run ./cmd/report -fleet
+
+# Section 15 alone, which make bench leaves out: one Name for 16 to 1,024
+# replicas in redisqueue's Shares mode, idle, loaded and as the load moves,
+# on a redis-server that it starts on a free port and stops (about two
+# minutes; needs redis-server on the PATH); prints its tables and targets,
+# writes nothing.
+bench-fleet-scale:
+	cd bench && $(GO) run ./cmd/report -fleet-scale
 
 # gofmt and staticcheck over every module.
 lint:

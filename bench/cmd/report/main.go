@@ -1,10 +1,11 @@
 // Command report runs the benchmark suite of ginqueue and its peers:
 //
-//	go run ./cmd/report -out ..   # the whole suite; rewrites ../BENCHMARKS.md and ../docs/bench-*.svg
-//	go run ./cmd/report -smoke    # every measurement once on tiny sizes; writes nothing
-//	go run ./cmd/report -goodput  # section 12 alone; prints its targets and table, writes nothing
-//	go run ./cmd/report -weighted # section 13 alone; prints its targets and table, writes nothing
-//	go run ./cmd/report -fleet    # section 14 alone; prints its table and targets, writes nothing
+//	go run ./cmd/report -out ..      # the whole suite; rewrites ../BENCHMARKS.md and ../docs/bench-*.svg
+//	go run ./cmd/report -smoke       # every measurement once on tiny sizes; writes nothing
+//	go run ./cmd/report -goodput     # section 12 alone; prints its targets and table, writes nothing
+//	go run ./cmd/report -weighted    # section 13 alone; prints its targets and table, writes nothing
+//	go run ./cmd/report -fleet       # section 14 alone; prints its table and targets, writes nothing
+//	go run ./cmd/report -fleet-scale # section 15 alone (not in the whole suite); prints its tables and targets, writes nothing
 package main
 
 import (
@@ -25,15 +26,16 @@ func main() {
 	goodput := flag.Bool("goodput", false, "run section 12 (goodput under overload) alone, print its targets and table, write nothing")
 	weighted := flag.Bool("weighted", false, "run section 13 (weighted requests) alone, print its targets and table, write nothing")
 	fleet := flag.Bool("fleet", false, "run section 14 (one limit for a fleet, three ways) alone, print its table and targets, write nothing")
+	fleetScale := flag.Bool("fleet-scale", false, "run section 15 (one Name for up to 1,024 replicas in Shares mode, on a redis-server of its own) alone, print its tables and targets, write nothing")
 	flag.Parse()
 	plan, only, alone := suite.FullPlan(), "", 0
-	for name, set := range map[string]bool{"goodput": *goodput, "weighted": *weighted, "fleet": *fleet} {
+	for name, set := range map[string]bool{"goodput": *goodput, "weighted": *weighted, "fleet": *fleet, "fleet-scale": *fleetScale} {
 		if set {
 			only, alone = name, alone+1
 		}
 	}
 	if alone > 1 {
-		fmt.Fprintln(os.Stderr, "report: -goodput, -weighted and -fleet each run one section alone; give one")
+		fmt.Fprintln(os.Stderr, "report: -goodput, -weighted, -fleet and -fleet-scale each run one section alone; give one")
 		os.Exit(2)
 	}
 	if *smoke {

@@ -8,7 +8,9 @@
 // 11 is the redisqueue backend on a real Redis (redis.go); 12 is goodput
 // under overload over loopback (goodput.go); 13 is weighted requests
 // (weighted.go); 14 is one limit shared by a fleet of replicas, three ways
-// (fleet.go). report.go checks the targets and renders the report.
+// (fleet.go); 15, which runs only when named, is fleets of up to 1,024
+// replicas of one Name in redisqueue's Shares mode (fleetscale.go).
+// report.go checks the targets and renders the report.
 package suite
 
 import (
@@ -60,6 +62,7 @@ type Plan struct {
 	FleetReplicas, FleetClients                           int     // replicas; closed-loop clients per replica at saturation
 	FleetUneven                                           []int   // closed-loop clients of each replica under uneven saturation
 	FleetWork, FleetUnevenWork                            time.Duration
+	Scale                                                 ScalePlan // section 15, which runs only when named
 }
 
 // FullPlan is the plan of `make bench`: a few minutes on a 2-core machine.
@@ -88,6 +91,9 @@ func FullPlan() Plan {
 		FleetLimits:   Limits{MaxConcurrent: 64, MaxQueue: 1024, QueueTimeout: 10 * time.Second},
 		FleetReplicas: 4, FleetClients: 64, FleetUneven: []int{8, 8, 8, 104},
 		FleetWork: 200 * time.Microsecond, FleetUnevenWork: 20 * time.Millisecond,
+		Scale: ScalePlan{Replicas: []int{16, 64, 256, 1024}, Clients: 2, Work: 20 * time.Millisecond,
+			MaxQueue: 64, QueueTimeout: 2 * time.Second, StartBatch: 64,
+			WarmUp: time.Second, Window: 5 * time.Second, Settle: 2 * time.Second},
 	}
 }
 
@@ -104,6 +110,7 @@ func SmokePlan() Plan {
 	p.GoodputRounds, p.GoodputWarmUp, p.GoodputFill, p.GoodputWindow = 1, 100*time.Millisecond, false, 200*time.Millisecond
 	p.WeightedWarmUp, p.WeightedWindow = 50*time.Millisecond, 200*time.Millisecond
 	p.FleetWarmUp, p.FleetWindow = 500*time.Millisecond, time.Second
+	p.Scale.Replicas, p.Scale.WarmUp, p.Scale.Window, p.Scale.Settle = []int{4}, 200*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 	return p
 }
 
@@ -149,6 +156,7 @@ type Results struct {
 	Timelines                             []Timeline
 	RedisVersion, RedisWhy                string // RedisWhy says why section 11 was not measured
 	FleetWhy                              string // why section 14 measured the static split alone
+	FleetScale                            ScaleResults
 	Errors                                []string
 }
 
@@ -180,7 +188,11 @@ func loadAverage() string {
 
 // Sections are the parts of a run, in order; Run's only names one.
 var Sections = []string{"uncontended", "handoff", "schedule", "grant", "timeout", "memory", "growth",
-	"loopback", "burst", "features", "redis", "goodput", "weighted", "fleet"}
+	"loopback", "burst", "features", "redis", "goodput", "weighted", "fleet", "fleet-scale"}
+
+// Alone are the sections that a full run leaves out, for they take minutes:
+// they run when only names them, and in a smoke run on its tiny sizes.
+var Alone = []string{"fleet-scale"}
 
 type runner struct {
 	Plan
@@ -188,9 +200,9 @@ type runner struct {
 	res *Results
 }
 
-// Run measures what plan says, every section or only the one named, logging
-// progress to log. It sets -test.benchtime: a command must call
-// testing.Init first.
+// Run measures what plan says, every section (those in Alone only in a
+// smoke run) or only the one named, logging progress to log. It sets
+// -test.benchtime: a command must call testing.Init first.
 func Run(plan Plan, only string, log io.Writer) (*Results, error) {
 	if only != "" && !slices.Contains(Sections, only) {
 		return nil, fmt.Errorf("bench: no section %q (sections: %s)", only, strings.Join(Sections, ", "))
@@ -292,10 +304,10 @@ func Run(plan Plan, only string, log io.Writer) (*Results, error) {
 			r.gobench(&res.Features, "10c. saturated hand-off", true, pinned, plan.BenchHandoff)
 			r.growth(&res.Features, "10d. ", " over flows", spread[:2], []int{d[0], d[len(d)-1]})
 		},
-		"redis": r.redis, "goodput": r.goodput, "weighted": r.weighted, "fleet": r.fleet,
+		"redis": r.redis, "goodput": r.goodput, "weighted": r.weighted, "fleet": r.fleet, "fleet-scale": r.fleetScale,
 	}
 	for i, name := range Sections {
-		if only == "" || only == name {
+		if only == name || (only == "" && (plan.Smoke || !slices.Contains(Alone, name))) {
 			t := time.Now()
 			r.logf("%d. %s", i+1, name)
 			runs[name]()

@@ -31,9 +31,15 @@ func TestRun(t *testing.T) {
 	for _, s := range []string{"## Summary\n", "| overhead per request, the route alone (1a) | lower |", "| 7. growth, deepest / shallowest (ratio) |",
 		"| 10d. growth over flows, deepest / shallowest (ratio) |", "| 12. 5× C: goodput (share of C) |", "| 13. most slots running at once (slots, of 8) | lower | – | – |",
 		"| interval-polled, as written | 3 | 5 | 7 |", "## 14. Fleet: one limit for 4 replicas, three ways\n",
-		"| way | 14a. admitted (req/s, 4 × 64 clients, 200µs handlers) |", "\n| static split | ", "| fleet | static split: peak running across the fleet ≤ 64 |"} {
+		"| way | 14a. admitted (req/s, 4 × 64 clients, 200µs handlers) |", "\n| static split | ", "| fleet | static split: peak running across the fleet ≤ 64 |",
+		"## 15. Fleet at scale: one Name, up to 4 replicas in Shares mode\n"} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("report lacks %q", s)
+		}
+	}
+	for _, tg := range scaleTargets(r) {
+		if tg.Met == "not measured" && r.FleetScale.Why == "" {
+			t.Errorf("target %q not measured", tg.Name)
 		}
 	}
 	for _, tg := range targets(r) {
@@ -50,6 +56,10 @@ func TestRun(t *testing.T) {
 	md.Reset()
 	if err := Markdown(&md, r, "weighted"); err != nil || !strings.HasPrefix(md.String(), "| area | target | figure | met |\n|---|---|---|---|\n| weighted |") {
 		t.Errorf("section 13 alone: %v\n%s", err, md.String())
+	}
+	md.Reset()
+	if err := Markdown(&md, r, "fleet-scale"); err != nil || !strings.HasPrefix(md.String(), "## 15. Fleet at scale") {
+		t.Errorf("section 15 alone: %v\n%s", err, md.String())
 	}
 	md.Reset()
 	if err := Markdown(&md, r, "fleet"); err != nil || !strings.HasPrefix(md.String(), "## 14. Fleet") || !strings.Contains(md.String(), "\n| fleet | Shares: admitted ≥ 0.8× the static split's |") {
@@ -180,5 +190,46 @@ func TestTargets(t *testing.T) {
 	}
 	if got := format(FormatRate, 1234567) + format(FormatBytes, -820) + format(FormatShare, 0.9346) + " " + format(FormatSmall, 0) + " " + format(FormatSmall, 512.4); got != "1,234,567/s-820 B93.5% 0 512" {
 		t.Errorf("formats: %q", got)
+	}
+}
+
+// TestScaleTargets: section 15's targets and table on figures made up for
+// the test, on each side of the limits; sizes not measured stay so.
+func TestScaleTargets(t *testing.T) {
+	r := &Results{Plan: FullPlan()}
+	w := 5 * time.Second
+	r.FleetScale.Sizes = []ScaleSize{
+		{N: 16, Limit: 8, Phases: []ScalePhase{{Name: ScaleMoves, Window: w, SharesAt: 120 * time.Millisecond, RunningAt: 150 * time.Millisecond, Peak: 8}}},
+		{N: 1024, Limit: 512, Phases: []ScalePhase{
+			{Name: ScaleIdle, Window: w, Calls: 1000, RedisCPU: 1},
+			{Name: ScaleLoaded, Window: w, Calls: 5000, RedisCPU: 2, Outages: 3, Down: 700, Refused: [3]int64{1234, 5, 6}, Served: 100_000, Peak: 513},
+			{Name: ScaleMoves, Window: w, Calls: 5000, RedisCPU: 2, SharesAt: -1, RunningAt: -1},
+		}},
+	}
+	want := map[string]string{
+		"N=1,024 idle: Redis CPU ≤ 25% of a core":                                  "yes: 20.0% (limit 25.0%)",
+		"N=1,024 idle: no replica marks Redis down":                                "yes: 0 times; 0 replicas down at the end",
+		"N=1,024 loaded: Redis CPU ≤ 25% of a core":                                "no: 40.0% (limit 25.0%)",
+		"N=1,024 loaded: no replica marks Redis down":                              "no: 3 times; 700 replicas down at the end",
+		"N=1,024 loaded: no 503 or 408 (the load calls for none)":                  "no: 503: 1,234, 408: 5",
+		"N=16 load moves: the loaded half holds 90% of the limit within 200 ms":    "yes: 120.0 ms",
+		"N=64 load moves: the loaded half holds 90% of the limit within 200 ms":    "not measured: –",
+		"N=1,024 load moves: the loaded half holds 90% of the limit within 200 ms": "no: not within 5s",
+		"peak running ≤ the limit, every size and phase":                           "no: 513 of 512 at N=1,024, loaded",
+	}
+	got := scaleTargets(r)
+	if len(got) != len(want)+1 { // N=256 is not measured either
+		t.Errorf("%d targets, want %d", len(got), len(want)+1)
+	}
+	for _, tg := range got {
+		if w, ok := want[tg.Name]; ok && tg.Met+": "+tg.Figure != w {
+			t.Errorf("%s: %s: %s, want %s", tg.Name, tg.Met, tg.Figure, w)
+		}
+	}
+	if got := r.Scale.Sizes(); got != "16, 64, 256 and 1,024" {
+		t.Errorf("Sizes() = %q", got)
+	}
+	if row := "| 1,024 | loaded | 1,000/s | 400.0 µs | 40.0% | 20,000/s (78.1%) | 1,234 | 5 | 6 | 3; 700 | 513 of 512 | – |\n"; !strings.Contains(scaleTable(r), row) {
+		t.Errorf("scaleTable lacks\n%s in\n%s", row, scaleTable(r))
 	}
 }

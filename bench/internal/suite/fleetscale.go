@@ -1,0 +1,586 @@
+package suite
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/redisqueue"
+)
+
+// Section 15: how one Redis coordinates many replicas of one Name in
+// redisqueue's Shares mode (BENCHMARKS.md says how each figure is
+// measured). It runs only when named (make bench-fleet-scale), on a
+// redis-server of its own, and uses redisqueue's public API alone. Every
+// replica is a ginqueue.Queue on a gin engine of its own, called in process
+// by closed-loop clients, as in section 14.
+
+// ScalePlan is what section 15 does: fleets of growing sizes, one after
+// another, each under a Name of its own.
+type ScalePlan struct {
+	Replicas     []int         // the fleet sizes N
+	Clients      int           // closed-loop clients on each loaded replica
+	Work         time.Duration // what a handler sleeps
+	MaxQueue     int           // each replica's waiting places: more than the clients it gets
+	QueueTimeout time.Duration // each replica's: far above the wait that a fair share gives
+	StartBatch   int           // replicas started at once
+	WarmUp       time.Duration // before the window of the idle and loaded phases
+	Window       time.Duration // the window of each phase
+	Settle       time.Duration // the load on the first half before it moves
+}
+
+// Limit is the fleet's limit for n replicas: n/2 slots. With Clients of 2
+// on every replica the fleet is offered 4 times its limit, and a fair share
+// is half a slot, so that the shares must move between the replicas over
+// time; with the load on half of the replicas, a fair share is one slot.
+func (s ScalePlan) Limit(n int) int { return max(1, n/2) }
+
+// Sizes lists the fleet sizes: "16, 64, 256 and 1,024".
+func (s ScalePlan) Sizes() string {
+	out := ""
+	for i, n := range s.Replicas {
+		switch {
+		case i == 0:
+		case i == len(s.Replicas)-1:
+			out += " and "
+		default:
+			out += ", "
+		}
+		out += digits(n)
+	}
+	return out
+}
+
+// Capacity is what the limit of n replicas serves per second when every
+// slot is busy.
+func (s ScalePlan) Capacity(n int) float64 { return float64(s.Limit(n)) / s.Work.Seconds() }
+
+// The phases of each fleet size, in the order they run.
+const (
+	ScaleIdle   = "idle"
+	ScaleLoaded = "loaded"
+	ScaleMoves  = "load moves"
+)
+
+// scaleConverged is the share of the limit that the replicas which have
+// the load must hold for the load to have moved.
+const scaleConverged = 0.9
+
+// ScaleResults is what section 15 measured.
+type ScaleResults struct {
+	RedisVersion string
+	Sizes        []ScaleSize
+	Why          string // why the section was not measured
+}
+
+// ScaleSize is one fleet size.
+type ScaleSize struct {
+	N, Limit    int           // the replicas and the fleet's limit
+	StartUp     time.Duration // from the first replica's start to the last's
+	Connections int           // clients connected to Redis once every replica had started
+	Live        int           // replicas Redis counted live then (GlobalStats.Replicas); -1 if it did not answer
+	Outages     uint64        // times the replicas marked Redis down while they started
+	Down        int           // replicas that had Redis marked down once all had started
+	Phases      []ScalePhase
+}
+
+// ScalePhase is what one phase of one fleet size gave. The script calls,
+// CPU times and answers served count within the window; the refusals,
+// outages and peak over the whole phase.
+type ScalePhase struct {
+	Name     string
+	Window   time.Duration
+	Calls    float64  // script calls Redis ran (EVALSHA, EVAL and the like); NaN if INFO failed
+	RedisCPU float64  // Redis's used_cpu_sys + used_cpu_user, seconds; NaN if INFO failed
+	BenchCPU float64  // this process's CPU, seconds; NaN where unknown
+	Served   int64    // 2xx answers
+	Refused  [3]int64 // the other answers, by kind: refused503, refused408, refusedOther
+	Outages  uint64   // times a replica marked Redis down (Stats().Outages), summed
+	Down     int      // replicas that had Redis marked down (Stats().Unavailable) at the window's end
+	Peak     int64    // the most handlers running at once in the fleet
+	// Load moves only: from the move until the second half held
+	// scaleConverged of the limit as shares, and as handlers running
+	// there; -1 if not within the window.
+	SharesAt, RunningAt time.Duration
+}
+
+// The kinds of refusal in ScalePhase.Refused.
+const (
+	refused503   = iota // queue full or Redis unavailable
+	refused408          // queue timeout
+	refusedOther        // any other status that is not 2xx
+)
+
+// scaleCounts is what the handlers and clients of one fleet count, outside
+// the library. A phase resets it before its clients start.
+type scaleCounts struct {
+	running, peak atomic.Int64 // handlers running in the fleet; the most at once
+	second        atomic.Int64 // handlers running on the second half of the replicas
+	window        atomic.Bool  // set while the phase's window is open
+	served        atomic.Int64 // 2xx answers while window was set
+	refused       [3]atomic.Int64
+}
+
+func (c *scaleCounts) reset() {
+	c.peak.Store(c.running.Load())
+	c.served.Store(0)
+	for i := range c.refused {
+		c.refused[i].Store(0)
+	}
+}
+
+// enter counts a handler that starts, on the second half or not.
+func (c *scaleCounts) enter(second bool) {
+	n := c.running.Add(1)
+	for m := c.peak.Load(); n > m && !c.peak.CompareAndSwap(m, n); m = c.peak.Load() {
+	}
+	if second {
+		c.second.Add(1)
+	}
+}
+
+func (c *scaleCounts) leave(second bool) {
+	if second {
+		c.second.Add(-1)
+	}
+	c.running.Add(-1)
+}
+
+// answer counts the status a client got and reports whether it was served.
+func (c *scaleCounts) answer(code int) bool {
+	switch {
+	case code >= 200 && code < 300:
+		if c.window.Load() {
+			c.served.Add(1)
+		}
+		return true
+	case code == http.StatusServiceUnavailable:
+		c.refused[refused503].Add(1)
+	case code == http.StatusRequestTimeout:
+		c.refused[refused408].Add(1)
+	default:
+		c.refused[refusedOther].Add(1)
+	}
+	return false
+}
+
+// scaleReplica is one replica: a Backend in Shares mode on a Redis client
+// of its own, under a Queue on a gin engine of its own.
+type scaleReplica struct {
+	rdb *redis.Client
+	b   *redisqueue.Backend
+	q   *ginqueue.Queue
+	h   http.Handler
+}
+
+// scaleFleet is the replicas of one fleet size, all under one Name.
+type scaleFleet struct {
+	plan     ScalePlan
+	addr     string
+	name     string
+	limit    int
+	replicas []scaleReplica // each written by the goroutine that starts it, before start returns
+	counts   scaleCounts
+}
+
+// newScaleFleet is a fleet of n replicas, not started, under a Name made
+// fresh for it.
+func newScaleFleet(plan ScalePlan, addr string, n int) *scaleFleet {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &scaleFleet{plan: plan, addr: addr, name: fmt.Sprintf("scale%d-%s", n, hex.EncodeToString(b[:])),
+		limit: plan.Limit(n), replicas: make([]scaleReplica, n)}
+}
+
+// start starts every replica, StartBatch at once, and stops at the first
+// batch with an error or once ctx ends. Close the fleet either way.
+func (f *scaleFleet) start(ctx context.Context) error {
+	return f.inBatches(ctx, f.startReplica)
+}
+
+// inBatches calls do for every replica, StartBatch at once, batch after
+// batch, and stops after a batch with an error or once ctx ends.
+func (f *scaleFleet) inBatches(ctx context.Context, do func(i int) error) error {
+	batch := max(f.plan.StartBatch, 1)
+	for lo := 0; lo < len(f.replicas); lo += batch {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hi := min(lo+batch, len(f.replicas))
+		errs := make([]error, hi-lo)
+		var wg sync.WaitGroup
+		for i := lo; i < hi; i++ {
+			wg.Go(func() { errs[i-lo] = do(i) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startReplica starts replica i: a go-redis client with a small pool, a
+// Backend in Shares mode with default Options otherwise, and its Queue.
+func (f *scaleFleet) startReplica(i int) error {
+	rep := &f.replicas[i]
+	rep.rdb = redis.NewClient(&redis.Options{Addr: f.addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
+	b, err := redisqueue.New(rep.rdb, redisqueue.Options{Name: f.name, Mode: redisqueue.Shares})
+	if err != nil {
+		return fmt.Errorf("replica %d: %w", i+1, err)
+	}
+	rep.b = b
+	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: f.limit, MaxQueue: f.plan.MaxQueue, QueueTimeout: f.plan.QueueTimeout, Backend: b})
+	if err != nil {
+		return fmt.Errorf("replica %d: %w", i+1, err)
+	}
+	rep.q = q
+	rep.h, _ = route(f.handler(i >= len(f.replicas)/2), nil, q.Handler())
+	return nil
+}
+
+// handler sleeps Work and counts itself running, in the fleet and, if
+// second, on the second half of the replicas.
+func (f *scaleFleet) handler(second bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		f.counts.enter(second)
+		defer f.counts.leave(second)
+		time.Sleep(f.plan.Work)
+		c.Status(http.StatusNoContent)
+	}
+}
+
+// close closes every replica that started, StartBatch at once.
+func (f *scaleFleet) close() {
+	_ = f.inBatches(context.Background(), func(i int) error {
+		rep := &f.replicas[i]
+		if rep.q != nil {
+			_ = rep.q.Close()
+		}
+		if rep.b != nil {
+			_ = rep.b.Close() // NewQueue leaves b open when it fails
+		}
+		if rep.rdb != nil {
+			_ = rep.rdb.Close()
+		}
+		return nil
+	})
+}
+
+// outages sums the times the replicas marked Redis down.
+func (f *scaleFleet) outages() uint64 {
+	var n uint64
+	for _, rep := range f.replicas {
+		n += rep.b.Stats().Outages
+	}
+	return n
+}
+
+// down counts the replicas that have Redis marked down now.
+func (f *scaleFleet) down() int {
+	n := 0
+	for _, rep := range f.replicas {
+		if rep.b.Stats().Unavailable {
+			n++
+		}
+	}
+	return n
+}
+
+// secondShares sums the shares (Stats().Limit) of the second half of the
+// replicas.
+func (f *scaleFleet) secondShares() int {
+	n := 0
+	for _, rep := range f.replicas[len(f.replicas)/2:] {
+		n += rep.b.Stats().Limit
+	}
+	return n
+}
+
+// clients starts Clients closed-loop clients on each of the replicas from
+// first to last (excluded). Once moved is set, each sends its next request
+// moveBy replicas on; once stop is set, each ends after its current request.
+func (f *scaleFleet) clients(wg *sync.WaitGroup, first, last, moveBy int, moved, stop *atomic.Bool) {
+	for i := first; i < last; i++ {
+		for range f.plan.Clients {
+			wg.Go(func() { f.client(i, moveBy, moved, stop) })
+		}
+	}
+}
+
+func (f *scaleFleet) client(at, moveBy int, moved, stop *atomic.Bool) {
+	req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+	for !stop.Load() {
+		i := at
+		if moved.Load() {
+			i += moveBy
+		}
+		if !f.counts.answer(serve(f.replicas[i].h, w, req)) {
+			time.Sleep(f.plan.Work) // a refusal returns at once: wait a handler's time rather than spin on it
+		}
+	}
+}
+
+// redisLoad reads the script calls and CPU seconds Redis has counted.
+func redisLoad(ctx context.Context, ctl *redis.Client) (calls, cpu float64, err error) {
+	info, err := ctl.Info(ctx, "cpu", "commandstats").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("INFO cpu and commandstats: %w", err)
+	}
+	cpu, calls, _ = parseRedisLoad(info)
+	return calls, cpu, nil
+}
+
+// sleepCtx sleeps for d or until ctx ends, and reports whether ctx is still
+// live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// scaleSpec is how a phase loads the fleet.
+type scaleSpec struct {
+	name         string
+	first, last  int           // the replicas whose clients start the phase; none when equal
+	moveBy       int           // at the window's start the clients move this many replicas on; 0 stays
+	before       time.Duration // the load before the window
+	measureMoves bool          // sample the convergence in the window
+}
+
+// specs are the phases of a fleet of n replicas, in order.
+func (s ScalePlan) specs(n int) []scaleSpec {
+	return []scaleSpec{
+		{name: ScaleIdle, before: s.WarmUp},
+		{name: ScaleLoaded, last: n, before: s.WarmUp},
+		{name: ScaleMoves, last: n / 2, moveBy: n / 2, before: s.Settle, measureMoves: true},
+	}
+}
+
+// phase runs one phase: the clients of sp for the load before the window
+// and the window, then what they and the replicas counted. Its clients have
+// all returned when it does.
+func (f *scaleFleet) phase(ctx context.Context, ctl *redis.Client, sp scaleSpec) (ScalePhase, error) {
+	runtime.GC() // the previous phase's garbage is collected on its own time
+	pt := ScalePhase{Name: sp.name, Calls: math.NaN(), RedisCPU: math.NaN(), BenchCPU: math.NaN(), SharesAt: -1, RunningAt: -1}
+	f.counts.reset()
+	outages0 := f.outages()
+	var moved, stop atomic.Bool
+	var wg sync.WaitGroup
+	f.clients(&wg, sp.first, sp.last, sp.moveBy, &moved, &stop)
+	err := f.window(ctx, ctl, sp, &pt, &moved)
+	stop.Store(true)
+	wg.Wait()
+	pt.Served, pt.Peak, pt.Outages = f.counts.served.Load(), f.counts.peak.Load(), f.outages()-outages0
+	for i := range pt.Refused {
+		pt.Refused[i] = f.counts.refused[i].Load()
+	}
+	return pt, err
+}
+
+// window waits out the load before the window, then measures the window
+// into pt: Redis's counters from one INFO reply to the next, this process's
+// CPU, and the replicas down at its end. It sets moved at the window's
+// start and, if sp says so, samples the convergence from then.
+func (f *scaleFleet) window(ctx context.Context, ctl *redis.Client, sp scaleSpec, pt *ScalePhase, moved *atomic.Bool) error {
+	if !sleepCtx(ctx, sp.before) {
+		return ctx.Err()
+	}
+	calls0, cpu0, err := redisLoad(ctx, ctl)
+	if err != nil {
+		return err
+	}
+	bench0, start := processCPU(), time.Now()
+	f.counts.window.Store(true)
+	defer f.counts.window.Store(false)
+	moved.Store(true)
+	end := start.Add(f.plan.Window)
+	if sp.measureMoves {
+		pt.SharesAt, pt.RunningAt = f.converge(ctx, start, end)
+	}
+	if !sleepCtx(ctx, time.Until(end)) {
+		return ctx.Err()
+	}
+	calls1, cpu1, err := redisLoad(ctx, ctl)
+	f.counts.window.Store(false)
+	pt.Window, pt.BenchCPU, pt.Down = time.Since(start), processCPU()-bench0, f.down()
+	if err == nil {
+		pt.Calls, pt.RedisCPU = calls1-calls0, cpu1-cpu0
+	}
+	return err
+}
+
+// converge samples, every 5 ms from start until end, the shares that the
+// second half of the replicas holds and the handlers running there: how
+// long after start each first reached scaleConverged of the limit, or -1
+// if it did not before end.
+func (f *scaleFleet) converge(ctx context.Context, start, end time.Time) (shares, running time.Duration) {
+	need := int(math.Ceil(scaleConverged * float64(f.limit)))
+	shares, running = -1, -1
+	for now := time.Now(); now.Before(end) && (shares < 0 || running < 0); now = time.Now() {
+		if running < 0 && int(f.counts.second.Load()) >= need {
+			running = now.Sub(start)
+		}
+		if shares < 0 && f.secondShares() >= need {
+			shares = now.Sub(start)
+		}
+		if !sleepCtx(ctx, 5*time.Millisecond) {
+			break
+		}
+	}
+	return shares, running
+}
+
+// census counts the clients connected to Redis and the replicas it holds
+// live; -1 for what it did not answer.
+func (f *scaleFleet) census(ctx context.Context, ctl *redis.Client) (conns, live int) {
+	conns, live = -1, -1
+	if info, err := ctl.Info(ctx, "clients").Result(); err == nil {
+		conns = infoInt(info, "connected_clients")
+	}
+	if gs, err := f.replicas[0].b.GlobalStats(ctx); err == nil {
+		live = gs.Replicas
+	}
+	return conns, live
+}
+
+// infoInt is the integer field name of an INFO reply, or -1.
+func infoInt(info, name string) int {
+	if n, err := strconv.Atoi(infoString(info, name)); err == nil {
+		return n
+	}
+	return -1
+}
+
+// scaleSize starts a fleet of n replicas, runs its phases and closes it.
+// What it measured comes back even with an error.
+func (r *runner) scaleSize(ctx context.Context, addr string, ctl *redis.Client, n int) (*ScaleSize, error) {
+	f := newScaleFleet(r.Scale, addr, n)
+	defer f.close()
+	start := time.Now()
+	if err := f.start(ctx); err != nil {
+		return nil, fmt.Errorf("starting %d replicas: %w", n, err)
+	}
+	size := &ScaleSize{N: n, Limit: f.limit, StartUp: time.Since(start), Outages: f.outages(), Down: f.down()}
+	size.Connections, size.Live = f.census(ctx, ctl)
+	r.logf("  N=%d: %d replicas started in %v, marked Redis down %d times, %d down now; Redis: %d connections, %d replicas live",
+		n, n, size.StartUp.Round(time.Millisecond), size.Outages, size.Down, size.Connections, size.Live)
+	for _, sp := range r.Scale.specs(n) {
+		pt, err := f.phase(ctx, ctl, sp)
+		size.Phases = append(size.Phases, pt)
+		r.logf("  N=%d %s", n, r.Scale.describe(n, pt))
+		if err != nil {
+			return size, fmt.Errorf("%d replicas, %s: %w", n, sp.name, err)
+		}
+	}
+	return size, nil
+}
+
+// describe is a phase's figures on one line, for the log.
+func (s ScalePlan) describe(n int, pt ScalePhase) string {
+	w := pt.Window.Seconds()
+	line := fmt.Sprintf("%s: script calls %s, Redis CPU %s of a core (%s a call), served %s of %s, 503 %d, 408 %d, other %d, marked down %d times, %d down at the end, peak %d of %d, this process %s of a core",
+		pt.Name, format(FormatRate, pt.Calls/w), format(FormatShare, pt.RedisCPU/w), format(FormatDuration, perCall(pt)),
+		format(FormatRate, float64(pt.Served)/w), format(FormatRate, s.Capacity(n)), pt.Refused[refused503], pt.Refused[refused408], pt.Refused[refusedOther],
+		pt.Outages, pt.Down, pt.Peak, s.Limit(n), format(FormatShare, pt.BenchCPU/w))
+	if pt.Name == ScaleMoves {
+		line += fmt.Sprintf("; converged: shares %s, running %s", convergence(pt.SharesAt, pt.Window), convergence(pt.RunningAt, pt.Window))
+	}
+	return line
+}
+
+// perCall is Redis's CPU per script call in the window, in ns; NaN without
+// calls.
+func perCall(pt ScalePhase) float64 {
+	if pt.Calls <= 0 {
+		return math.NaN()
+	}
+	return pt.RedisCPU * 1e9 / pt.Calls
+}
+
+// convergence prints a time to converge, or that it did not within window.
+func convergence(d, window time.Duration) string {
+	if d < 0 {
+		return "not within " + window.Round(100*time.Millisecond).String()
+	}
+	return format(FormatDuration, float64(d))
+}
+
+// fleetScale is section 15: every fleet size of the plan, on a redis-server
+// that it starts for itself and stops on every path. SIGINT or SIGTERM ends
+// it early, with what it measured so far.
+func (r *runner) fleetScale() {
+	res := &r.res.FleetScale
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := startRedisServer(ctx)
+	if errors.Is(err, errNoRedisServer) {
+		res.Why = "No redis-server was found on the PATH, so this section was not measured in this run."
+		r.logf("  %s", res.Why)
+		return
+	}
+	if err != nil {
+		r.fail(FleetShares, "15. starting redis-server", err)
+		return
+	}
+	defer srv.stop()
+	ctl := newRedisClient(srv.addr)
+	defer ctl.Close()
+	if info, err := ctl.Info(ctx, "server").Result(); err == nil {
+		res.RedisVersion = infoString(info, "redis_version")
+	}
+	r.logf("  redis-server %s on %s", res.RedisVersion, srv.addr)
+	for _, n := range r.Scale.Replicas {
+		size, err := r.scaleSize(ctx, srv.addr, ctl, n)
+		if size != nil {
+			res.Sizes = append(res.Sizes, *size)
+		}
+		if ctx.Err() != nil {
+			r.fail(FleetShares, "15. fleet at scale", fmt.Errorf("interrupted: %w", err))
+			return
+		}
+		if err != nil {
+			r.fail(FleetShares, "15. fleet at scale", err)
+		}
+		// Each size starts on an empty Redis; its replicas are closed.
+		if err := ctl.FlushAll(ctx).Err(); err != nil {
+			r.fail(FleetShares, "15. FLUSHALL", err)
+		}
+	}
+	if info, err := ctl.Info(ctx, "stats").Result(); err == nil {
+		r.logf("  Redis refused %d connections in the run (rejected_connections)", infoInt(info, "rejected_connections"))
+	}
+}
+
+// infoString is the field name of an INFO reply, or "".
+func infoString(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
