@@ -211,7 +211,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 		// Start sets the declared limit; GlobalStats may be called before.
 		b.base = []any{0, o.LeaseTTL.Milliseconds(), b.lists, b.replica}
 		b.keys = make([]string, numShareKeys)
-		for i, k := range [numShareKeys]string{skS: "s", skSE: "se", skSM: "sm", skR: "r", skD: "d", skG: "sg:" + b.replica} {
+		for i, k := range shareKeyNames(b.replica) {
 			b.keys[i] = prefix + k
 		}
 	}

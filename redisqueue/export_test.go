@@ -18,3 +18,6 @@ func Rank(b *Backend) int {
 // Stopped is closed once b's maintainer (Shares: its coordinator) has
 // returned.
 func Stopped(b *Backend) <-chan struct{} { return b.mainDn }
+
+// ReplicaID is b's replica id, as Redis knows it.
+func ReplicaID(b *Backend) string { return b.replica }

@@ -54,7 +54,7 @@ const (
 	// each admits and queues on its own, in memory, within the share it
 	// holds, with every feature of the in-memory Backend; Redis only moves
 	// shares, toward the replicas whose requests wait (higher priorities
-	// first), every SharePeriod or sooner. The slots held across the fleet
+	// first, wherever they wait), as demand moves. The slots held across the fleet
 	// never exceed the limit. The README's "Leased shares" says how, and
 	// what it costs.
 	Shares
@@ -163,12 +163,16 @@ type Options struct {
 	// mode are live.
 	Mode Mode
 
-	// SharePeriod is, in Shares mode, how often each replica reconciles its
-	// share with Redis (its demand, the share it may hold next); a replica
-	// whose requests start to wait, or that has slots to give back, does so
-	// at once, and Redis tells the replicas a move concerns. Zero means
-	// DefaultSharePeriod (50 ms). It must be at least 5 ms and at most
-	// LeaseTTL/4. Ignored in GlobalQueue mode.
+	// SharePeriod is, in Shares mode, how quickly shares follow demand. A
+	// replica whose share matches its demand renews its lease every
+	// LeaseTTL/4 or so (with jitter); one whose requests start to wait
+	// while slots may be free, or whose demand grows or falls by a quarter,
+	// syncs at once, but at most every SharePeriod/8; Redis tells the
+	// replicas a move concerns. A replica told that a slot is free for it
+	// must claim it within 2 × SharePeriod (and at least CallTimeout), or
+	// the next replica waiting gets it. Zero means DefaultSharePeriod (50
+	// ms). It must be at least 5 ms and at most LeaseTTL/4. Ignored in
+	// GlobalQueue mode.
 	SharePeriod time.Duration
 
 	// OnStateChange, when set, is called each time this replica marks Redis

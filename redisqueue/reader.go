@@ -62,6 +62,12 @@ func (b *Backend) read() {
 			return
 		default:
 		}
+		if b.sh != nil {
+			// The connection broke: Redis may have restarted or failed
+			// over, and lost what this replica holds. Tell it soon.
+			b.resync.Store(true)
+			b.wake()
+		}
 		b.dropReader(c)
 		if cc, ok := b.rdb.(*redis.ClusterClient); ok {
 			// The master may have moved: the next dial asks the slot map.

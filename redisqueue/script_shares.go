@@ -1,26 +1,46 @@
 package redisqueue
 
 // The Redis data of one Name in Shares mode (see shares.go), beside the
-// GlobalQueue keys of scripts.go under the same hash tag:
+// GlobalQueue keys of scripts.go under the same hash tag. A sync reads and
+// writes only its own record and running totals, so that it costs the same
+// at 4 replicas as at a thousand:
 //
-//	s     HASH   replica id → "held need prio told queued v low seq": the slots
-//	             Redis counts as the replica's (never below what it runs or
-//	             may run before its next sync), its demand (its running
-//	             slots and waiters, at their peak since its previous sync),
-//	             the highest priority among its waiters ("" when none
-//	             wait), the share it was last told it may keep, its waiters
-//	             now, the v of its last sync, the largest cost among its
-//	             waiters (the least share that runs each of them), and the
-//	             number of its last sync applied
-//	se    ZSET   replica id → when its lease runs out (ms, Redis clock)
+//	s     HASH   replica id → "held need queued v least seq short lst bands":
+//	             the slots Redis counts as the replica's (never below what
+//	             it runs or may run before its next sync), its demand (its
+//	             running slots and waiters, at their peak since its
+//	             previous sync), its waiters now, the v of its last sync,
+//	             the largest cost among its waiters, the number of its last
+//	             sync applied, the slots it was short of its target then,
+//	             the least share it counts in its top band (below), and its
+//	             demand by priority band, "band:slots,..." from the highest
+//	             band ("-" for none)
+//	se    ZSET   replica id → when its lease runs out, on the lease clock:
+//	             Redis's clock (ms) less sm's o
 //	sm    HASH   n: the fleet's limit set by SetLimit (absent: the declared
 //	             MaxConcurrent); d: the MaxConcurrent the live replicas
 //	             declared; e: the epoch, made when the keys are created, so
 //	             that a replica can tell Redis lost its data; v: the syncs of
 //	             the epoch, so that a replica can tell Redis lost its last
 //	             writes; fz: until when no share grows (ms), after a loss,
-//	             unless every replica of fw (those the replica that found
-//	             the loss last saw) has synced since v was fs
+//	             unless fw replicas that knew the data before synced since v
+//	             was fs (fc counts them); b: the last sync's time; o: the
+//	             lease clock's offset; H, Q, R, K: the totals of held,
+//	             queued, records and short over the records; j: the count
+//	             that orders sw
+//	sb    HASH   band → the demand of every replica in that band (slots)
+//	sl    HASH   band → the least shares of the replicas whose top band it is
+//	sk    HASH   band → the slots short of target of those replicas
+//	sw    ZSET   the replicas whose demand is not met: highest band first,
+//	             then in the order they began to wait (the turns)
+//	sx    ZSET   the replicas that hold slots: lowest band first, then the
+//	             most slots for their demand (who gives back first)
+//	sn    ZSET   replica id → when it was told slots are free for it: one
+//	             that does not sync within the claim window is dead or
+//	             stuck, and leaves sw
+//	sc    ZSET   replica id → minus the fraction its share lost to rounding
+//	             down, for those that want a slot more: the largest
+//	             fractions round up first, then by replica id
 //	sg:R  LIST   "s" notices for replica R: sync now
 //
 // Each replica also enters itself in GlobalQueue's r and d (with the lease
@@ -28,39 +48,63 @@ package redisqueue
 // two modes never run under one Name: either refuses to start beside the
 // other (ErrConflict).
 //
-// The slots held across the fleet are the sum of s's held. A replica raises
-// the limit it admits within only to the held value a reply gave it, and
-// reports, before each call, at least what it runs and may run until it
+// The slots held across the fleet are H, the sum of s's held. A replica
+// raises the limit it admits within only to the held value a reply gave it,
+// and reports, before each call, at least what it runs and may run until it
 // hears again; Redis lowers a held value only on that replica's report, or
 // when its lease ran out. So the slots running across the fleet are never
-// above that sum, and a share grows only from what is free: the sum stays
-// at most the limit, except where SetLimit lowered it below what was held,
-// or a replica came back from an outage with slots Redis had counted away;
-// no share grows until the sum is back under the limit.
+// above H, and a share grows only from what is free: H stays at most the
+// limit, except where SetLimit lowered it below what was held, or a replica
+// came back from an outage with slots Redis had counted away; no share
+// grows until H is back under the limit.
 
 // Shares-mode keys, in the order of the scripts' KEYS.
 const (
-	skS  = iota // s: the holders and their demand
+	skS  = iota // s: the records
 	skSE        // se: the leases
-	skSM        // sm: the limit, the declaration, the epoch
+	skSM        // sm: the limit, the epoch, the totals
 	skR         // r: GlobalQueue's live replicas, to refuse mixing modes
 	skD         // d: GlobalQueue's declarations, likewise
 	skG         // sg:R of the calling replica
+	skSB        // sb: demand by band
+	skSL        // sl: least shares by band
+	skSK        // sk: slots short of target by band
+	skSW        // sw: the replicas whose demand is not met, in turn order
+	skSX        // sx: the holders, who gives back first
+	skSN        // sn: the replicas told that slots are free for them
+	skSC        // sc: the replicas that may round their share up
 	numShareKeys
+)
+
+// shareKeyNames are the keys' names after the Name's prefix.
+func shareKeyNames(replica string) [numShareKeys]string {
+	return [numShareKeys]string{skS: "s", skSE: "se", skSM: "sm", skR: "r", skD: "d", skG: "sg:" + replica,
+		skSB: "sb", skSL: "sl", skSK: "sk", skSW: "sw", skSX: "sx", skSN: "sn", skSC: "sc"}
+}
+
+// noBand is the band of running slots whose replica never had a waiter:
+// below every priority a replica reports (priorities are clamped to
+// ±maxBand).
+const (
+	maxBand = 1_000_000
+	noBand  = -maxBand - 1
 )
 
 // sharesScript is every Shares-mode operation, by ARGV[5]:
 //
-//	sync  ARGV[6..12] = held now, need, prio ("" none), queued, the epoch
-//	      this replica knows ("" none), the replicas and the v of its last
-//	      reply, the gap (ms) that moves leases on, the freeze (ms) of new
-//	      keys, the largest cost waiting (1 without costs), the number of
-//	      this sync (each of a replica's syncs has a higher one). Reply {held,
-//	      target, shrink, limit, epoch, freeze left ms,
-//	      the replicas "id,id,...", free, 1 if a replica is short of its
-//	      target else 0, v, 1 if the fleet holds more than its limit else
-//	      0}, or {"conflict", why}, or {"stale"} for a sync that arrived
-//	      after a later one of the same replica (nothing is changed).
+//	sync  ARGV[6..17] = held now, need, demand by band ("band:slots,..."
+//	      from the highest, "-" for none), queued, the epoch this replica
+//	      knows ("" none), the replicas and the v of its last reply, the
+//	      gap (ms) that moves leases on, the freeze (ms) of new keys, the
+//	      largest cost waiting (1 without costs), the number of this sync
+//	      (each of a replica's syncs has a higher one), the claim window
+//	      (ms). Reply {held, target, shrink, limit, epoch, freeze left ms,
+//	      replicas, free, 1 if another replica's demand is not met, v, 1 if
+//	      the fleet holds more than its limit, 1 if held is a turn to give
+//	      back once used, ms after which to ask again for a turn (0: wait
+//	      for a notice)}, or {"conflict", why}, or {"stale"} for a sync
+//	      that arrived after a later one of the same replica (nothing is
+//	      changed).
 //	limit ARGV[6] = the new limit. Reply: the limit.
 //	bye   the replica leaves: its share goes back at once. Reply: 1.
 //	stats Reply {held in all, queued in all, replicas, limit}.
@@ -69,10 +113,12 @@ const (
 // the prefix of the notice lists, this replica's id.
 var sharesScript = newScript(`
 local S, SE, SM, GR, GD, MINE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local SB, SL, SK, SW, SX, SN, SC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local declared, ttl, lists, me, op = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local keep = 10 * ttl
+local NONE = ` + noBandLua + `
 
 local function notify(id)
   local k = lists .. id
@@ -82,105 +128,209 @@ local function notify(id)
   end
 end
 
-local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw', 'v', 'fs', 'b')
+local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw', 'fs', 'fc', 'v', 'b', 'o', 'H', 'Q', 'R', 'K', 'j')
 local limit = tonumber(meta[1]) or tonumber(declared)
+local off = tonumber(meta[10]) or 0
+local tot = {H = tonumber(meta[11]) or 0, Q = tonumber(meta[12]) or 0, R = tonumber(meta[13]) or 0, K = tonumber(meta[14]) or 0}
 
-if op == 'sync' then
-  local beat = tonumber(meta[8])
-  if beat and now - beat > tonumber(ARGV[13]) then
-    -- Nobody synced for longer than any replica's period: Redis was paused
-    -- or unreachable for everyone, whoever syncs first now (a replica back
-    -- from an outage, one that never marked Redis down, one that just
-    -- started). Every lease is moved on by the gap, so that nobody is
-    -- taken for dead for it while it may still run its share: a replica
-    -- stops admitting at its own lease end and reports what it runs at its
-    -- next sync. If the fleet had died instead, its shares come back a
-    -- lease later.
-    local gap = now - beat
-    local all = redis.call('ZRANGE', SE, 0, -1, 'WITHSCORES')
-    for i = 1, #all, 2 do redis.call('ZADD', SE, tonumber(all[i + 1]) + gap, all[i]) end
+-- A record, parsed; nil if absent.
+local function parse(s)
+  if not s then return nil end
+  local h, n, q, v, w, sq, df, ls, bs = string.match(s, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%S+)$')
+  if not h then return nil end
+  local r = {held = tonumber(h), need = tonumber(n), queued = tonumber(q), v = tonumber(v), least = tonumber(w),
+    seq = tonumber(sq), short = tonumber(df), lst = tonumber(ls), bands = {}, raw = bs}
+  if bs ~= '-' then
+    for b, d in string.gmatch(bs, '(%-?%d+):(%d+)') do r.bands[#r.bands + 1] = {tonumber(b), tonumber(d)} end
   end
-  redis.call('HSET', SM, 'b', now)
+  return r
+end
+local function top(r) if #r.bands > 0 then return r.bands[1][1] end return NONE end
+local function low(r) if #r.bands > 0 then return r.bands[#r.bands][1] end return NONE end
 
-  -- Leases that ran out: their replicas stopped syncing. Only a sync
-  -- sweeps, after the gap above: a call of another kind that reached Redis
-  -- first after an outage would take every replica for dead.
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', now)) do
-    redis.call('HDEL', S, id)
-    redis.call('ZREM', SE, id)
-    redis.call('DEL', lists .. id)
-    redis.call('ZREM', GR, id)
-    redis.call('HDEL', GD, id)
-  end
+local function bump(key, field, d)
+  if d ~= 0 and redis.call('HINCRBY', key, field, d) <= 0 then redis.call('HDEL', key, field) end
+end
+-- count adds r to the totals (sign 1) or takes it out (sign -1).
+local function count(r, sign)
+  tot.H, tot.Q, tot.R, tot.K = tot.H + sign * r.held, tot.Q + sign * r.queued, tot.R + sign, tot.K + sign * r.short
+  for _, bd in ipairs(r.bands) do bump(SB, bd[1], sign * bd[2]) end
+  bump(SL, top(r), sign * r.lst)
+  bump(SK, top(r), sign * r.short)
+end
+local function saveTotals()
+  redis.call('HSET', SM, 'H', math.max(tot.H, 0), 'Q', math.max(tot.Q, 0), 'R', math.max(tot.R, 0), 'K', math.max(tot.K, 0))
 end
 
--- Every replica's record.
-local ids, held, need, prio, told, queued, synced, low, sent = {}, {}, {}, {}, {}, {}, {}, {}, {}
-local function load()
-  ids, held, need, prio, told, queued, synced, low, sent = {}, {}, {}, {}, {}, {}, {}, {}, {}
-  local all = redis.call('HGETALL', S)
-  for i = 1, #all, 2 do
-    local id = all[i]
-    local h, n, p, d, q, v, w, c = string.match(all[i + 1], '^(%d+) (%d+) (%S*) (%d+) (%d+) (%d+) (%d+) (%d+)$')
-    if h then
-      ids[#ids + 1] = id
-      held[id], need[id], prio[id], told[id], queued[id] = tonumber(h), tonumber(n), tonumber(p), tonumber(d), tonumber(q)
-      synced[id], low[id], sent[id] = tonumber(v), tonumber(w), tonumber(c)
+-- forget takes a replica out; it returns the slots it held.
+local function forget(id)
+  local r = parse(redis.call('HGET', S, id))
+  local h = 0
+  if r then count(r, -1); h = r.held end
+  redis.call('HDEL', S, id)
+  for _, k in ipairs({SE, SW, SX, SN, SC, GR}) do redis.call('ZREM', k, id) end
+  redis.call('DEL', lists .. id)
+  redis.call('HDEL', GD, id)
+  return h
+end
+
+-- tellWaiting tells the first n replicas of sw (not me) that slots are
+-- free, one more than there are slots: a head that does not claim within
+-- the claim window leaves sw, and the next takes its place. With fewer
+-- waiting, the first holders are told too: an idle share grows as room
+-- for arrivals.
+local function tellWaiting(n)
+  if n <= 0 then return end
+  local told = 0
+  for _, id in ipairs(redis.call('ZRANGE', SW, 0, math.min(n, 8))) do
+    if id ~= me then
+      notify(id)
+      redis.call('ZADD', SN, 'NX', now, id)
+      told = told + 1
     end
   end
-  table.sort(ids)
+  for _, id in ipairs(redis.call('ZRANGE', SC, 0, 0)) do
+    if id ~= me then notify(id) end
+  end
+  if told < n then
+    for _, id in ipairs(redis.call('ZRANGE', SX, 0, math.min(n - told, 8))) do
+      if id ~= me then notify(id) end
+    end
+  end
 end
 
+-- shape reads the totals by band: for each band, from the highest, the
+-- slots left for it by the bands above (avail), its demand (D), the least
+-- shares of the replicas whose top band it is (L), and the share of its
+-- demand it gets (ratio); and the demand in all.
+local function shape()
+  local raw, bs = redis.call('HGETALL', SB), {}
+  for i = 1, #raw, 2 do bs[#bs + 1] = {tonumber(raw[i]), tonumber(raw[i + 1])} end
+  table.sort(bs, function(a, b) return a[1] > b[1] end)
+  local ls, L = redis.call('HGETALL', SL), {}
+  for i = 1, #ls, 2 do L[tonumber(ls[i])] = tonumber(ls[i + 1]) end
+  local info, cum = {}, 0
+  for _, bd in ipairs(bs) do
+    local avail = math.max(0, limit - cum)
+    local ratio = 1
+    if bd[2] > avail then ratio = avail / bd[2] end
+    info[bd[1]] = {avail = avail, D = bd[2], L = L[bd[1]] or 0, ratio = ratio}
+    cum = cum + bd[2]
+  end
+  return info, cum
+end
+
+-- share is r's target: its demand, with what no demand takes split evenly
+-- as room for arrivals, while the fleet's demand fits the limit; else the
+-- slots of each of its bands in proportion to its demand there, after a
+-- least share (the slots its largest waiting request needs) in its top
+-- band. It reports whether that top band has fewer slots than least shares
+-- (its replicas take turns), and the share before rounding.
+local function share(r, info, total)
+  if total <= limit then
+    local f = r.need + math.floor((limit - total) / math.max(tot.R, 1))
+    return f, false, f
+  end
+  local f, turn = 0, false
+  for k, bd in ipairs(r.bands) do
+    local x = info[bd[1]]
+    if not x or x.ratio >= 1 then
+      f = f + bd[2]
+    elseif k == 1 then
+      if x.avail >= x.L and x.D > x.L then
+        f = f + r.lst + (x.avail - x.L) * (bd[2] - r.lst) / (x.D - x.L)
+      else
+        turn = true
+      end
+    else
+      f = f + bd[2] * x.ratio
+    end
+  end
+  return math.floor(f + 1e-9), turn, f
+end
 
 if op == 'stats' then
-  load()
-  local h, q = 0, 0
-  for _, id in ipairs(ids) do h = h + held[id]; q = q + queued[id] end
-  return {h, q, #ids, limit}
+  return {math.max(tot.H, 0), math.max(tot.Q, 0), math.max(tot.R, 0), limit}
 end
 
 if op == 'bye' then
-  redis.call('HDEL', S, me)
-  redis.call('ZREM', SE, me)
+  local h = forget(me)
   redis.call('DEL', MINE)
-  redis.call('ZREM', GR, me)
-  redis.call('HDEL', GD, me)
-  load()
-  for _, id in ipairs(ids) do
-    if need[id] > held[id] then notify(id) end
-  end
+  saveTotals()
+  if h > 0 then tellWaiting(limit - tot.H) end
   return 1
 end
 
 if op == 'limit' then
-  redis.call('HSET', SM, 'n', ARGV[6])
+  local n = tonumber(ARGV[6])
+  redis.call('HSET', SM, 'n', n)
   redis.call('PEXPIRE', SM, keep)
-  load()
-  for _, id in ipairs(ids) do
+  -- Rare: every holder checks its share now (they are at most n of the
+  -- old limit), and the first to wait if slots are free.
+  for _, id in ipairs(redis.call('ZRANGE', SX, 0, -1)) do
     if id ~= me then notify(id) end
   end
-  return tonumber(ARGV[6])
+  tellWaiting(n - tot.H)
+  return n
 end
 
--- sync. A live replica in r that has no share runs in GlobalQueue mode.
-load()
+-- sync.
+local beat = tonumber(meta[9])
+if beat and now - beat > tonumber(ARGV[13]) then
+  -- Nobody synced for longer than any live replica's renewal: Redis was
+  -- paused or unreachable for everyone, whoever syncs first now. Every
+  -- lease is moved on by the gap (the lease clock goes back by it), so
+  -- that nobody is taken for dead for it while it may still run its share:
+  -- a replica stops admitting at its own lease end and reports what it
+  -- runs at its next sync. If the fleet had died instead, its shares come
+  -- back a lease later.
+  off = off + (now - beat)
+  redis.call('HSET', SM, 'o', off)
+end
+redis.call('HSET', SM, 'b', now)
+local clock = now - off
+
+-- A few leases that ran out: their replicas stopped syncing. Only a sync
+-- sweeps, after the gap above: a call of another kind that reached Redis
+-- first after an outage would take every replica for dead.
+local freed = 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', clock, 'LIMIT', 0, 4)) do
+  freed = freed + forget(id)
+end
+-- Replicas told that slots are free that did not sync since: they leave
+-- the turns (a replica that syncs again joins at the end).
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', SN, '-inf', now - tonumber(ARGV[17]), 'LIMIT', 0, 4)) do
+  redis.call('ZREM', SN, id)
+  redis.call('ZREM', SW, id)
+end
+
+local old = parse(redis.call('HGET', S, me))
 -- A sync that reaches Redis after a later one of the same replica (its
 -- caller gave up on it, and synced again) says what the replica held then:
 -- applied, it would lower what Redis counts as the replica's and let
 -- another grow into slots still in use.
 local seq = tonumber(ARGV[16])
-if sent[me] and seq <= sent[me] then return {'stale'} end
-for _, r in ipairs(redis.call('ZRANGEBYSCORE', GR, '(' .. now, '+inf')) do
-  if r ~= me and not held[r] then
-    return {'conflict', 'replica ' .. r .. ' of this Name runs in GlobalQueue mode'}
+if old and seq <= old.seq then return {'stale'} end
+-- A live replica in GlobalQueue's r that has no record here runs in
+-- GlobalQueue mode. GlobalQueue's d names every replica of either mode:
+-- only when it names more than there are records is r read, and what it
+-- names of replicas long gone is cleared then.
+local mine = 0
+if old then mine = 1 end
+if redis.call('HLEN', GD) > tot.R then
+  for _, r in ipairs(redis.call('ZRANGEBYSCORE', GR, '(' .. now, '+inf')) do
+    if r ~= me and redis.call('HEXISTS', S, r) == 0 then
+      return {'conflict', 'replica ' .. r .. ' of this Name runs in GlobalQueue mode'}
+    end
+  end
+  for _, r in ipairs(redis.call('HKEYS', GD)) do
+    if r ~= me and redis.call('HEXISTS', S, r) == 0 and not redis.call('ZSCORE', GR, r) then
+      redis.call('HDEL', GD, r)
+    end
   end
 end
-local others = 0
-for _, id in ipairs(ids) do
-  if id ~= me then others = others + 1 end
-end
 if meta[2] and meta[2] ~= declared then
-  if others > 0 then
+  if tot.R - mine > 0 then
     return {'conflict', 'live replicas declared MaxConcurrent=' .. meta[2] .. ', this one ' .. declared}
   end
   -- Nobody of the old declaration is live: the limit set for it goes too.
@@ -190,228 +340,233 @@ end
 redis.call('HSET', SM, 'd', declared)
 
 local epoch, freeze = meta[3], tonumber(meta[4]) or 0
-local cur = tonumber(ARGV[6])
--- v counts the syncs of the epoch; each record keeps the v of its last.
--- fw: the replicas a freeze waits for, "id,id,..."; absent, only time ends it.
-local awaited, v, since = meta[5], tonumber(meta[6]) or 0, tonumber(meta[7]) or 0
+local awaited, since, counted = tonumber(meta[5]), tonumber(meta[6]) or 0, tonumber(meta[7]) or 0
+local v = tonumber(meta[8]) or 0
 if not epoch then
   -- New keys: a new Name, or Redis lost its data. A replica that held
   -- slots of the old data and has not synced yet would not be counted, and
   -- one that knew nothing cannot tell: no share grows for as long as it
   -- takes a live replica to sync (ARGV[14]), or until a replica that knew
-  -- the old data says whom to wait for (below).
+  -- the old data says how many to wait for (below).
   epoch = me .. '.' .. now
-  freeze, since = now + tonumber(ARGV[14]), 1
-  redis.call('HSET', SM, 'e', epoch, 'fz', freeze, 'fs', since)
+  freeze, since, counted, awaited = now + tonumber(ARGV[14]), 1, 0, nil
+  redis.call('HSET', SM, 'e', epoch, 'fz', freeze, 'fs', since, 'fc', 0)
+  redis.call('HDEL', SM, 'fw')
 end
-local seenV = tonumber(ARGV[12]) or 0
-local lostData = ARGV[10] ~= '' and ARGV[10] ~= epoch
-if lostData or (ARGV[10] == epoch and seenV > v) then
+local knew, seenN, seenV = ARGV[10], tonumber(ARGV[11]) or 0, tonumber(ARGV[12]) or 0
+local lostData = knew ~= '' and knew ~= epoch
+if lostData or (knew == epoch and seenV > v) then
   -- This replica saw an epoch Redis no longer has (Redis lost its data), or
   -- a later sync than Redis remembers (it lost its last writes, as a
   -- failover to a replica they had not reached does): shares may have moved
-  -- to replicas that Redis no longer counts. No share grows until every
-  -- replica this one last saw has synced since, or for a lease (by then a
-  -- replica that did not has stopped using its share). A replica that
-  -- joins meanwhile does not count: it held nothing.
+  -- to replicas that Redis no longer counts. No share grows until as many
+  -- replicas as this one last saw, of those that knew the data before, have
+  -- synced since, or for a lease (by then a replica that did not has
+  -- stopped using its share). A replica that joins meanwhile does not
+  -- count: it held nothing.
   if not lostData then
     v = math.max(v, seenV)
-    since = v + 1
+    since, counted = v + 1, 0
   end
   freeze = math.max(freeze, now + ttl)
-  if awaited and awaited ~= '' then awaited = awaited .. ',' .. ARGV[11] else awaited = ARGV[11] end
-  redis.call('HSET', SM, 'fz', freeze, 'fw', awaited, 'fs', since)
+  awaited = math.max(awaited or 0, seenN)
+  redis.call('HSET', SM, 'fz', freeze, 'fw', awaited, 'fs', since, 'fc', counted)
 end
 v = v + 1
 redis.call('HSET', SM, 'v', v)
-
-if not held[me] then ids[#ids + 1] = me; table.sort(ids) end
-synced[me] = v
 if now < freeze and awaited then
-  local back = true
-  for id in string.gmatch(awaited, '[^,]+') do
-    if not synced[id] or synced[id] < since then back = false end
-  end
-  if back then
+  -- The first sync since the loss of a replica that knew the data before.
+  if (old and old.v < since) or (not old and knew ~= '') then counted = counted + 1 end
+  if counted >= awaited then
     freeze = 0
-    redis.call('HDEL', SM, 'fz', 'fw', 'fs')
-  end
-end
-held[me], need[me], prio[me], queued[me] = cur, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-low[me] = tonumber(ARGV[15]) or 1
--- the least share that lets a replica's largest waiting request run: its
--- cost, at most the limit and at most its demand
-local function least(id) return math.max(1, math.min(low[id] or 1, limit, math.max(need[id], 1))) end
-
--- Targets: the limit goes to the demand of the highest priority first,
--- then the next; within a priority that the rest cannot cover, a slot to
--- each replica with demand, then in proportion to the demand beyond it
--- (largest remainders first, then replica id); replicas that never had
--- waiters come last. What no demand takes is split evenly, as room for
--- arrivals.
-local order = {}
-for i, id in ipairs(ids) do order[i] = id end
-table.sort(order, function(a, b)
-  local pa, pb = prio[a], prio[b]
-  if pa ~= pb then
-    if pa == nil then return false end
-    if pb == nil then return true end
-    return pa > pb
-  end
-  return a < b
-end)
-local target, left = {}, limit
-local i = 1
-while i <= #order do
-  local j, d = i, 0
-  while j <= #order and prio[order[j]] == prio[order[i]] do d = d + need[order[j]]; j = j + 1 end
-  if d <= left then
-    for k = i, j - 1 do target[order[k]] = need[order[k]] end
-    left = left - d
+    redis.call('HDEL', SM, 'fz', 'fw', 'fs', 'fc')
   else
-    local dem = {}
-    for k = i, j - 1 do
-      local id = order[k]
-      target[id] = 0
-      if need[id] > 0 then dem[#dem + 1] = id end
-    end
-    table.sort(dem)
-    -- Each replica first gets the least share that runs its largest
-    -- waiting request (one slot without costs).
-    local lows = 0
-    for _, id in ipairs(dem) do lows = lows + least(id) end
-    if lows > left then
-      -- Fewer slots than those least shares: each in turn gets its least
-      -- share while the slots last, in an order that turns every second,
-      -- so that none waits forever.
-      local turn, pos = math.floor(now / 1000), {}
-      for k, id in ipairs(dem) do pos[id] = (k - 1 + turn) % #dem end
-      table.sort(dem, function(a, b) return pos[a] < pos[b] end)
-      local rest = left
-      for _, id in ipairs(dem) do
-        if least(id) <= rest then
-          target[id] = least(id)
-          rest = rest - least(id)
-        end
-      end
-    else
-      -- The least shares first, so that no replica whose requests wait is
-      -- starved by rounding; the rest in proportion to the demand beyond.
-      local rest, beyond, given, fr = left - lows, d - lows, 0, {}
-      for _, id in ipairs(dem) do
-        local exact = 0
-        if beyond > 0 then exact = rest * (need[id] - least(id)) / beyond end
-        target[id] = least(id) + math.floor(exact)
-        given = given + math.floor(exact)
-        fr[#fr + 1] = {id, exact - math.floor(exact)}
-      end
-      table.sort(fr, function(a, b)
-        if a[2] ~= b[2] then return a[2] > b[2] end
-        return a[1] < b[1]
-      end)
-      for k = 1, rest - given do target[fr[k][1]] = target[fr[k][1]] + 1 end
-    end
-    left = 0
+    redis.call('HSET', SM, 'fc', counted)
   end
-  i = j
 end
-if left > 0 then
-  local per, extra = math.floor(left / #ids), left % #ids
-  for k, id in ipairs(ids) do
-    target[id] = target[id] + per
-    if k <= extra then target[id] = target[id] + 1 end
-  end
+local frozen = now < freeze
+
+-- This replica's new demand replaces its old in the totals.
+if old then count(old, -1) end
+local cur = tonumber(ARGV[6])
+local r = {held = cur, need = tonumber(ARGV[7]), queued = tonumber(ARGV[9]), v = v, least = tonumber(ARGV[15]) or 1,
+  seq = seq, short = 0, lst = 0, bands = {}, raw = ARGV[8]}
+r = parse(string.format('%d %d %d %d %d %d 0 0 %s', r.held, r.need, r.queued, r.v, r.least, r.seq, r.raw)) or r
+if #r.bands > 0 then
+  -- the least share that lets its largest waiting request run: its cost,
+  -- at most the limit and at most its demand in its top band
+  r.lst = math.max(1, math.min(r.least, limit, r.bands[1][2]))
+end
+count(r, 1)
+local info, total = shape()
+local target, turn, exact = share(r, info, total)
+local myTop = top(r)
+local free = limit - tot.H
+
+-- Slots short of target, of the replicas whose top band is above this
+-- one's: what is free goes to them first.
+local higher = 0
+local ks = redis.call('HGETALL', SK)
+for i = 1, #ks, 2 do
+  if tonumber(ks[i]) > myTop then higher = higher + tonumber(ks[i + 1]) end
+end
+
+-- The score that orders the turns: highest band first, then the order in
+-- which the replicas began to wait.
+local function turnScore()
+  local j = redis.call('HINCRBY', SM, 'j', 1) % 4294967296
+  return -math.max(-1048576, math.min(1048576, myTop)) * 4294967296 + j
+end
+if r.need > cur and redis.call('ZSCORE', SW, me) == false then
+  redis.call('ZADD', SW, turnScore(), me)
 end
 
 -- This replica's share grows from what is free, after the needs of
--- replicas of a higher priority.
-local sum = 0
-for _, id in ipairs(ids) do sum = sum + held[id] end
-local free = limit - sum
-local frozen = now < freeze
-if not frozen and target[me] > cur and free > 0 then
-  local reserve = 0
-  for _, id in ipairs(ids) do
-    if id ~= me and prio[id] ~= nil and (prio[me] == nil or prio[id] > prio[me]) then
-      reserve = reserve + math.max(0, target[id] - held[id])
+-- replicas of a higher band: up to its target rounded up; or, while its
+-- top band has fewer slots than replicas to run, by its least share when
+-- its turn comes, that is when it is among the first of sw as many as
+-- there are slots free.
+local grant, gotTurn, retry = 0, false, 0
+if not frozen and free > 0 then
+  if turn and r.need > cur then
+    local room = free - higher
+    local rank = redis.call('ZRANK', SW, me)
+    if cur < r.lst and rank and r.lst <= room and rank < room then
+      grant, gotTurn = r.lst - cur, true
+    elseif rank and room > 0 then
+      -- Slots are free, for replicas ahead of this one: tell them (they
+      -- leave the turns if they do not claim within the claim window),
+      -- and ask again after it.
+      tellWaiting(room)
+      retry = 1
     end
+  elseif not turn then
+    -- Up to the target first; above it, rounded up, only from what no
+    -- replica short of its target needs.
+    local cap = math.ceil(exact - 1e-9)
+    if total > limit then cap = math.min(r.need, cap) end
+    local toTarget = math.max(0, math.min(target - cur, free - higher))
+    local spare = free - toTarget - tot.K
+    local up = 0
+    if cap > math.max(cur, target) and exact - target > 1e-9 then
+      redis.call('ZADD', SC, target - exact, me)
+      if redis.call('ZRANK', SC, me) < spare then up = 1 end
+    end
+    grant = toTarget + math.max(0, math.min(up, spare))
   end
-  local grant = math.max(0, math.min(target[me] - cur, free - reserve))
-  held[me] = cur + grant
-  free = free - grant
 end
+r.held = cur + grant
+tot.H = tot.H + grant
+free = free - grant
+if r.held >= math.ceil(exact - 1e-9) or turn or total <= limit then redis.call('ZREM', SC, me) end
+if grant > 0 then
+  -- It got slots: it waits again, if it does, at the end.
+  redis.call('ZREM', SW, me)
+  if r.need > r.held then redis.call('ZADD', SW, turnScore(), me) end
+elseif r.need <= r.held then
+  redis.call('ZREM', SW, me)
+end
+redis.call('ZREM', SN, me)
 
--- Shares shrink only while the fleet holds more than its limit (SetLimit
--- lowered it, or a replica came back with slots counted away), or while
--- another's need is not met from what is free. Slots a replica holds
--- beyond its own demand (idle) go to any replica short of its target, and
--- so do busy slots of a lower priority than its waiters'. Busy slots of
--- the same priority move only when the replica short of its target waits
--- longer than the giver would after the move, by a fifth (a wait grows as
--- demand per slot beyond 1): demand measured at saturation wavers by a
--- slot or two, and moving busy slots for that costs round trips and evens
--- out no waits. A replica that holds less than the least share that runs
--- its largest waiting request (no slot, without costs), whose requests
--- would wait without end, takes slots from anyone above target.
-local function deficit(id) return math.max(0, target[id] - held[id]) end
-local function above(a, b) -- a's waiters are of a higher priority than b's
-  return prio[a] ~= nil and (prio[b] == nil or prio[a] > prio[b])
-end
-local function significant(j)
-  if deficit(j) <= 0 then return false end
-  for _, i in ipairs(ids) do
-    if i ~= j and held[i] > target[i] then
-      if above(j, i) then return true end
-      -- below the least share that runs its largest waiting request (no
-      -- slot at all, without costs), it waits without end
-      if held[j] < least(j) then return true end
-      if held[i] > 1 then
-        local wj, wi = need[j] / held[j] - 1, math.max(need[i] / (held[i] - 1) - 1, 0)
-        if wj > 0 and wj > 1.2 * wi then return true end
+-- Shares shrink while the fleet holds more than its limit (SetLimit
+-- lowered it, or a replica came back with slots counted away), while
+-- replicas short of their targets are not served from what is free, and
+-- while the first replica waiting for a turn finds no slot free: a turn is
+-- used once, and slots held beyond a target go back.
+local headNeeds, othersWait = 0, 0
+for _, id in ipairs(redis.call('ZRANGE', SW, 0, 1)) do
+  if id ~= me then
+    othersWait = 1
+    if headNeeds == 0 then
+      local h = parse(redis.call('HGET', S, id))
+      if h then
+        local _, hturn = share(h, info, total)
+        if hturn and h.held < h.lst then headNeeds = h.lst end
       end
     end
+    break
   end
-  return false
 end
-local function idle(id) return held[id] > math.max(target[id], need[id]) end
-local short, shortBusy = 0, 0
-for _, id in ipairs(ids) do
-  short = short + deficit(id)
-  if significant(id) then shortBusy = shortBusy + deficit(id) end
+local over = tot.H > limit
+if not turn then r.short = math.max(0, target - r.held) end
+local shortOthers = tot.K
+-- A slot held above the target, rounded up, goes to a replica whose share
+-- lost more to rounding down.
+local roundedOut = false
+if not turn and total > limit and r.held > target and free <= 0 then
+  local first = redis.call('ZRANGE', SC, 0, 0, 'WITHSCORES')
+  if first[1] and first[1] ~= me then
+    local mine = exact - target
+    local theirs = -tonumber(first[2])
+    roundedOut = theirs > mine + 1e-9 or (math.abs(theirs - mine) <= 1e-9 and first[1] < me)
+  end
 end
-local over = free < 0
-local shrinkIdle, shrinkBusy = short > free, shortBusy > free
-local shrink = over or shrinkBusy or (shrinkIdle and idle(me))
--- told: the share this replica now believes it may keep.
-local keepTold = math.max(target[me], held[me])
-if shrink then keepTold = target[me] end
-redis.call('HSET', S, me, held[me] .. ' ' .. need[me] .. ' ' .. ARGV[8] .. ' ' .. keepTold .. ' ' .. queued[me] .. ' ' .. v .. ' ' .. low[me] .. ' ' .. seq)
-redis.call('ZADD', SE, now + ttl, me)
+local shrink = over or (r.held > target and (shortOthers > free or headNeeds > free or roundedOut))
+local isTurn = turn and shrink and r.held > 0
+if turn and shrink then target = 0 end
+if turn and not shrink and r.held > 0 and r.need > 0 then retry = 1 end
+
+-- Write the record back, with its slots short of target in the totals.
+tot.K = tot.K + r.short
+bump(SK, myTop, r.short)
+local rec = string.format('%d %d %d %d %d %d %d %d %s', r.held, r.need, r.queued, v, r.least, seq, r.short, r.lst, r.raw)
+redis.call('HSET', S, me, rec)
+saveTotals()
+redis.call('ZADD', SE, clock + ttl, me)
+if r.held > 0 then
+  redis.call('ZADD', SX, low(r) * 8 - math.min(r.held / math.max(r.need, 1), 4), me)
+else
+  redis.call('ZREM', SX, me)
+end
 -- Declared in GlobalQueue's keys as well, so that a replica of that mode
 -- refuses to start beside this one.
 redis.call('ZADD', GR, now + ttl, me)
 redis.call('HSET', GD, me, 'Shares MaxConcurrent=' .. declared)
-for _, id in ipairs(ids) do
-  if id ~= me then
-    -- Tell a replica above its target once, when its target fell below
-    -- the share it believes it may keep, so that it gives back; tell one
-    -- short of its target when slots are free.
-    local give = over or (shrinkBusy and significant(me)) or (shrinkIdle and deficit(me) > 0 and idle(id))
-    if give and held[id] > target[id] and told[id] > target[id] then
-      notify(id)
-    elseif free > 0 and not frozen and deficit(id) > 0 then
-      notify(id)
+
+-- Notices. Slots freed now go to the first replicas that wait.
+local lowered = 0
+if old then lowered = math.max(0, old.held - r.held) end
+if not frozen and free > 0 and freed + lowered > 0 then tellWaiting(math.min(free, freed + lowered)) end
+-- Slots this replica needs and cannot take from what is free: the first
+-- holders that hold more than their targets give back (those of the lowest
+-- band first, then those with the most slots for their demand), and so do
+-- holders while the fleet holds more than its limit.
+local want = 0
+if over then want = tot.H - limit end
+if not frozen and r.short > free - higher then want = math.max(want, r.short - math.max(free - higher, 0)) end
+if not frozen and turn and r.held < r.lst and r.need > r.held and free < r.lst then want = math.max(want, r.lst) end
+if want > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', SX, 0, 7)) do
+    if want <= 0 then break end
+    if id ~= me then
+      local h = parse(redis.call('HGET', S, id))
+      if h then
+        local ht, hturn = share(h, info, total)
+        -- a turn goes back once used, without a notice
+        if not hturn and h.held > ht and (over or low(h) <= myTop) then
+          notify(id)
+          want = want - (h.held - ht)
+        end
+      end
     end
   end
 end
-for _, k in ipairs({S, SE, SM, GR, GD}) do redis.call('PEXPIRE', k, keep) end
+
+for _, k in ipairs({S, SE, SM, GR, GD, SB, SL, SK, SW, SX, SN, SC}) do redis.call('PEXPIRE', k, keep) end
 local left_ms = 0
 if frozen then left_ms = freeze - now end
-local anyShort = 0
-if short > 0 then anyShort = 1 end
+local anyWait = 0
+if headNeeds > 0 or shortOthers > 0 then anyWait = 1 end
+local turnFlag = 0
+if isTurn then turnFlag = 1 end
+local again = 0
+if retry == 1 then again = tonumber(ARGV[17]) end
 -- The replicas a loss found now would wait for: those with a record, and
 -- those a freeze still waits for (they may hold slots of older data).
-local seen = table.concat(ids, ',')
-if frozen and awaited and awaited ~= '' then seen = seen .. ',' .. awaited end
-return {held[me], target[me], shrink and 1 or 0, limit, epoch, left_ms, seen, math.max(free, 0), anyShort, v, over and 1 or 0}
+local seen = math.max(tot.R, 0)
+if frozen and awaited then seen = seen + math.max(0, awaited - counted) end
+return {r.held, target, shrink and 1 or 0, limit, epoch, left_ms, seen, math.max(free, 0), anyWait, v, over and 1 or 0, turnFlag, again}
 `)
+
+// noBandLua is noBand as the script spells it.
+const noBandLua = "-1000001"

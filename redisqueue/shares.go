@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,10 +16,11 @@ import (
 
 // Shares mode: each replica runs the in-memory Backend of ginqueue, whose
 // limit is the share this replica leases from Redis; a coordinator (the
-// goroutine shares.run) reconciles it with Redis every SharePeriod, at once
-// when requests start to wait here, when Redis sends a notice, and when
-// slots this replica owes can be given back. script_shares.go says what
-// Redis keeps and why the fleet never holds more than its limit.
+// goroutine shares.run) renews the lease a few times per lease, and
+// reconciles the share with Redis at once when requests start to wait here
+// and slots may be free, when Redis sends a notice, and when slots this
+// replica owes can be given back. script_shares.go says what Redis keeps
+// and why the fleet never holds more than its limit.
 
 // shares is the Shares-mode state of a Backend.
 type shares struct {
@@ -28,14 +29,11 @@ type shares struct {
 	fast  ginqueue.FastBackend
 	share ginqueue.ShareSetter
 
-	// demand since the previous sync, written on the request path: the
-	// peak of running + waiting (slots and requests), and whether a waiter
-	// came.
-	peak   atomic.Int64
-	waited atomic.Bool
-	// topPrio is the highest priority of a waiter since the previous sync,
-	// valid while waited is set.
-	topPrio atomic.Int64
+	// peak is the demand since the previous sync, written on the request
+	// path: the peak of running + waiting (slots and requests).
+	peak atomic.Int64
+	// bands splits the demand by priority for Redis.
+	bands *bands
 	// owing is set while this replica runs more than its share (it was
 	// lowered): the Release that brings it down to the share sets giveBack
 	// and wakes the coordinator, which reports the slots freed.
@@ -73,19 +71,20 @@ type shares struct {
 	lostCtx    context.Context
 	lostCancel context.CancelFunc
 	freeLast   int       // slots free in the fleet at the last reply
-	lastPrio   string    // the last priority reported with waiters; see sync
 	frozenTill time.Time // Redis grows no share before then (after a data loss)
 	// leaseTimer fires at leaseEnd: under FailClosed the share is given up
 	// then even if the coordinator is held in a call (see leaseRanOut).
 	leaseTimer *time.Timer
-	replicas   string // the replicas of the last reply: "id,id,..."
-	version    int64  // the epoch's sync count in the last reply; see script_shares.go
+	replicas   int64     // the replicas of the last reply
+	version    int64     // the epoch's sync count in the last reply; see script_shares.go
+	againAt    time.Time // when to ask again for a turn (zero: on a notice)
+	turnEnd    time.Time // when the turn this replica holds goes back
 }
 
 // newShares builds the Shares-mode state; Start starts it.
 func newShares(b *Backend) *shares {
 	mem := ginqueue.NewMemoryBackend()
-	s := &shares{b: b, mem: mem, fast: mem.(ginqueue.FastBackend), share: mem.(ginqueue.ShareSetter)}
+	s := &shares{b: b, mem: mem, fast: mem.(ginqueue.FastBackend), share: mem.(ginqueue.ShareSetter), bands: newBands()}
 	s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
 	return s
 }
@@ -115,7 +114,7 @@ func (s *shares) start(l ginqueue.Limits) error {
 	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists, b.replica}
 	b.limit.Store(int64(l.MaxConcurrent))
 	b.mu.Unlock()
-	if err := s.sync(false); errors.Is(err, ErrConflict) {
+	if err := s.sync(false, true); errors.Is(err, ErrConflict) {
 		_ = s.mem.Close()
 		b.refuseStart()
 		return err
@@ -134,7 +133,7 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 	c := s.fast.Counts()
 	s.notePeak(c.Held + s.queuedSlots(c) + a.Cost)
 	if c.Held+a.Cost > c.Limit || c.Queued > 0 {
-		s.noteWaiter(a.Priority)
+		s.noteWaiter()
 	}
 	if s.b.limits.Weighted {
 		s.enter(a.Cost)
@@ -156,6 +155,9 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 	stop := context.AfterFunc(lostCtx, cancel)
 	defer stop()
 	t, err := s.mem.Acquire(wctx, a)
+	if err == nil {
+		s.bands.granted(a.Priority, max(t.Cost, 1))
+	}
 	if err != nil && ctx.Err() == nil && lostCtx.Err() != nil && !errors.Is(err, ginqueue.ErrClosed) {
 		s.mu.Lock()
 		why := s.why
@@ -216,21 +218,9 @@ func (s *shares) notePeak(n int) {
 	}
 }
 
-// noteWaiter records a waiter of priority p since the previous sync, and
-// asks the coordinator to sync if that may get it slots sooner.
-func (s *shares) noteWaiter(p int) {
-	for {
-		if !s.waited.Load() {
-			s.topPrio.Store(int64(p))
-			if !s.waited.Swap(true) {
-				break
-			}
-		}
-		q := s.topPrio.Load()
-		if int64(p) <= q || s.topPrio.CompareAndSwap(q, int64(p)) {
-			break
-		}
-	}
+// noteWaiter asks the coordinator to sync, if that may get the waiter
+// slots sooner.
+func (s *shares) noteWaiter() {
 	if !s.asked.Swap(true) {
 		s.b.wake()
 	}
@@ -283,35 +273,24 @@ func (b *Backend) FastPath() ginqueue.FastBackend {
 
 var _ ginqueue.FastPather = (*Backend)(nil)
 
-// run is the coordinator: it syncs every SharePeriod (every downProbe while
-// Redis is down), and sooner when asked. After Close it goes on until the
-// last running request has released its slot, then says goodbye.
+// run is the coordinator. It renews the lease a few times per lease
+// (renewEvery, with jitter), and syncs sooner when there is a reason: a
+// notice from Redis, slots to give back, a waiter that slots free in the
+// fleet may serve, a demand that grew or fell by a quarter, a turn to ask
+// for again. While Redis is down it probes with backoff and jitter. After
+// Close it goes on until the last running request has released its slot,
+// then says goodbye.
 func (s *shares) run() {
 	b := s.b
 	defer close(b.mainDn)
-	period := b.opts.SharePeriod
-	// An arrival that waits may make this replica sync at most this often
-	// beyond the period: at saturation every arrival waits, and Redis would
-	// otherwise see a call per request.
-	gap := max(period/8, time.Millisecond)
-	// pace is the time from one sync to the next, with no reason to sync
-	// sooner.
-	pace := func(down, slow bool) time.Duration {
-		switch {
-		case down && slow:
-			// The last probe waited its whole CallTimeout: the server holds
-			// calls (paused, frozen). Keep one probe waiting on it, so that
-			// the first answer comes as it answers again.
-			return 0
-		case down:
-			return min(period, downProbe)
-		}
-		return period
-	}
-	timer := time.NewTimer(period)
+	// An arrival that waits may make this replica sync at most this often:
+	// at saturation every arrival waits, and Redis would otherwise see a
+	// call per request.
+	gap := max(b.opts.SharePeriod/8, time.Millisecond)
+	p := pacer{opts: b.opts, last: time.Now()}
+	p.renew = jitter(renewEvery(b.opts, 0))
+	timer := time.NewTimer(time.Until(s.nextSync(&p, gap)))
 	defer timer.Stop()
-	last := time.Now()
-	slow := false // the last sync took half a CallTimeout or more
 	stop := b.stop
 	for {
 		select {
@@ -324,9 +303,7 @@ func (s *shares) run() {
 			_ = s.share.SetShare(0)
 			s.mu.Unlock()
 		}
-		now := time.Now()
-		c := s.fast.Counts()
-		if stop == nil && c.Held == 0 {
+		if stop == nil && s.fast.Counts().Held == 0 {
 			if s.bye() {
 				return
 			}
@@ -335,43 +312,13 @@ func (s *shares) run() {
 			resetTimer(timer, byeRetry)
 			continue
 		}
-		s.mu.Lock()
-		lost, freeLast, frozenTill := s.lost, s.freeLast, s.frozenTill
-		needLast := int(s.needLast.Load())
-		s.mu.Unlock()
-		down := b.down.Load()
-		every := pace(down, slow)
-		due := !now.Before(last.Add(every))
-		fell := false
-		// Redis asked (a notice), or a failed call wants a probe.
-		due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0)
-		// Slots owed can be given back now.
-		due = due || s.giveBack.Swap(false)
-		// The demand fell while another replica is short.
-		if s.dropped.Load() && !now.Before(last.Add(gap)) && s.dropped.Swap(false) {
-			due, fell = true, true
-		}
-		if s.asked.Load() && !now.Before(last.Add(gap)) {
-			// A waiter came: it helps to tell Redis if slots are free, or
-			// if the demand here grew by a quarter (less is the wavering of
-			// a saturated demand); and while Redis is down, a probe may
-			// find it back.
-			if need := c.Held + c.Queued; down || freeLast > 0 || need > needLast+max(1, needLast/4) {
-				due = true
-			}
-		}
-		if !frozenTill.IsZero() && !now.Before(frozenTill) {
-			due = true
-		}
-		// The lease ran out (this process was frozen, or its syncs failed):
-		// nothing is admitted here until a sync succeeds.
-		lapsed := s.lapsed(now)
-		due = due || lapsed && !down
-		if due {
+		now := time.Now()
+		s.endTurn(now)
+		lost := s.isLost()
+		if due, fell := s.due(now, &p, gap); due {
 			s.asked.Store(false)
-			_ = s.sync(fell)
-			last = now
-			slow = time.Since(now) >= b.opts.CallTimeout/2
+			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(b.down.Load()))))
+			p.synced(now, b.down.Load(), s.fleetSize())
 		}
 		switch {
 		case lost:
@@ -382,17 +329,161 @@ func (s *shares) run() {
 		case b.down.Load() && s.lapsed(time.Now()):
 			s.halt("the share's lease ran out while Redis was unreachable")
 		}
-		next := last.Add(pace(b.down.Load(), slow))
-		if s.asked.Load() {
-			next = minTime(next, last.Add(gap))
-		}
-		s.mu.Lock()
-		if !s.frozenTill.IsZero() {
-			next = minTime(next, s.frozenTill)
-		}
-		s.mu.Unlock()
-		resetTimer(timer, max(time.Until(next), 100*time.Microsecond))
+		resetTimer(timer, max(time.Until(s.nextSync(&p, gap)), 100*time.Microsecond))
 	}
+}
+
+// pacer keeps the coordinator's pace between syncs.
+type pacer struct {
+	opts  Options
+	last  time.Time     // when the last sync was sent
+	renew time.Duration // from last to the next renewal, with jitter
+	slow  bool          // the last sync took half a CallTimeout or more
+	down  int           // syncs in a row made while Redis was down
+}
+
+// synced records a sync sent at now; down says whether Redis is down after
+// it, replicas how many replicas the fleet has.
+func (p *pacer) synced(now time.Time, down bool, replicas int64) {
+	p.last = now
+	p.slow = time.Since(now) >= p.opts.CallTimeout/2
+	p.renew = jitter(renewEvery(p.opts, replicas))
+	if down {
+		p.down++
+	} else {
+		p.down = 0
+	}
+}
+
+// every is the time from one sync to the next, with no reason to sync
+// sooner.
+func (p *pacer) every(down bool) time.Duration {
+	switch {
+	case down && p.slow:
+		// The last probe waited its whole CallTimeout: the server holds
+		// calls (paused, frozen). Keep one probe waiting on it, so that
+		// the first answer comes as it answers again.
+		return 0
+	case down:
+		// Probes with jitter, so that a fleet does not probe in lockstep.
+		return jitter(min(p.opts.SharePeriod, downProbe))
+	}
+	return p.renew
+}
+
+// due reports whether the coordinator syncs now, and whether because the
+// demand here fell.
+func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool) {
+	b := s.b
+	s.mu.Lock()
+	freeLast, frozenTill, againAt := s.freeLast, s.frozenTill, s.againAt
+	s.mu.Unlock()
+	down := b.down.Load()
+	soon := !now.Before(p.last.Add(gap))
+	due = !now.Before(p.last.Add(p.every(down)))
+	// Redis asked (a notice), or a failed call wants a probe.
+	due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0)
+	// Slots owed can be given back now.
+	due = due || s.giveBack.Swap(false)
+	// The demand fell while another replica waits.
+	if soon && s.dropped.Load() && s.dropped.Swap(false) {
+		due, fell = true, true
+	}
+	if soon && s.asked.Load() {
+		// A waiter came: it helps to tell Redis if slots are free, or if
+		// the demand here grew by a quarter (less is the wavering of a
+		// saturated demand); and while Redis is down, a probe may find it
+		// back.
+		c := s.fast.Counts()
+		needLast := int(s.needLast.Load())
+		if need := c.Held + c.Queued; down || freeLast > 0 || need > needLast+max(1, needLast/4) {
+			due = true
+		}
+	}
+	// A turn to ask for again, and a freeze that ended.
+	due = due || !againAt.IsZero() && !now.Before(againAt)
+	due = due || !frozenTill.IsZero() && !now.Before(frozenTill)
+	// The lease ran out (this process was frozen, or its syncs failed):
+	// nothing is admitted here until a sync succeeds.
+	due = due || s.lapsed(now) && !down
+	return due, fell
+}
+
+// nextSync is when the coordinator looks again with no reason sooner.
+func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
+	next := p.last.Add(p.every(s.b.down.Load()))
+	if s.asked.Load() || s.dropped.Load() {
+		next = minTime(next, p.last.Add(gap))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range []time.Time{s.frozenTill, s.againAt, s.turnEnd} {
+		if !t.IsZero() {
+			next = minTime(next, t)
+		}
+	}
+	return next
+}
+
+// renewEvery is how often a replica whose share needs no change renews its
+// lease, in a fleet of the given number of replicas: every SharePeriod in a
+// small fleet, and as the fleet grows, so that its renewals stay near a
+// thousand calls a second on the Redis they share; never less than four
+// times per lease, so that a lost call or two never lets it run out.
+// renewMax is the longest it waits, with jitter.
+func renewEvery(o Options, replicas int64) time.Duration {
+	return min(max(o.SharePeriod, time.Duration(replicas)*renewPerReplica), o.LeaseTTL/4)
+}
+
+func renewMax(o Options, replicas int64) time.Duration { return renewEvery(o, replicas) * 5 / 4 }
+
+// renewPerReplica is what each replica adds to the renewal period: a
+// thousand replicas renew about once a second each.
+const renewPerReplica = time.Millisecond
+
+// jitter is d moved at random by up to a fifth either way, so that
+// replicas started together do not sync together.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return d - d/5 + time.Duration(rand.Int64N(int64(d/5)*2+1))
+}
+
+// turnKeep is how long a replica keeps a turn, under a limit of n: with
+// few slots a turn serves its waiters once (0), so that turns follow the
+// handlers' time; with many, long enough that the fleet's turns stay near
+// a thousand calls a second on Redis.
+func turnKeep(n int64) time.Duration {
+	if d := time.Duration(n) * 2 * time.Millisecond; d > 5*time.Millisecond {
+		return d
+	}
+	return 0
+}
+
+// endTurn gives back the turn this replica holds once its time is up.
+func (s *shares) endTurn(now time.Time) {
+	s.mu.Lock()
+	if s.turnEnd.IsZero() || now.Before(s.turnEnd) {
+		s.mu.Unlock()
+		return
+	}
+	s.turnEnd = time.Time{}
+	s.local = 0
+	_ = s.share.SetShare(0)
+	s.mu.Unlock()
+	s.owing.Store(true)
+	if s.fast.Counts().Held == 0 && s.owing.Swap(false) {
+		s.giveBack.Store(true)
+		s.b.wake()
+	}
+}
+
+// isLost reports whether this replica stopped admitting (see halt).
+func (s *shares) isLost() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
 }
 
 // leaseRanOut gives the share up under FailClosed as its lease runs out
@@ -461,7 +552,7 @@ func (s *shares) localLimit() int {
 // number of its clients; the peak does not), or, when the sync is made
 // because the demand fell, the demand now: the peak would report a demand
 // that has gone.
-func (s *shares) sync(fell bool) error {
+func (s *shares) sync(fell, renewal bool) error {
 	b := s.b
 	// The share cannot move while the call is out: only this goroutine
 	// moves it (and Close, to zero). So what is reported, the limit or
@@ -478,49 +569,15 @@ func (s *shares) sync(fell bool) error {
 	}
 	local, epoch, seen, seenV := s.local, s.epoch, s.replicas, s.version
 	s.mu.Unlock()
-	c := s.fast.Counts()
-	cur := max(local, c.Held)
-	// The slots the waiters ask for, and the least share that lets the
-	// largest waiting request run.
-	queued, least := c.Queued, 1
-	if s.b.limits.Weighted {
-		sum, most := s.waitingSlots()
-		queued, least = max(sum, c.Queued), max(most, 1)
-	}
-	need := c.Held + queued
-	if peak := int(s.peak.Swap(0)); !fell {
-		need = max(need, peak)
-	}
-	prio := ""
-	if s.waited.Swap(false) || c.Queued > 0 {
-		p := s.topPrio.Load()
-		if c.Queued > 0 {
-			if st := s.mem.Stats(); len(st.QueuedByPriority) > 0 {
-				p = max(p, int64(st.QueuedByPriority[0].Priority))
-			}
-		}
-		prio = strconv.FormatInt(p, 10)
-	}
-	s.mu.Lock()
-	if prio != "" {
-		s.lastPrio = prio
-	} else {
-		// Nobody waits here now, but what runs here was of the priority its
-		// waiters last had: counted there, not below every waiter of the
-		// fleet, or a replica whose share just fits would lose it at once
-		// to any waiter elsewhere, and get it back as soon as its next
-		// arrival waited.
-		prio = s.lastPrio
-	}
-	s.mu.Unlock()
+	d := s.demand(fell)
 	if b.down.Load() && !b.answersFresh() {
 		return errStillDown
 	}
 	sent := time.Now()
 	o := b.opts
-	res, err := b.call(sharesScript, "sync", cur, min(need, math.MaxInt32), prio, c.Queued, epoch, seen, seenV,
-		(2*o.SharePeriod + 2*o.CallTimeout).Milliseconds(), (o.SharePeriod + 2*o.CallTimeout).Milliseconds(),
-		min(least, math.MaxInt32), s.syncs.Add(1))
+	res, err := b.call(sharesScript, "sync", max(local, d.held), min(d.need, math.MaxInt32), d.bands, d.queued,
+		epoch, seen, seenV, min(2*renewMax(o, seen)+2*o.CallTimeout, o.LeaseTTL/2).Milliseconds(), s.newKeysFreeze().Milliseconds(),
+		min(d.least, math.MaxInt32), s.syncs.Add(1), s.claimWindow().Milliseconds())
 	if err != nil {
 		return err
 	}
@@ -541,32 +598,93 @@ func (s *shares) sync(fell bool) error {
 		s.halt(err.Error())
 		return err
 	}
-	if !ok || len(r) != 11 {
-		return fmt.Errorf("redisqueue: unexpected reply to the shares sync: %v", res)
+	rep, err := parseShareReply(res)
+	if err != nil {
+		return err
 	}
-	held, _ := r[0].(int64)
-	target, _ := r[1].(int64)
-	shrink, _ := r[2].(int64)
-	limit, _ := r[3].(int64)
-	ep, _ := r[4].(string)
-	frozenMs, _ := r[5].(int64)
-	replicas, _ := r[6].(string)
-	free, _ := r[7].(int64)
-	short, _ := r[8].(int64)
-	version, _ := r[9].(int64)
-	over, _ := r[10].(int64)
 	b.markUp()
-	b.limit.Store(limit)
+	b.limit.Store(rep.limit)
+	s.apply(rep, sent, d.need, renewal)
+	return nil
+}
 
+// demandNow is what a sync reports of this replica: the slots it runs,
+// its demand in all and by band, its waiters, and the least share that
+// lets its largest waiting request run.
+type demandNow struct {
+	held, need, queued, least int
+	bands                     string
+}
+
+// demand reads this replica's demand for a sync; see sync for fell.
+func (s *shares) demand(fell bool) demandNow {
+	c := s.fast.Counts()
+	// The slots the waiters ask for, and the least share that lets the
+	// largest waiting request run.
+	queued, least := c.Queued, 1
+	if s.b.limits.Weighted {
+		sum, most := s.waitingSlots()
+		queued, least = max(sum, c.Queued), max(most, 1)
+	}
+	need := c.Held + queued
+	if peak := int(s.peak.Swap(0)); !fell {
+		need = max(need, peak)
+	}
+	var byPrio []ginqueue.PriorityCount
+	if c.Queued > 0 {
+		byPrio = s.mem.Stats().QueuedByPriority
+	}
+	return demandNow{held: c.Held, need: need, queued: c.Queued, least: least,
+		bands: s.bands.report(c.Held, queued, need, byPrio)}
+}
+
+// shareReply is Redis's answer to a sync; see sharesScript.
+type shareReply struct {
+	held, target, limit, frozenMs, replicas, free, version, again int64
+	shrink, wanted, over, turn                                    bool
+	epoch                                                         string
+}
+
+// parseShareReply reads the reply to a sync.
+func parseShareReply(res any) (shareReply, error) {
+	r, ok := res.([]any)
+	if !ok || len(r) != 13 {
+		return shareReply{}, fmt.Errorf("redisqueue: unexpected reply to the shares sync: %v", res)
+	}
+	n := func(i int) int64 { v, _ := r[i].(int64); return v }
+	ep, _ := r[4].(string)
+	return shareReply{held: n(0), target: n(1), shrink: n(2) == 1, limit: n(3), epoch: ep, frozenMs: n(5),
+		replicas: n(6), free: n(7), wanted: n(8) == 1, version: n(9), over: n(10) == 1, turn: n(11) == 1,
+		again: n(12)}, nil
+}
+
+// apply sets the share a sync's reply gives, sent being when the sync was
+// sent and need the demand it reported; renewal says whether the sync was
+// made for the lease, or because the demand fell.
+func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
+	b := s.b
 	s.mu.Lock()
-	next := s.local
-	if int(held) > next {
-		next = int(held)
+	next := max(s.local, int(rep.held))
+	if !rep.turn || rep.over {
+		s.turnEnd = time.Time{}
 	}
-	if shrink == 1 && int(target) < next {
-		next = int(target)
+	if rep.turn && !rep.over {
+		// A turn: the waiters here are granted within it for turnKeep (once,
+		// when that is short), then it goes back as they end, to the next
+		// replica waiting for one.
+		if keep := turnKeep(rep.limit); keep == 0 {
+			_ = s.share.SetShare(next)
+		} else {
+			if s.turnEnd.IsZero() {
+				s.turnEnd = time.Now().Add(keep)
+			}
+			rep.shrink = false
+		}
 	}
-	if over == 1 {
+	if rep.shrink && int(rep.target) < next {
+		next = int(rep.target)
+	}
+	if rep.over {
 		// The fleet holds more than its limit (this replica came back
 		// after its lease ran out, or SetLimit lowered the limit): the
 		// slots counted as ours stay with what runs on them, and no share
@@ -580,28 +698,36 @@ func (s *shares) sync(fell bool) error {
 	if b.isClosed() {
 		next = 0
 	}
-	lowered := next < s.local
+	lowered := next < s.local || rep.turn && s.turnEnd.IsZero()
 	s.local = next
 	_ = s.share.SetShare(next)
-	s.epoch = ep
-	s.version = version
+	s.epoch = rep.epoch
+	s.version = rep.version
 	s.leaseEnd = sent.Add(b.opts.LeaseTTL - b.opts.LeaseTTL/100)
 	// The in-memory Backend itself grants nothing past the lease, checked
 	// as it grants, whatever the timers say after a freeze.
-	s.share.SetLease(s.leaseEnd, int(limit))
+	s.share.SetLease(s.leaseEnd, int(rep.limit))
 	if s.leaseTimer != nil {
 		s.leaseTimer.Reset(time.Until(s.stopAdmitting()))
 	}
-	s.freeLast = int(free)
-	s.needLast.Store(int64(need))
-	s.shortLast.Store(short == 1)
-	s.replicas = replicas
+	s.freeLast = int(rep.free)
+	// The demand a waiter must grow beyond to be worth a sync: the highest
+	// reported since the last renewal, as a saturated demand wavers.
+	if renewal || int64(need) > s.needLast.Load() {
+		s.needLast.Store(int64(need))
+	}
+	s.shortLast.Store(rep.wanted)
+	s.replicas = rep.replicas
 	s.frozenTill = time.Time{}
-	if frozenMs > 0 {
-		s.frozenTill = time.Now().Add(time.Duration(frozenMs) * time.Millisecond)
+	if rep.frozenMs > 0 {
+		s.frozenTill = time.Now().Add(time.Duration(rep.frozenMs) * time.Millisecond)
+	}
+	s.againAt = time.Time{}
+	if rep.again > 0 {
+		s.againAt = time.Now().Add(jitter(time.Duration(rep.again) * time.Millisecond))
 	}
 	s.mu.Unlock()
-	if lowered || int(held) > next {
+	if lowered || int(rep.held) > next {
 		// Redis still counts the slots above the new share as ours: give
 		// them back at once if nothing runs on them, else when the
 		// requests on them end.
@@ -611,7 +737,30 @@ func (s *shares) sync(fell bool) error {
 			b.wake()
 		}
 	}
-	return nil
+}
+
+// newKeysFreeze is how long no share grows after Redis lost a Name's keys,
+// when the replica that finds it knew nothing before: long enough for the
+// replicas that held slots to sync. Each syncs when its notice connection
+// breaks (a restart or a failover breaks it) and at its next renewal.
+func (s *shares) newKeysFreeze() time.Duration {
+	o := s.b.opts
+	return renewMax(o, s.fleetSize()) + downProbe + 2*o.CallTimeout
+}
+
+// fleetSize is the number of replicas of the last reply.
+func (s *shares) fleetSize() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replicas
+}
+
+// claimWindow is how soon a replica told that slots are free for it must
+// sync: one that does not leaves the turns, so that a dead replica costs
+// the fleet no slot.
+func (s *shares) claimWindow() time.Duration {
+	o := s.b.opts
+	return max(2*o.SharePeriod, o.CallTimeout, 20*time.Millisecond)
 }
 
 // byeRetry is how often a closed Backend tries its goodbye again.
