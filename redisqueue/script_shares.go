@@ -162,6 +162,22 @@ local function saveTotals()
   redis.call('HSET', SM, 'H', math.max(tot.H, 0), 'Q', math.max(tot.Q, 0), 'R', math.max(tot.R, 0), 'K', math.max(tot.K, 0))
 end
 
+-- replace swaps o's part of the totals (nil: none) for n's, writing only
+-- what changed; the slots short of target (sk) are written with the record.
+local function replace(o, n)
+  if o then tot.H, tot.Q, tot.R, tot.K = tot.H - o.held, tot.Q - o.queued, tot.R - 1, tot.K - o.short end
+  tot.H, tot.Q, tot.R = tot.H + n.held, tot.Q + n.queued, tot.R + 1
+  local d, l = {}, {}
+  if o then
+    for _, bd in ipairs(o.bands) do d[bd[1]] = (d[bd[1]] or 0) - bd[2] end
+    l[top(o)] = -o.lst
+  end
+  for _, bd in ipairs(n.bands) do d[bd[1]] = (d[bd[1]] or 0) + bd[2] end
+  l[top(n)] = (l[top(n)] or 0) + n.lst
+  for b, x in pairs(d) do bump(SB, b, x) end
+  for b, x in pairs(l) do bump(SL, b, x) end
+end
+
 -- forget takes a replica out; it returns the slots it held.
 local function forget(id)
   local r = parse(redis.call('HGET', S, id))
@@ -290,20 +306,6 @@ end
 redis.call('HSET', SM, 'b', now)
 local clock = now - off
 
--- A few leases that ran out: their replicas stopped syncing. Only a sync
--- sweeps, after the gap above: a call of another kind that reached Redis
--- first after an outage would take every replica for dead.
-local freed = 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', clock, 'LIMIT', 0, 4)) do
-  freed = freed + forget(id)
-end
--- Replicas told that slots are free that did not sync since: they leave
--- the turns (a replica that syncs again joins at the end).
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', SN, '-inf', now - tonumber(ARGV[17]), 'LIMIT', 0, 4)) do
-  redis.call('ZREM', SN, id)
-  redis.call('ZREM', SW, id)
-end
-
 local old = parse(redis.call('HGET', S, me))
 -- A sync that reaches Redis after a later one of the same replica (its
 -- caller gave up on it, and synced again) says what the replica held then:
@@ -315,8 +317,6 @@ if old and seq <= old.seq then return {'stale'} end
 -- GlobalQueue mode. GlobalQueue's d names every replica of either mode:
 -- only when it names more than there are records is r read, and what it
 -- names of replicas long gone is cleared then.
-local mine = 0
-if old then mine = 1 end
 if redis.call('HLEN', GD) > tot.R then
   for _, r in ipairs(redis.call('ZRANGEBYSCORE', GR, '(' .. now, '+inf')) do
     if r ~= me and redis.call('HEXISTS', S, r) == 0 then
@@ -330,7 +330,12 @@ if redis.call('HLEN', GD) > tot.R then
   end
 end
 if meta[2] and meta[2] ~= declared then
-  if tot.R - mine > 0 then
+  -- Only replicas whose leases have not run out count: the others are
+  -- swept below, a few at a time.
+  local live = redis.call('ZCOUNT', SE, '(' .. clock, '+inf')
+  local myLease = tonumber(redis.call('ZSCORE', SE, me) or 0)
+  if myLease > clock then live = live - 1 end
+  if live > 0 then
     return {'conflict', 'live replicas declared MaxConcurrent=' .. meta[2] .. ', this one ' .. declared}
   end
   -- Nobody of the old declaration is live: the limit set for it goes too.
@@ -338,6 +343,22 @@ if meta[2] and meta[2] ~= declared then
   limit = tonumber(declared)
 end
 redis.call('HSET', SM, 'd', declared)
+
+-- A few leases that ran out: their replicas stopped syncing. Only a sync
+-- sweeps, after the gap above: a call of another kind that reached Redis
+-- first after an outage would take every replica for dead. After the checks
+-- above: a sync that returns early must change no total.
+local freed = 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', clock, 'LIMIT', 0, 4)) do
+  freed = freed + forget(id)
+end
+-- Replicas told that slots are free that did not sync since: they leave
+-- the turns (a replica that syncs again joins at the end).
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', SN, '-inf', now - tonumber(ARGV[17]), 'LIMIT', 0, 4)) do
+  redis.call('ZREM', SN, id)
+  redis.call('ZREM', SW, id)
+end
+
 
 local epoch, freeze = meta[3], tonumber(meta[4]) or 0
 local awaited, since, counted = tonumber(meta[5]), tonumber(meta[6]) or 0, tonumber(meta[7]) or 0
@@ -387,7 +408,6 @@ end
 local frozen = now < freeze
 
 -- This replica's new demand replaces its old in the totals.
-if old then count(old, -1) end
 local cur = tonumber(ARGV[6])
 local r = {held = cur, need = tonumber(ARGV[7]), queued = tonumber(ARGV[9]), v = v, least = tonumber(ARGV[15]) or 1,
   seq = seq, short = 0, lst = 0, bands = {}, raw = ARGV[8]}
@@ -397,7 +417,7 @@ if #r.bands > 0 then
   -- at most the limit and at most its demand in its top band
   r.lst = math.max(1, math.min(r.least, limit, r.bands[1][2]))
 end
-count(r, 1)
+replace(old, r)
 local info, total = shape()
 local target, turn, exact = share(r, info, total)
 local myTop = top(r)
@@ -431,8 +451,20 @@ if not frozen and free > 0 then
   if turn and r.need > cur then
     local room = free - higher
     local rank = redis.call('ZRANK', SW, me)
-    if cur < r.lst and rank and r.lst <= room and rank < room then
-      grant, gotTurn = r.lst - cur, true
+    -- the slots the replicas ahead in the turns wait for (the first eight
+    -- read; one each beyond)
+    local ahead = 0
+    if rank and rank > 0 then
+      ahead = math.max(0, rank - 8)
+      for _, id in ipairs(redis.call('ZRANGE', SW, 0, math.min(rank, 8) - 1)) do
+        local h = parse(redis.call('HGET', S, id))
+        if h then ahead = ahead + math.max(0, h.lst - h.held) end
+      end
+    end
+    if cur < r.lst and rank and ahead + r.lst <= room then
+      -- a turn takes what is free beyond what those ahead wait for, up
+      -- to the demand, and at least the least share
+      grant, gotTurn = math.max(r.lst, math.min(r.need, room - ahead)) - cur, true
     elseif rank and room > 0 then
       -- Slots are free, for replicas ahead of this one: tell them (they
       -- leave the turns if they do not claim within the claim window),
@@ -508,7 +540,12 @@ if turn and not shrink and r.held > 0 and r.need > 0 then retry = 1 end
 
 -- Write the record back, with its slots short of target in the totals.
 tot.K = tot.K + r.short
-bump(SK, myTop, r.short)
+if old and top(old) == myTop then
+  bump(SK, myTop, r.short - old.short)
+else
+  if old then bump(SK, top(old), -old.short) end
+  bump(SK, myTop, r.short)
+end
 local rec = string.format('%d %d %d %d %d %d %d %d %s', r.held, r.need, r.queued, v, r.least, seq, r.short, r.lst, r.raw)
 redis.call('HSET', S, me, rec)
 saveTotals()
@@ -521,7 +558,7 @@ end
 -- Declared in GlobalQueue's keys as well, so that a replica of that mode
 -- refuses to start beside this one.
 redis.call('ZADD', GR, now + ttl, me)
-redis.call('HSET', GD, me, 'Shares MaxConcurrent=' .. declared)
+if not old then redis.call('HSET', GD, me, 'Shares MaxConcurrent=' .. declared) end
 
 -- Notices. Slots freed now go to the first replicas that wait.
 local lowered = 0
@@ -565,7 +602,11 @@ if retry == 1 then again = tonumber(ARGV[17]) end
 -- those a freeze still waits for (they may hold slots of older data).
 local seen = math.max(tot.R, 0)
 if frozen and awaited then seen = seen + math.max(0, awaited - counted) end
-return {r.held, target, shrink and 1 or 0, limit, epoch, left_ms, seen, math.max(free, 0), anyWait, v, over and 1 or 0, turnFlag, again}
+-- Free slots are news to this replica only if its demand is met: else
+-- it took what it may, and a notice comes when that changes.
+local freeForMe = math.max(free, 0)
+if r.need > r.held then freeForMe = 0 end
+return {r.held, target, shrink and 1 or 0, limit, epoch, left_ms, seen, freeForMe, anyWait, v, over and 1 or 0, turnFlag, again}
 `)
 
 // noBandLua is noBand as the script spells it.

@@ -49,6 +49,10 @@ type shares struct {
 	// asked is set by an arrival that found no free slot, for the
 	// coordinator: sync soon, if it may help.
 	asked atomic.Bool
+	// wentIdle is set by the Release that leaves nothing running or
+	// waiting here after a demand was reported; idleAt (guarded by mu) is
+	// when the coordinator saw it.
+	wentIdle atomic.Bool
 	// syncs numbers the syncs, so that Redis can tell one that reached it
 	// after a later one (see script_shares.go).
 	syncs atomic.Int64
@@ -79,6 +83,7 @@ type shares struct {
 	version    int64     // the epoch's sync count in the last reply; see script_shares.go
 	againAt    time.Time // when to ask again for a turn (zero: on a notice)
 	turnEnd    time.Time // when the turn this replica holds goes back
+	idleAt     time.Time // when the coordinator saw nothing run or wait here
 }
 
 // newShares builds the Shares-mode state; Start starts it.
@@ -229,10 +234,16 @@ func (s *shares) noteWaiter() {
 // release implements Backend.Release.
 func (s *shares) release(t ginqueue.Ticket) {
 	s.mem.Release(t)
+	c := s.fast.Counts()
+	if c.Held == 0 && c.Queued == 0 && s.needLast.Load() > 0 && !s.wentIdle.Swap(true) {
+		// Nothing runs or waits here any more: if it stays so for a claim
+		// window, the coordinator reports it, so that the slots held here
+		// can go where requests wait.
+		s.b.wake()
+	}
 	if !s.owing.Load() && !s.shortLast.Load() {
 		return
 	}
-	c := s.fast.Counts()
 	if s.owing.Load() && c.Held <= c.Limit && s.owing.Swap(false) {
 		s.giveBack.Store(true)
 		s.b.wake()
@@ -400,6 +411,10 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 			due = true
 		}
 	}
+	// Nothing ran or waited here for a claim window: the demand is gone.
+	if s.idleFor(now) {
+		due, fell = true, true
+	}
 	// A turn to ask for again, and a freeze that ended.
 	due = due || !againAt.IsZero() && !now.Before(againAt)
 	due = due || !frozenTill.IsZero() && !now.Before(frozenTill)
@@ -417,7 +432,11 @@ func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range []time.Time{s.frozenTill, s.againAt, s.turnEnd} {
+	idleEnd := s.idleAt
+	if !idleEnd.IsZero() {
+		idleEnd = idleEnd.Add(s.claimWindow())
+	}
+	for _, t := range []time.Time{s.frozenTill, s.againAt, s.turnEnd, idleEnd} {
 		if !t.IsZero() {
 			next = minTime(next, t)
 		}
@@ -477,6 +496,29 @@ func (s *shares) endTurn(now time.Time) {
 		s.giveBack.Store(true)
 		s.b.wake()
 	}
+}
+
+// idleFor reports whether nothing has run or waited here for a claim
+// window since a Release left the replica idle after it reported demand.
+func (s *shares) idleFor(now time.Time) bool {
+	if !s.wentIdle.Load() {
+		return false
+	}
+	c := s.fast.Counts()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case c.Held+c.Queued > 0 || s.needLast.Load() == 0:
+		s.idleAt = time.Time{}
+		s.wentIdle.Store(false)
+	case s.idleAt.IsZero():
+		s.idleAt = now
+	case !now.Before(s.idleAt.Add(s.claimWindow())):
+		s.idleAt = time.Time{}
+		s.wentIdle.Store(false)
+		return true
+	}
+	return false
 }
 
 // isLost reports whether this replica stopped admitting (see halt).

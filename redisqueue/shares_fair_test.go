@@ -6,6 +6,7 @@ package redisqueue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ginqueue/ginqueue"
 	"github.com/ginqueue/ginqueue/redisqueue"
@@ -267,6 +269,26 @@ func commandCalls(t *testing.T, addr, cmd string) int64 {
 	return 0
 }
 
+// usecPerCall reads Redis's mean time per call of cmd (INFO commandstats).
+func usecPerCall(t *testing.T, addr, cmd string) float64 {
+	t.Helper()
+	info, err := newClient(t, addr).Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":"); ok {
+			for kv := range strings.SplitSeq(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					return f
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // Syncs are paced by need: a saturated fleet whose shares are at their
 // targets calls Redis no more often than an idle one, and a fleet of
 // hundreds of replicas (each on its own client) keeps its renewals near a
@@ -292,7 +314,8 @@ func TestSharesPaceSyncsByNeed(t *testing.T) {
 				before := commandCalls(t, srv.addr(), "evalsha")
 				time.Sleep(d)
 				rate := float64(commandCalls(t, srv.addr(), "evalsha")-before) / d.Seconds()
-				t.Logf("%s: %.0f calls/s, %.2f per replica per second", what, rate, rate/float64(n))
+				t.Logf("%s: %.0f calls/s, %.2f per replica per second, %.1f µs of Redis time per call", what, rate,
+					rate/float64(n), usecPerCall(t, srv.addr(), "evalsha"))
 				return rate
 			}
 			idle := measure("idle", 2*time.Second)
@@ -316,4 +339,142 @@ func TestSharesPaceSyncsByNeed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkShareTotals compares the running totals of a Shares Name (sm's H, Q,
+// R and K; sb, sl and sk) with the sums over its records.
+func checkShareTotals(t *testing.T, c *redis.Client, name string) bool {
+	t.Helper()
+	ctx := context.Background()
+	p := "ginqueue:{" + name + "}:"
+	recs, _ := c.HGetAll(ctx, p+"s").Result()
+	var H, Q, R, K int
+	sb, sl, sk := map[string]int{}, map[string]int{}, map[string]int{}
+	for id, rec := range recs {
+		f := strings.Fields(rec)
+		if len(f) != 9 {
+			t.Errorf("bad record %s: %q", id, rec)
+			continue
+		}
+		n := func(i int) int { v, _ := strconv.Atoi(f[i]); return v }
+		H += n(0)
+		Q += n(2)
+		R++
+		K += n(6)
+		top := "-1000001"
+		if f[8] != "-" {
+			for i, bd := range strings.Split(f[8], ",") {
+				kv := strings.SplitN(bd, ":", 2)
+				v, _ := strconv.Atoi(kv[1])
+				sb[kv[0]] += v
+				if i == 0 {
+					top = kv[0]
+				}
+			}
+		}
+		sl[top] += n(7)
+		sk[top] += n(6)
+	}
+	sm, _ := c.HGetAll(ctx, p+"sm").Result()
+	g := func(k string) int { v, _ := strconv.Atoi(sm[k]); return v }
+	ok := true
+	if g("H") != H || g("Q") != Q || g("R") != R || g("K") != K {
+		t.Errorf("totals drift: sm H=%d Q=%d R=%d K=%d; records H=%d Q=%d R=%d K=%d (records %v)", g("H"), g("Q"), g("R"), g("K"), H, Q, R, K, recs)
+		ok = false
+	}
+	for _, kv := range []struct {
+		key  string
+		want map[string]int
+	}{{"sb", sb}, {"sl", sl}, {"sk", sk}} {
+		got, _ := c.HGetAll(ctx, p+kv.key).Result()
+		for k, v := range kv.want {
+			if v == 0 {
+				delete(kv.want, k)
+			}
+		}
+		for k, v := range got {
+			if n, _ := strconv.Atoi(v); n != kv.want[k] {
+				t.Errorf("%s[%s]=%s, records say %d", kv.key, k, v, kv.want[k])
+				ok = false
+			}
+		}
+		for k, v := range kv.want {
+			if _, has := got[k]; !has {
+				t.Errorf("%s[%s] missing, records say %d", kv.key, k, v)
+				ok = false
+			}
+		}
+	}
+	return ok
+}
+
+// A replica refused for a conflict sweeps expired leases first, but the
+// script returns before saving the totals: sm keeps the swept replica's
+// held/R for ever.
+
+// A sync that Redis refuses (a replica of another MaxConcurrent) changes no
+// total. It used to sweep an expired lease first, then return: the records
+// went and the totals kept them, so the slots they held were never free
+// again, and a new declaration was refused with no replica live.
+func TestSharesRefusedSyncChangesNoTotal(t *testing.T) {
+	needRedis(t)
+	name := newName(t)
+	ctl := newClient(t, redisAddr)
+	l4 := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8}
+	// A holds 3 slots and dies without its goodbye; its lease runs out.
+	ca := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	a, err := redisqueue.New(ca, redisqueue.Options{Name: name, Mode: redisqueue.Shares, LeaseTTL: 200 * time.Millisecond, CallTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(l4); err != nil {
+		t.Fatal(err)
+	}
+	var held []ginqueue.Ticket
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		tk, err := a.Acquire(ctx, ginqueue.Arrival{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, tk)
+	}
+	// C lives on and renews rarely, so that B's sync is the one to sweep A.
+	slow := redisqueue.Options{Name: name, Mode: redisqueue.Shares, LeaseTTL: 60 * time.Second, SharePeriod: 10 * time.Second}
+	c, err := redisqueue.New(newClient(t, redisAddr), slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(l4); err != nil {
+		t.Fatal(err)
+	}
+	_ = ca.Close()
+	for _, tk := range held {
+		a.Release(tk)
+	}
+	_ = a.Close()
+	time.Sleep(400 * time.Millisecond)
+	bb, err := redisqueue.New(newClient(t, redisAddr), slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bb.Start(ginqueue.Limits{MaxConcurrent: 5, MaxQueue: 8}); !errors.Is(err, redisqueue.ErrConflict) {
+		t.Fatalf("a replica of another MaxConcurrent beside a live one: %v, want ErrConflict", err)
+	}
+	_ = bb.Close()
+	checkShareTotals(t, ctl, name)
+	_ = c.Close()
+	time.Sleep(100 * time.Millisecond)
+	checkShareTotals(t, ctl, name)
+	// With no replica live, a new declaration is taken.
+	d, err := redisqueue.New(newClient(t, redisAddr), slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ginqueue.Limits{MaxConcurrent: 5, MaxQueue: 8}); err != nil {
+		t.Errorf("refused with no replica live: %v", err)
+	}
+	_ = d.Close()
+	checkShareTotals(t, ctl, name)
 }
