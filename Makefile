@@ -23,7 +23,7 @@ test:
 # frozen past its lease, one started during a pause and weighted requests,
 # in both modes. About 20 minutes.
 test-long:
-	cd redisqueue && $(GO) test -race -count=1 -timeout 45m -run 'Topology|FrozenMaster|ShutdownDuringKill|IdleKillThenBurst|FleetPaused|FleetLimit' .
+	cd redisqueue && $(GO) test -race -count=1 -timeout 45m -run 'Topology|FrozenMaster|ShutdownDuringKill|IdleKillThenBurst|FleetPaused|FleetLimit|FleetScale' .
 
 # A burst of 15 requests on 3 slots against a real server on 127.0.0.1, as a timeline.
 demo:

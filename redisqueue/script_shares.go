@@ -437,8 +437,16 @@ local function turnScore()
   local j = redis.call('HINCRBY', SM, 'j', 1) % 4294967296
   return -math.max(-1048576, math.min(1048576, myTop)) * 4294967296 + j
 end
-if r.need > cur and redis.call('ZSCORE', SW, me) == false then
+local inTurns = redis.call('ZSCORE', SW, me)
+if r.need > cur and inTurns == false then
   redis.call('ZADD', SW, turnScore(), me)
+elseif inTurns then
+  -- Its top band moved: the same place in the order of waiting, in the
+  -- new band (else a replica that first reported only running requests,
+  -- below every band, would wait behind every replica of a band forever).
+  local j = tonumber(inTurns) % 4294967296
+  local want = -math.max(-1048576, math.min(1048576, myTop)) * 4294967296 + j
+  if want ~= tonumber(inTurns) then redis.call('ZADD', SW, want, me) end
 end
 
 -- This replica's share grows from what is free, after the needs of
@@ -454,9 +462,10 @@ if not frozen and free > 0 then
     -- the slots the replicas ahead in the turns wait for (the first eight
     -- read; one each beyond)
     local ahead = 0
-    if rank and rank > 0 then
+    if rank and rank > 0 and r.lst <= room then
       ahead = math.max(0, rank - 8)
       for _, id in ipairs(redis.call('ZRANGE', SW, 0, math.min(rank, 8) - 1)) do
+        if ahead + r.lst > room then break end
         local h = parse(redis.call('HGET', S, id))
         if h then ahead = ahead + math.max(0, h.lst - h.held) end
       end
@@ -466,10 +475,12 @@ if not frozen and free > 0 then
       -- to the demand, and at least the least share
       grant, gotTurn = math.max(r.lst, math.min(r.need, room - ahead)) - cur, true
     elseif rank and room > 0 then
-      -- Slots are free, for replicas ahead of this one: tell them (they
-      -- leave the turns if they do not claim within the claim window),
-      -- and ask again after it.
-      tellWaiting(room)
+      -- Slots are free, for replicas ahead of this one: tell those not
+      -- told yet (they leave the turns if they do not claim within the
+      -- claim window), and ask again after it.
+      for _, id in ipairs(redis.call('ZRANGE', SW, 0, math.min(rank, 8) - 1)) do
+        if redis.call('ZADD', SN, 'NX', now, id) == 1 then notify(id) end
+      end
       retry = 1
     end
   elseif not turn then
@@ -573,7 +584,7 @@ if over then want = tot.H - limit end
 if not frozen and r.short > free - higher then want = math.max(want, r.short - math.max(free - higher, 0)) end
 if not frozen and turn and r.held < r.lst and r.need > r.held and free < r.lst then want = math.max(want, r.lst) end
 if want > 0 then
-  for _, id in ipairs(redis.call('ZRANGE', SX, 0, 7)) do
+  for _, id in ipairs(redis.call('ZRANGE', SX, 0, 3)) do
     if want <= 0 then break end
     if id ~= me then
       local h = parse(redis.call('HGET', S, id))

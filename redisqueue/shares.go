@@ -446,9 +446,9 @@ func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
 
 // renewEvery is how often a replica whose share needs no change renews its
 // lease, in a fleet of the given number of replicas: every SharePeriod in a
-// small fleet, and as the fleet grows, so that its renewals stay near a
-// thousand calls a second on the Redis they share; never less than four
-// times per lease, so that a lost call or two never lets it run out.
+// small fleet, and as the fleet grows, so that its renewals stay near 500
+// calls a second on the Redis they share; never less than four times per
+// lease, so that a lost call or two never lets it run out.
 // renewMax is the longest it waits, with jitter.
 func renewEvery(o Options, replicas int64) time.Duration {
 	return min(max(o.SharePeriod, time.Duration(replicas)*renewPerReplica), o.LeaseTTL/4)
@@ -457,8 +457,9 @@ func renewEvery(o Options, replicas int64) time.Duration {
 func renewMax(o Options, replicas int64) time.Duration { return renewEvery(o, replicas) * 5 / 4 }
 
 // renewPerReplica is what each replica adds to the renewal period: a
-// thousand replicas renew about once a second each.
-const renewPerReplica = time.Millisecond
+// thousand replicas renew about every two seconds each, 500 calls a second
+// in all.
+const renewPerReplica = 2 * time.Millisecond
 
 // jitter is d moved at random by up to a fifth either way, so that
 // replicas started together do not sync together.
@@ -469,15 +470,15 @@ func jitter(d time.Duration) time.Duration {
 	return d - d/5 + time.Duration(rand.Int64N(int64(d/5)*2+1))
 }
 
-// turnKeep is how long a replica keeps a turn, under a limit of n: with
-// few slots a turn serves its waiters once (0), so that turns follow the
-// handlers' time; with many, long enough that the fleet's turns stay near
-// a thousand calls a second on Redis.
+// turnKeep is how long a replica keeps a turn, under a limit of n: under
+// a limit below 64 a turn serves its waiters once (0), so that turns
+// follow the handlers' time; above, 2 ms per slot, so that the fleet's
+// turns stay near 500 a second on Redis.
 func turnKeep(n int64) time.Duration {
-	if d := time.Duration(n) * 2 * time.Millisecond; d > 5*time.Millisecond {
-		return d
+	if n < 64 {
+		return 0
 	}
-	return 0
+	return time.Duration(n) * 2 * time.Millisecond
 }
 
 // endTurn gives back the turn this replica holds once its time is up.
@@ -802,7 +803,7 @@ func (s *shares) fleetSize() int64 {
 // the fleet no slot.
 func (s *shares) claimWindow() time.Duration {
 	o := s.b.opts
-	return max(2*o.SharePeriod, o.CallTimeout, 20*time.Millisecond)
+	return max(4*o.SharePeriod, 2*o.CallTimeout, 20*time.Millisecond)
 }
 
 // byeRetry is how often a closed Backend tries its goodbye again.
