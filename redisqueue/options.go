@@ -169,7 +169,7 @@ type Options struct {
 	// while slots may be free, or whose demand grows or falls by a quarter,
 	// syncs at once, but at most every SharePeriod/8; Redis tells the
 	// replicas a move concerns. A replica told that a slot is free for it
-	// must claim it within 2 × SharePeriod (and at least CallTimeout), or
+	// must claim it within 4 × SharePeriod (and at least 2 × CallTimeout), or
 	// the next replica waiting gets it. Zero means DefaultSharePeriod (50
 	// ms). It must be at least 5 ms and at most LeaseTTL/4. Ignored in
 	// GlobalQueue mode.
