@@ -236,7 +236,7 @@ func (s *shares) release(t ginqueue.Ticket) {
 	s.mem.Release(t)
 	c := s.fast.Counts()
 	if c.Held == 0 && c.Queued == 0 && s.needLast.Load() > 0 && !s.wentIdle.Swap(true) {
-		// Nothing runs or waits here any more: if it stays so for a claim
+		// Nothing runs or waits here any more: if it stays so for an idle
 		// window, the coordinator reports it, so that the slots held here
 		// can go where requests wait.
 		s.b.wake()
@@ -411,7 +411,7 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 			due = true
 		}
 	}
-	// Nothing ran or waited here for a claim window: the demand is gone.
+	// Nothing ran or waited here for an idle window: the demand is gone.
 	if s.idleFor(now) {
 		due, fell = true, true
 	}
@@ -434,7 +434,7 @@ func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
 	defer s.mu.Unlock()
 	idleEnd := s.idleAt
 	if !idleEnd.IsZero() {
-		idleEnd = idleEnd.Add(s.claimWindow())
+		idleEnd = idleEnd.Add(s.idleWindow())
 	}
 	for _, t := range []time.Time{s.frozenTill, s.againAt, s.turnEnd, idleEnd} {
 		if !t.IsZero() {
@@ -499,7 +499,14 @@ func (s *shares) endTurn(now time.Time) {
 	}
 }
 
-// idleFor reports whether nothing has run or waited here for a claim
+// idleWindow is how long nothing must run or wait here before the
+// coordinator reports the demand gone: a SharePeriod, so that a client
+// between two requests is not taken for gone.
+func (s *shares) idleWindow() time.Duration {
+	return max(s.b.opts.SharePeriod, 20*time.Millisecond)
+}
+
+// idleFor reports whether nothing has run or waited here for an idle
 // window since a Release left the replica idle after it reported demand.
 func (s *shares) idleFor(now time.Time) bool {
 	if !s.wentIdle.Load() {
@@ -514,7 +521,7 @@ func (s *shares) idleFor(now time.Time) bool {
 		s.wentIdle.Store(false)
 	case s.idleAt.IsZero():
 		s.idleAt = now
-	case !now.Before(s.idleAt.Add(s.claimWindow())):
+	case !now.Before(s.idleAt.Add(s.idleWindow())):
 		s.idleAt = time.Time{}
 		s.wentIdle.Store(false)
 		return true
