@@ -300,6 +300,12 @@ func TestFleetScalePaceSyncsByNeed(t *testing.T) {
 			if n > 4 && testing.Short() {
 				t.Skip("hundreds of replicas")
 			}
+			if n > 4 && raceEnabled {
+				// Under the race detector, 800 clients on 2 cores make
+				// the replicas too slow to be saturated as measured here:
+				// make test-long runs this case without it.
+				t.Skip("hundreds of replicas: run without -race")
+			}
 			srv := startRedis(t)
 			limit := 2 * n
 			var f fleetCounter

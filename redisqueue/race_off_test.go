@@ -1,0 +1,5 @@
+//go:build !race
+
+package redisqueue_test
+
+const raceEnabled = false
