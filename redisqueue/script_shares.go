@@ -454,7 +454,7 @@ end
 -- top band has fewer slots than replicas to run, by its least share when
 -- its turn comes, that is when it is among the first of sw as many as
 -- there are slots free.
-local grant, gotTurn, retry = 0, false, 0
+local grant, retry = 0, 0
 if not frozen and free > 0 then
   if turn and r.need > cur then
     local room = free - higher
@@ -473,7 +473,7 @@ if not frozen and free > 0 then
     if cur < r.lst and rank and ahead + r.lst <= room then
       -- a turn takes what is free beyond what those ahead wait for, up
       -- to the demand, and at least the least share
-      grant, gotTurn = math.max(r.lst, math.min(r.need, room - ahead)) - cur, true
+      grant = math.max(r.lst, math.min(r.need, room - ahead)) - cur
     elseif rank and room > 0 then
       -- Slots are free, for replicas ahead of this one: tell those not
       -- told yet (they leave the turns if they do not claim within the

@@ -329,7 +329,7 @@ func (s *shares) run() {
 		if due, fell := s.due(now, &p, gap); due {
 			s.asked.Store(false)
 			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(b.down.Load()))))
-			p.synced(now, b.down.Load(), s.fleetSize())
+			p.synced(now, s.fleetSize())
 		}
 		switch {
 		case lost:
@@ -350,20 +350,14 @@ type pacer struct {
 	last  time.Time     // when the last sync was sent
 	renew time.Duration // from last to the next renewal, with jitter
 	slow  bool          // the last sync took half a CallTimeout or more
-	down  int           // syncs in a row made while Redis was down
 }
 
-// synced records a sync sent at now; down says whether Redis is down after
-// it, replicas how many replicas the fleet has.
-func (p *pacer) synced(now time.Time, down bool, replicas int64) {
+// synced records a sync sent at now, in a fleet of the given number of
+// replicas.
+func (p *pacer) synced(now time.Time, replicas int64) {
 	p.last = now
 	p.slow = time.Since(now) >= p.opts.CallTimeout/2
 	p.renew = jitter(renewEvery(p.opts, replicas))
-	if down {
-		p.down++
-	} else {
-		p.down = 0
-	}
 }
 
 // every is the time from one sync to the next, with no reason to sync

@@ -253,24 +253,9 @@ func TestSharesDeadReplicaLeavesTheTurns(t *testing.T) {
 	}
 }
 
-// commandCalls reads how many times Redis ran cmd (INFO commandstats).
-func commandCalls(t *testing.T, ctl *redis.Client, cmd string) int64 {
-	t.Helper()
-	info, err := ctl.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// usecPerCall reads Redis's mean time per call of cmd (INFO commandstats).
-func usecPerCall(t *testing.T, ctl *redis.Client, cmd string) float64 {
+// commandStat reads one figure of INFO commandstats for cmd: "calls" or
+// "usec_per_call".
+func commandStat(t *testing.T, ctl *redis.Client, cmd, field string) float64 {
 	t.Helper()
 	info, err := ctl.Info(context.Background(), "commandstats").Result()
 	if err != nil {
@@ -279,7 +264,7 @@ func usecPerCall(t *testing.T, ctl *redis.Client, cmd string) float64 {
 	for line := range strings.SplitSeq(info, "\n") {
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":"); ok {
 			for kv := range strings.SplitSeq(rest, ",") {
-				if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+				if v, ok := strings.CutPrefix(kv, field+"="); ok {
 					f, _ := strconv.ParseFloat(v, 64)
 					return f
 				}
@@ -318,11 +303,11 @@ func TestFleetScalePaceSyncsByNeed(t *testing.T) {
 			time.Sleep(2 * time.Second) // past the first freeze, shares split
 			ctl := newClient(t, srv.addr())
 			measure := func(what string, d time.Duration) float64 {
-				before := commandCalls(t, ctl, "evalsha")
+				before := commandStat(t, ctl, "evalsha", "calls")
 				time.Sleep(d)
-				rate := float64(commandCalls(t, ctl, "evalsha")-before) / d.Seconds()
+				rate := float64(commandStat(t, ctl, "evalsha", "calls")-before) / d.Seconds()
 				t.Logf("%s: %.0f calls/s, %.2f per replica per second, %.1f µs of Redis time per call", what, rate,
-					rate/float64(n), usecPerCall(t, ctl, "evalsha"))
+					rate/float64(n), commandStat(t, ctl, "evalsha", "usec_per_call"))
 				return rate
 			}
 			idle := measure("idle", 2*time.Second)
