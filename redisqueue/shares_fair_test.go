@@ -288,7 +288,7 @@ func TestFleetScalePaceSyncsByNeed(t *testing.T) {
 			if n > 4 && raceEnabled {
 				// Under the race detector, 800 clients on 2 cores make
 				// the replicas too slow to be saturated as measured here:
-				// make test-long runs this case without it.
+				// run it with a plain go test.
 				t.Skip("hundreds of replicas: run without -race")
 			}
 			srv := startRedis(t)
