@@ -165,6 +165,14 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // bye gives back every pending id and removes this replica from Redis. It
 // reports whether the maintainer may stop: Redis answered, the client was
 // closed, nothing was pending, or LeaseTTL has passed since Close (the

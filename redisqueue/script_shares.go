@@ -190,29 +190,51 @@ local function forget(id)
   return h
 end
 
--- tellWaiting tells the first n replicas of sw (not me) that slots are
--- free, one more than there are slots: a head that does not claim within
--- the claim window leaves sw, and the next takes its place. With fewer
--- waiting, the first holders are told too: an idle share grows as room
--- for arrivals.
+-- tellWaiting tells the first replicas of sw (not me) that n slots are
+-- free: as many as those slots serve, in turn order, those told before and
+-- not synced since counting first (they are coming for theirs). A head
+-- that does not claim within the claim window leaves sw, and a later sync
+-- tells the next one in its place.
 local function tellWaiting(n)
   if n <= 0 then return end
-  local told = 0
-  for _, id in ipairs(redis.call('ZRANGE', SW, 0, math.min(n, 8))) do
-    if id ~= me then
+  local pending, cum = redis.call('ZCARD', SN), 0
+  -- each of those told waits for a slot at least
+  if pending >= n then return end
+  for i, id in ipairs(redis.call('ZRANGE', SW, 0, math.min(n + pending, 64) - 1)) do
+    -- what it waits for: its least share, read for the first eight
+    local want = 1
+    if i <= 8 then
+      local h = parse(redis.call('HGET', S, id))
+      if h then want = math.max(1, h.lst - h.held) end
+    end
+    if cum + want > n then break end
+    cum = cum + want
+    if id ~= me and redis.call('ZADD', SN, 'NX', now, id) == 1 then
       notify(id)
-      redis.call('ZADD', SN, 'NX', now, id)
-      told = told + 1
     end
   end
+end
+
+-- tellHolders tells that n slots were freed, beside the replicas of sw:
+-- with fewer waiting, the first holders (an idle share grows as room for
+-- arrivals), and the first that may round its share up.
+local function tellHolders(n)
+  if n <= 0 then return end
   for _, id in ipairs(redis.call('ZRANGE', SC, 0, 0)) do
     if id ~= me then notify(id) end
   end
-  if told < n then
-    for _, id in ipairs(redis.call('ZRANGE', SX, 0, math.min(n - told, 8))) do
+  if redis.call('ZCARD', SW) < n then
+    for _, id in ipairs(redis.call('ZRANGE', SX, 0, math.min(n, 8))) do
       if id ~= me then notify(id) end
     end
   end
+end
+
+-- tellFreed tells that n slots were freed: the replicas of sw they serve,
+-- and the holders above.
+local function tellFreed(n)
+  tellWaiting(n)
+  tellHolders(n)
 end
 
 -- shape reads the totals by band: for each band, from the highest, the
@@ -273,7 +295,7 @@ if op == 'bye' then
   local h = forget(me)
   redis.call('DEL', MINE)
   saveTotals()
-  if h > 0 then tellWaiting(limit - tot.H) end
+  if h > 0 then tellFreed(limit - tot.H) end
   return 1
 end
 
@@ -286,7 +308,7 @@ if op == 'limit' then
   for _, id in ipairs(redis.call('ZRANGE', SX, 0, -1)) do
     if id ~= me then notify(id) end
   end
-  tellWaiting(n - tot.H)
+  tellFreed(n - tot.H)
   return n
 end
 
@@ -437,8 +459,14 @@ local function turnScore()
   local j = redis.call('HINCRBY', SM, 'j', 1) % 4294967296
   return -math.max(-1048576, math.min(1048576, myTop)) * 4294967296 + j
 end
+-- A replica that holds its least share in a band that takes turns is in
+-- a turn: it waits again, at the end, once its turn went back.
+local inTurn = turn and cur >= r.lst
 local inTurns = redis.call('ZSCORE', SW, me)
-if r.need > cur and inTurns == false then
+if inTurn then
+  if inTurns then redis.call('ZREM', SW, me) end
+  inTurns = false
+elseif r.need > cur and inTurns == false then
   redis.call('ZADD', SW, turnScore(), me)
 elseif inTurns then
   -- Its top band moved: the same place in the order of waiting, in the
@@ -471,13 +499,14 @@ if not frozen and free > 0 then
       end
     end
     if cur < r.lst and rank and ahead + r.lst <= room then
-      -- a turn takes what is free beyond what those ahead wait for, up
-      -- to the demand, and at least the least share
-      grant = math.max(r.lst, math.min(r.need, room - ahead)) - cur
-    elseif rank and room > 0 then
-      -- Slots are free, for replicas ahead of this one: tell those not
-      -- told yet (they leave the turns if they do not claim within the
-      -- claim window), and ask again after it.
+      -- a turn is the least share: there are fewer slots than least
+      -- shares, so a slot more here is a turn less for another
+      grant = r.lst - cur
+    elseif rank and rank > 0 and room > 0 and rank < room + 8 then
+      -- Slots are free, for replicas just ahead of this one: tell those
+      -- not told yet (they leave the turns if they do not claim within the
+      -- claim window), and ask again after it. A replica further back
+      -- waits for a notice: the turns reach it as slots are freed.
       for _, id in ipairs(redis.call('ZRANGE', SW, 0, math.min(rank, 8) - 1)) do
         if redis.call('ZADD', SN, 'NX', now, id) == 1 then notify(id) end
       end
@@ -505,7 +534,7 @@ if r.held >= math.ceil(exact - 1e-9) or turn or total <= limit then redis.call('
 if grant > 0 then
   -- It got slots: it waits again, if it does, at the end.
   redis.call('ZREM', SW, me)
-  if r.need > r.held then redis.call('ZADD', SW, turnScore(), me) end
+  if r.need > r.held and not (turn and r.held >= r.lst) then redis.call('ZADD', SW, turnScore(), me) end
 elseif r.need <= r.held then
   redis.call('ZREM', SW, me)
 end
@@ -545,9 +574,10 @@ if not turn and total > limit and r.held > target and free <= 0 then
   end
 end
 local shrink = over or (r.held > target and (shortOthers > free or headNeeds > free or roundedOut))
-local isTurn = turn and shrink and r.held > 0
-if turn and shrink then target = 0 end
-if turn and not shrink and r.held > 0 and r.need > 0 then retry = 1 end
+-- Slots held in a band with fewer slots than least shares are a turn,
+-- from the moment they are granted: they go back after the turn's time.
+local isTurn = turn and r.held > 0
+if isTurn then shrink, target = true, 0 end
 
 -- Write the record back, with its slots short of target in the totals.
 tot.K = tot.K + r.short
@@ -574,7 +604,12 @@ if not old then redis.call('HSET', GD, me, 'Shares MaxConcurrent=' .. declared) 
 -- Notices. Slots freed now go to the first replicas that wait.
 local lowered = 0
 if old then lowered = math.max(0, old.held - r.held) end
-if not frozen and free > 0 and freed + lowered > 0 then tellWaiting(math.min(free, freed + lowered)) end
+if not frozen and free > 0 then
+  -- Free slots that no replica told is coming for (freed now, or one
+  -- told did not claim, or left the turns): the next in turn are told.
+  tellWaiting(free)
+  if freed + lowered > 0 then tellHolders(math.min(free, freed + lowered)) end
+end
 -- Slots this replica needs and cannot take from what is free: the first
 -- holders that hold more than their targets give back (those of the lowest
 -- band first, then those with the most slots for their demand), and so do

@@ -41,11 +41,15 @@ type shares struct {
 	giveBack atomic.Bool
 	// needLast is the demand reported at the last sync, and shortLast
 	// whether a replica was short of its target then: a Release that finds
-	// the demand here fallen by a quarter sets dropped, so that the shares
-	// move now rather than at the next period.
+	// the demand here fallen by a quarter sets dropped, and droppedAt (time
+	// since born), so that the shares move now rather than at the next
+	// period if it stays fallen for an idle window (closed-loop clients
+	// between two requests waver below their number for microseconds).
 	needLast  atomic.Int64
 	shortLast atomic.Bool
 	dropped   atomic.Bool
+	droppedAt atomic.Int64
+	born      time.Time
 	// asked is set by an arrival that found no free slot, for the
 	// coordinator: sync soon, if it may help.
 	asked atomic.Bool
@@ -89,7 +93,8 @@ type shares struct {
 // newShares builds the Shares-mode state; Start starts it.
 func newShares(b *Backend) *shares {
 	mem := ginqueue.NewMemoryBackend()
-	s := &shares{b: b, mem: mem, fast: mem.(ginqueue.FastBackend), share: mem.(ginqueue.ShareSetter), bands: newBands()}
+	s := &shares{b: b, mem: mem, fast: mem.(ginqueue.FastBackend), share: mem.(ginqueue.ShareSetter), bands: newBands(),
+		born: time.Now()}
 	s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
 	return s
 }
@@ -248,9 +253,26 @@ func (s *shares) release(t ginqueue.Ticket) {
 		s.giveBack.Store(true)
 		s.b.wake()
 	}
-	if n := s.needLast.Load(); s.shortLast.Load() && int64(c.Held+c.Queued) < n-max(1, n/4) && !s.dropped.Swap(true) {
-		s.b.wake()
+	if s.fell(c) && !s.dropped.Load() {
+		s.droppedAt.Store(int64(time.Since(s.born)))
+		if !s.dropped.Swap(true) {
+			s.b.wake()
+		}
 	}
+}
+
+// fell reports whether the demand here, as c counts it, fell by a quarter
+// below the demand last reported while another replica was short of its
+// target.
+func (s *shares) fell(c ginqueue.Counts) bool {
+	n := s.needLast.Load()
+	return s.shortLast.Load() && int64(c.Held+c.Queued) < n-max(1, n/4)
+}
+
+// droppedUntil is when a fall of the demand seen by a Release is worth a
+// sync, if the demand is still down then.
+func (s *shares) droppedUntil() time.Time {
+	return s.born.Add(time.Duration(s.droppedAt.Load()) + s.idleWindow())
 }
 
 // sharesFast is the Queue's FastBackend in Shares mode: the in-memory
@@ -390,8 +412,8 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 	due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0)
 	// Slots owed can be given back now.
 	due = due || s.giveBack.Swap(false)
-	// The demand fell while another replica waits.
-	if soon && s.dropped.Load() && s.dropped.Swap(false) {
+	// The demand fell while another replica waits, and stayed down.
+	if soon && s.dropped.Load() && !now.Before(s.droppedUntil()) && s.dropped.Swap(false) && s.fell(s.fast.Counts()) {
 		due, fell = true, true
 	}
 	if soon && s.asked.Load() {
@@ -403,6 +425,10 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 		needLast := int(s.needLast.Load())
 		if need := c.Held + c.Queued; down || freeLast > 0 || need > needLast+max(1, needLast/4) {
 			due = true
+		} else {
+			// Not worth a sync: the next waiter asks again (else the
+			// coordinator would look again every gap while it waits).
+			s.asked.Store(false)
 		}
 	}
 	// Nothing ran or waited here for an idle window: the demand is gone.
@@ -421,8 +447,11 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 // nextSync is when the coordinator looks again with no reason sooner.
 func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
 	next := p.last.Add(p.every(s.b.down.Load()))
-	if s.asked.Load() || s.dropped.Load() {
+	if s.asked.Load() {
 		next = minTime(next, p.last.Add(gap))
+	}
+	if s.dropped.Load() {
+		next = minTime(next, maxTime(p.last.Add(gap), s.droppedUntil()))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -431,7 +460,9 @@ func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
 		idleEnd = idleEnd.Add(s.idleWindow())
 	}
 	for _, t := range []time.Time{s.frozenTill, s.againAt, s.turnEnd, idleEnd} {
-		if !t.IsZero() {
+		// A time already passed at the last sync was acted on then (or that
+		// sync failed, and the pace above tries again).
+		if !t.IsZero() && t.After(p.last) {
 			next = minTime(next, t)
 		}
 	}
@@ -440,7 +471,7 @@ func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
 
 // renewEvery is how often a replica whose share needs no change renews its
 // lease, in a fleet of the given number of replicas: every SharePeriod in a
-// small fleet, and as the fleet grows, so that its renewals stay near 500
+// small fleet, and as the fleet grows, so that its renewals stay near 250
 // calls a second on the Redis they share; never less than four times per
 // lease, so that a lost call or two never lets it run out.
 // renewMax is the longest it waits, with jitter.
@@ -451,9 +482,9 @@ func renewEvery(o Options, replicas int64) time.Duration {
 func renewMax(o Options, replicas int64) time.Duration { return renewEvery(o, replicas) * 5 / 4 }
 
 // renewPerReplica is what each replica adds to the renewal period: a
-// thousand replicas renew about every two seconds each, 500 calls a second
-// in all.
-const renewPerReplica = 2 * time.Millisecond
+// thousand replicas renew about every four seconds each, 250 calls a
+// second in all.
+const renewPerReplica = 4 * time.Millisecond
 
 // jitter is d moved at random by up to a fifth either way, so that
 // replicas started together do not sync together.
@@ -464,15 +495,12 @@ func jitter(d time.Duration) time.Duration {
 	return d - d/5 + time.Duration(rand.Int64N(int64(d/5)*2+1))
 }
 
-// turnKeep is how long a replica keeps a turn, under a limit of n: under
-// a limit below 64 a turn serves its waiters once (0), so that turns
-// follow the handlers' time; above, 2 ms per slot, so that the fleet's
-// turns stay near 500 a second on Redis.
+// turnKeep is how long a replica keeps a turn, under a limit of n: 2 ms
+// per slot, so that the fleet's turns stay near 500 a second on Redis
+// whatever its limit. Under a small limit that is less than a handler's
+// time: a turn then serves the waiters it finds, once.
 func turnKeep(n int64) time.Duration {
-	if n < 64 {
-		return 0
-	}
-	return time.Duration(n) * 2 * time.Millisecond
+	return time.Duration(max(n, 1)) * 2 * time.Millisecond
 }
 
 // endTurn gives back the turn this replica holds once its time is up.
@@ -713,15 +741,14 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 		s.turnEnd = time.Time{}
 	}
 	if rep.turn && !rep.over {
-		// A turn: the waiters here are granted within it for turnKeep (once,
-		// when that is short), then it goes back as they end, to the next
-		// replica waiting for one.
-		if keep := turnKeep(rep.limit); keep == 0 {
-			_ = s.share.SetShare(next)
-		} else {
-			if s.turnEnd.IsZero() {
-				s.turnEnd = time.Now().Add(keep)
-			}
+		// A turn: the waiters here are granted within it for turnKeep,
+		// then it goes back as they end, to the next replica waiting for
+		// one. Only slots this reply grants start one: slots still running
+		// after a turn ended go back as they end.
+		if s.turnEnd.IsZero() && int(rep.held) > s.local {
+			s.turnEnd = time.Now().Add(jitter(turnKeep(rep.limit)))
+		}
+		if !s.turnEnd.IsZero() {
 			rep.shrink = false
 		}
 	}

@@ -6,6 +6,7 @@
 //	go run ./cmd/report -weighted    # section 13 alone; prints its targets and table, writes nothing
 //	go run ./cmd/report -fleet       # section 14 alone; prints its table and targets, writes nothing
 //	go run ./cmd/report -fleet-scale # section 15 alone (not in the whole suite); prints its tables and targets, writes nothing
+//	go run ./cmd/report -fleet-scale -sizes 256,1024 # section 15 on these fleet sizes only
 package main
 
 import (
@@ -14,6 +15,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/ginqueue/ginqueue/bench/internal/suite"
@@ -27,6 +30,7 @@ func main() {
 	weighted := flag.Bool("weighted", false, "run section 13 (weighted requests) alone, print its targets and table, write nothing")
 	fleet := flag.Bool("fleet", false, "run section 14 (one limit for a fleet, three ways) alone, print its table and targets, write nothing")
 	fleetScale := flag.Bool("fleet-scale", false, "run section 15 (one Name for up to 1,024 replicas in Shares mode, on a redis-server of its own) alone, print its tables and targets, write nothing")
+	sizes := flag.String("sizes", "", "with -fleet-scale, the fleet sizes to run, comma-separated (default 16,64,256,1024)")
 	flag.Parse()
 	plan, only, alone := suite.FullPlan(), "", 0
 	for name, set := range map[string]bool{"goodput": *goodput, "weighted": *weighted, "fleet": *fleet, "fleet-scale": *fleetScale} {
@@ -40,6 +44,14 @@ func main() {
 	}
 	if *smoke {
 		plan = suite.SmokePlan()
+	}
+	if *sizes != "" {
+		n, err := parseSizes(*sizes)
+		if err != nil || !*fleetScale {
+			fmt.Fprintln(os.Stderr, "report: -sizes takes fleet sizes above 1, comma-separated, with -fleet-scale:", *sizes)
+			os.Exit(2)
+		}
+		plan.Scale.Replicas = n
 	}
 	if *smoke || only != "" {
 		*out = ""
@@ -80,4 +92,17 @@ func run(plan suite.Plan, only, out string) error {
 	}
 	fmt.Fprintf(os.Stderr, "wrote BENCHMARKS.md, %s and %s in %v\n", suite.BurstChart, suite.GoodputChart, res.Took.Round(1e9))
 	return nil
+}
+
+// parseSizes reads "16,64,256": fleet sizes of at least 2 replicas.
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			return nil, fmt.Errorf("bad fleet size %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
