@@ -20,21 +20,8 @@ import (
 // skips when none answers.
 func internalBackend(t *testing.T, l ginqueue.Limits) (*Backend, *redis.Client) {
 	t.Helper()
-	addr := "127.0.0.1:6379"
-	if a := os.Getenv("REDIS_ADDR"); a != "" {
-		addr = a
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no Redis at %s: %v", addr, err)
-		}
-		t.Skipf("no Redis at %s", addr)
-	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	b, err := New(rdb, Options{Name: "internal-" + hex.EncodeToString(rnd[:])})
+	rdb := testRedis(t)
+	b, err := New(rdb, Options{Name: freshName("internal-")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,4 +68,31 @@ func ownRedis(t *testing.T) string {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return addr
+}
+
+// testRedis is a client of the Redis of make test (REDIS_ADDR, or
+// 127.0.0.1:6379), closed at the end of the test; the test is skipped
+// without one, and fails without one under CI.
+func testRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	addr := "127.0.0.1:6379"
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		addr = a
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no Redis at %s: %v", addr, err)
+		}
+		t.Skipf("no Redis at %s", addr)
+	}
+	return rdb
+}
+
+// freshName is prefix and random hex: a Name no other test uses.
+func freshName(prefix string) string {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	return prefix + hex.EncodeToString(rnd[:])
 }

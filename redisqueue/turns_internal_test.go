@@ -1,0 +1,247 @@
+package redisqueue
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/redis/go-redis/v9"
+)
+
+// rawShares is a replica of a Shares Name that is never started: the test
+// makes its syncs by hand, with the demand it chooses.
+type rawShares struct {
+	t   *testing.T
+	b   *Backend
+	seq int64
+}
+
+// rawFleet builds n replicas of one fresh Shares Name under limit, on the
+// Redis of make test.
+func rawFleet(t *testing.T, n, limit int) (*redis.Client, []*rawShares) {
+	t.Helper()
+	rdb := testRedis(t)
+	name := freshName("turns-")
+	rs := make([]*rawShares, n)
+	for i := range rs {
+		b, err := New(rdb, Options{Name: name, Mode: Shares})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.base = []any{limit, b.opts.LeaseTTL.Milliseconds(), b.lists, b.replica}
+		rs[i] = &rawShares{t: t, b: b}
+	}
+	t.Cleanup(func() {
+		for _, r := range rs {
+			_, _ = r.b.call(sharesScript, "bye")
+		}
+	})
+	return rdb, rs
+}
+
+// sync reports held slots and a demand of need at priority 0, with need -
+// held waiting, and returns the reply.
+func (r *rawShares) sync(held, need int) shareReply {
+	r.t.Helper()
+	r.seq++
+	bands := "-"
+	if need > 0 {
+		bands = "0:" + strconv.Itoa(need)
+	}
+	res, err := r.b.call(sharesScript, "sync", held, need, bands, max(need-held, 0), "", 0, 0,
+		int64(10_000), int64(0), 1, r.seq, int64(1_000))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rep, err := parseShareReply(res)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return rep
+}
+
+// told reports whether Redis told r that slots are free for it and is
+// waiting for its claim.
+func (r *rawShares) told(rdb *redis.Client) bool {
+	r.t.Helper()
+	err := rdb.ZScore(context.Background(), r.b.keys[skSN], r.b.replica).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		r.t.Fatal(err)
+	}
+	return err == nil
+}
+
+// A slot freed for a replica that then does not claim it (its requests
+// went away before its sync) goes to the next replica in turn: that sync
+// tells it. It used to stay free, told to nobody, until a waiter synced for
+// another reason (at a thousand replicas, seconds later).
+func TestTurnsAFreeSlotAlwaysHasAClaimant(t *testing.T) {
+	rdb, rs := rawFleet(t, 3, 2)
+	a, b, c := rs[0], rs[1], rs[2]
+	if rep := a.sync(0, 2); rep.held != 2 {
+		t.Fatalf("A alone got %d slots, want 2", rep.held)
+	}
+	b.sync(0, 2)
+	c.sync(0, 2) // 3 least shares for 2 slots: the replicas take turns
+	// A's turn goes back: B and C are told, each to claim one slot.
+	if rep := a.sync(0, 2); rep.held != 0 {
+		t.Fatalf("A kept %d slots after its turn", rep.held)
+	}
+	if !b.told(rdb) || !c.told(rdb) {
+		t.Fatalf("B told %v, C told %v: want both", b.told(rdb), c.told(rdb))
+	}
+	if rep := b.sync(0, 2); rep.held != 1 || !rep.turn {
+		t.Fatalf("B claimed %d slots (turn %v), want a turn of 1", rep.held, rep.turn)
+	}
+	// C's requests went away: it claims nothing, and A, next in turn, is
+	// told of the slot C left.
+	if rep := c.sync(0, 0); rep.held != 0 {
+		t.Fatalf("C without demand got %d slots", rep.held)
+	}
+	if !a.told(rdb) {
+		t.Fatal("a slot is free and A waits for a turn, but nobody was told")
+	}
+	// (With C gone, 2 slots serve the least shares of A and B: a share of
+	// one each, no longer a turn.)
+	if rep := a.sync(0, 2); rep.held != 1 {
+		t.Fatalf("A claimed %d slots, want 1", rep.held)
+	}
+}
+
+// A turn is one least share, and the replica that holds it leaves the
+// order of turns until it gives it back: with 2 slots and 3 replicas that
+// each want 2, the first two get one each, and the third is first in turn.
+func TestTurnsAreOneLeastShareEach(t *testing.T) {
+	rdb, rs := rawFleet(t, 3, 2)
+	a, b, c := rs[0], rs[1], rs[2]
+	a.sync(0, 1) // one waiter: A's least share is all it wants
+	b.sync(0, 2)
+	c.sync(0, 2)
+	a.sync(1, 2) // A's demand grows to 2 and its turn goes back: 1 slot held
+	if rep := b.sync(0, 2); rep.held != 1 {
+		t.Fatalf("B's turn is %d slots, want 1 (its least share)", rep.held)
+	}
+	sw := b.b.keys[skSW]
+	order, err := rdb.ZRange(context.Background(), sw, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range order {
+		if id == b.b.replica {
+			t.Fatalf("B holds its turn and is still in the order of turns %v", order)
+		}
+	}
+}
+
+// The coordinator rests while its waiters are not worth a sync: an arrival
+// that finds no slot here, when no slot is free in the fleet and the demand
+// did not grow, is not looked at again every gap (at saturation that was a
+// wake-up every few milliseconds on every replica, for nothing).
+func TestCoordinatorRestsWhileAWaiterIsNotWorthASync(t *testing.T) {
+	s := startedShares(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tk, err := s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.mem.Release(tk)
+	go func() { _, _ = s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1}) }()
+	eventually(t, func() bool { return s.fast.Counts().Queued == 1 })
+	s.needLast.Store(2)
+	s.asked.Store(true)
+	now := time.Now()
+	gap := 6 * time.Millisecond
+	p := pacer{opts: s.b.opts, last: now.Add(-10 * gap), renew: time.Second}
+	if due, _ := s.due(now, &p, gap); due {
+		t.Fatal("a waiter with no slot free and no growth made a sync due")
+	}
+	if next := s.nextSync(&p, gap); next.Before(p.last.Add(p.renew)) {
+		t.Fatalf("the coordinator looks again in %v, want at the renewal (%v)", next.Sub(now), p.last.Add(p.renew).Sub(now))
+	}
+}
+
+// A fall of the demand is reported only if it lasts an idle window: closed
+// loop clients between two requests leave the demand down for microseconds,
+// and a sync each time was most of a saturated fleet's calls.
+func TestADemandFallMustLastAnIdleWindow(t *testing.T) {
+	s := startedShares(t, 4)
+	ctx := context.Background()
+	var tks []ginqueue.Ticket
+	for range 4 {
+		tk, err := s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tks = append(tks, tk)
+	}
+	s.needLast.Store(4)
+	s.shortLast.Store(true)
+	gap := 6 * time.Millisecond
+	p := pacer{opts: s.b.opts, last: time.Now().Add(-time.Second), renew: time.Hour}
+	for _, tk := range tks[:2] {
+		s.release(tk) // down to 2 of 4: fell by more than a quarter
+	}
+	if !s.dropped.Load() {
+		t.Fatal("the fall was not seen")
+	}
+	if due, _ := s.due(time.Now(), &p, gap); due {
+		t.Fatal("a fall made a sync due at once")
+	}
+	// The demand is back before the window ends: no sync.
+	for range 2 {
+		tk, err := s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tks = append(tks[2:], tk)
+	}
+	if due, _ := s.due(time.Now().Add(s.idleWindow()+time.Millisecond), &p, gap); due {
+		t.Fatal("a fall that did not last made a sync due")
+	}
+	// Down again, and it stays down past the window: a sync, as a fall.
+	s.release(tks[0])
+	s.release(tks[1])
+	due, fell := s.due(time.Now().Add(s.idleWindow()+time.Millisecond), &p, gap)
+	if !due || !fell {
+		t.Fatalf("a fall that lasted an idle window: due %v, fell %v; want both", due, fell)
+	}
+	for _, tk := range tks[2:] {
+		s.release(tk)
+	}
+}
+
+// startedShares is the Shares state of a Backend that is not started, with
+// its in-memory Backend started under a share of share slots.
+func startedShares(t *testing.T, share int) *shares {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never called
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := New(rdb, Options{Name: "rest", Mode: Shares})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := b.sh
+	if err := s.mem.Start(ginqueue.Limits{MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.mem.Close() })
+	if err := s.share.SetShare(share); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// eventually polls cond for up to a second.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatal("condition not met within a second")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
