@@ -102,7 +102,8 @@ const (
 //	      replicas, free, 1 if another replica's demand is not met, v, 1 if
 //	      the fleet holds more than its limit, 1 if held is a turn to give
 //	      back once used, ms after which to ask again for a turn (0: wait
-//	      for a notice)}, or {"conflict", why}, or {"stale"} for a sync
+//	      for a notice), the lowest priority band the share serves (noBand:
+//	      every band)}, or {"conflict", why}, or {"stale"} for a sync
 //	      that arrived after a later one of the same replica (nothing is
 //	      changed).
 //	limit ARGV[6] = the new limit. Reply: the limit.
@@ -285,6 +286,23 @@ local function share(r, info, total)
     end
   end
   return math.floor(f + 1e-9), turn, f
+end
+
+-- floorOf is the lowest band of r that its share serves, while the fleet's
+-- demand is above the limit: its top band, and each band below whose part
+-- of the share is a slot or more. Requests of the bands below wait for it
+-- to fall, so that a slot made for a higher band here does not go to a
+-- lower one while higher ones wait elsewhere. NONE while all fits.
+local function floorOf(r, info, total)
+  if total <= limit or #r.bands == 0 then return NONE end
+  local fl = r.bands[1][1]
+  for k = 2, #r.bands do
+    local x = info[r.bands[k][1]]
+    if x and r.bands[k][2] * x.ratio < 1 - 1e-9 then break end
+    fl = r.bands[k][1]
+  end
+  if fl == low(r) then return NONE end
+  return fl
 end
 
 if op == 'stats' then
@@ -652,7 +670,8 @@ if frozen and awaited then seen = seen + math.max(0, awaited - counted) end
 -- it took what it may, and a notice comes when that changes.
 local freeForMe = math.max(free, 0)
 if r.need > r.held then freeForMe = 0 end
-return {r.held, target, shrink and 1 or 0, limit, epoch, left_ms, seen, freeForMe, anyWait, v, over and 1 or 0, turnFlag, again}
+return {r.held, target, shrink and 1 or 0, limit, epoch, left_ms, seen, freeForMe, anyWait, v, over and 1 or 0, turnFlag, again,
+  floorOf(r, info, total)}
 `)
 
 // noBandLua is noBand as the script spells it.

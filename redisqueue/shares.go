@@ -1,11 +1,13 @@
 package redisqueue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +68,16 @@ type shares struct {
 	waitMu  sync.Mutex
 	waiting map[int]int // guarded by waitMu
 
+	// floor is the lowest priority band the share serves, from the last
+	// reply (noBand: every band): a request below it waits outside the
+	// in-memory Backend (gated) until it falls, counted as demand, so that
+	// a slot Redis made for a higher band here does not go to a lower one.
+	floor  atomic.Int64
+	gatedN atomic.Int64
+	gateMu sync.Mutex
+	gated  map[int]int   // by band; guarded by gateMu
+	opened chan struct{} // closed when the floor falls; guarded by gateMu
+
 	mu sync.Mutex
 	// Guarded by mu. local is the limit of mem: never above the held value
 	// of Redis's last reply, so never above what Redis counts as ours.
@@ -96,6 +108,8 @@ func newShares(b *Backend) *shares {
 	s := &shares{b: b, mem: mem, fast: mem.(ginqueue.FastBackend), share: mem.(ginqueue.ShareSetter), bands: newBands(),
 		born: time.Now()}
 	s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
+	s.floor.Store(noBand)
+	s.gated, s.opened = map[int]int{}, make(chan struct{})
 	return s
 }
 
@@ -158,6 +172,11 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 		s.b.wake()
 		return ginqueue.Ticket{}, &unavailableError{cause: errors.New(why)}
 	}
+	if !s.admits(a.Priority) {
+		if err := s.gate(ctx, a, lostCtx); err != nil {
+			return ginqueue.Ticket{}, err
+		}
+	}
 	// A waiter is answered unavailable if this replica stops admitting
 	// while it waits (see halt).
 	wctx, cancel := context.WithCancel(ctx)
@@ -175,6 +194,97 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 		return t, &unavailableError{cause: errors.New(why)}
 	}
 	return t, err
+}
+
+// admits reports whether a request of priority p may wait in the
+// in-memory Backend now (see floor).
+func (s *shares) admits(p int) bool {
+	f := s.floor.Load()
+	return f == noBand || int64(clampBand(p)) >= f
+}
+
+// gate holds a request of a band below the floor until the floor falls to
+// it; it returns ctx's error if ctx ends first, an unavailable error if
+// this replica stops admitting, and ginqueue.ErrQueueFull if the waiting
+// places are taken.
+func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Context) error {
+	band := clampBand(a.Priority)
+	s.gateMu.Lock()
+	if c := s.fast.Counts(); c.Queued+int(s.gatedN.Load()) >= s.b.limits.MaxQueue {
+		s.gateMu.Unlock()
+		return ginqueue.ErrQueueFull
+	}
+	s.gated[band]++
+	s.gatedN.Add(1)
+	s.gateMu.Unlock()
+	defer func() {
+		s.gateMu.Lock()
+		if s.gated[band]--; s.gated[band] == 0 {
+			delete(s.gated, band)
+		}
+		s.gatedN.Add(-1)
+		s.gateMu.Unlock()
+	}()
+	c := s.fast.Counts()
+	s.notePeak(c.Held + s.queuedSlots(c) + int(s.gatedN.Load()) + a.Cost - 1)
+	s.noteWaiter()
+	for {
+		s.gateMu.Lock()
+		opened := s.opened
+		s.gateMu.Unlock()
+		if s.admits(a.Priority) {
+			return nil
+		}
+		select {
+		case <-opened:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-lost.Done():
+			s.mu.Lock()
+			why := s.why
+			s.mu.Unlock()
+			return &unavailableError{cause: errors.New(why)}
+		}
+	}
+}
+
+// setFloor sets the floor a reply gave, and lets the gated requests it
+// admits now go on.
+func (s *shares) setFloor(f int64) {
+	if old := s.floor.Swap(f); f == old || old != noBand && f != noBand && f > old {
+		return
+	}
+	s.gateMu.Lock()
+	close(s.opened)
+	s.opened = make(chan struct{})
+	s.gateMu.Unlock()
+}
+
+// gatedBands is the gated requests by band, the highest first.
+func (s *shares) gatedBands() []ginqueue.PriorityCount {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	out := make([]ginqueue.PriorityCount, 0, len(s.gated))
+	for b, n := range s.gated {
+		out = append(out, ginqueue.PriorityCount{Priority: b, Queued: n})
+	}
+	return out
+}
+
+// mergeCounts is a and b in one list, highest priority first, one entry
+// per priority.
+func mergeCounts(a, b []ginqueue.PriorityCount) []ginqueue.PriorityCount {
+	all := append(slices.Clone(a), b...)
+	slices.SortFunc(all, func(x, y ginqueue.PriorityCount) int { return cmp.Compare(y.Priority, x.Priority) })
+	var out []ginqueue.PriorityCount
+	for _, pc := range all {
+		if n := len(out); n > 0 && out[n-1].Priority == pc.Priority {
+			out[n-1].Queued += pc.Queued
+			continue
+		}
+		out = append(out, pc)
+	}
+	return out
 }
 
 // enter and leave count a request of the given cost into and out of
@@ -266,7 +376,7 @@ func (s *shares) release(t ginqueue.Ticket) {
 // target.
 func (s *shares) fell(c ginqueue.Counts) bool {
 	n := s.needLast.Load()
-	return s.shortLast.Load() && int64(c.Held+c.Queued) < n-max(1, n/4)
+	return s.shortLast.Load() && int64(c.Held+c.Queued)+s.gatedN.Load() < n-max(1, n/4)
 }
 
 // droppedUntil is when a fall of the demand seen by a Release is worth a
@@ -291,8 +401,13 @@ func (f sharesFast) Release(t ginqueue.Ticket)       { f.s.release(t) }
 func (f sharesFast) Stats() ginqueue.BackendStats    { return f.s.b.Stats() }
 func (f sharesFast) Drain(ctx context.Context) error { return f.s.b.Drain(ctx) }
 func (f sharesFast) Close() error                    { return f.s.b.Close() }
-func (f sharesFast) TryAcquire() uint64              { return f.s.fast.TryAcquire() }
-func (f sharesFast) Counts() ginqueue.Counts         { return f.s.fast.Counts() }
+func (f sharesFast) TryAcquire() uint64 {
+	if f.s.floor.Load() != noBand {
+		return 0 // a request's band is known only in Acquire
+	}
+	return f.s.fast.TryAcquire()
+}
+func (f sharesFast) Counts() ginqueue.Counts { return f.s.fast.Counts() }
 
 // FastPath implements ginqueue.FastPather: in Shares mode the in-memory
 // Backend's fast path, so that a request that finds a slot of the share
@@ -503,10 +618,14 @@ func turnKeep(n int64) time.Duration {
 	return time.Duration(max(n, 1)) * 2 * time.Millisecond
 }
 
-// endTurn gives back the turn this replica holds once its time is up.
+// endTurn gives back the turn this replica holds once its time is up, or
+// once nothing has run or waited here for an idle window: the slot is
+// worth more to the replicas waiting for a turn than to arrivals here.
 func (s *shares) endTurn(now time.Time) {
+	idle := s.fast.Counts()
 	s.mu.Lock()
-	if s.turnEnd.IsZero() || now.Before(s.turnEnd) {
+	wentIdle := idle.Held+idle.Queued == 0 && !s.idleAt.IsZero() && !now.Before(s.idleAt.Add(s.idleWindow()))
+	if s.turnEnd.IsZero() || now.Before(s.turnEnd) && !wentIdle {
 		s.mu.Unlock()
 		return
 	}
@@ -693,10 +812,12 @@ func (s *shares) demand(fell bool) demandNow {
 	c := s.fast.Counts()
 	// The slots the waiters ask for, and the least share that lets the
 	// largest waiting request run.
-	queued, least := c.Queued, 1
+	gated := int(s.gatedN.Load())
+	waiters := c.Queued + gated
+	queued, least := waiters, 1
 	if s.b.limits.Weighted {
-		sum, most := s.waitingSlots()
-		queued, least = max(sum, c.Queued), max(most, 1)
+		sum, most := s.waitingSlots() // the gated requests among them
+		queued, least = max(sum, waiters), max(most, 1)
 	}
 	need := c.Held + queued
 	if peak := int(s.peak.Swap(0)); !fell {
@@ -706,13 +827,16 @@ func (s *shares) demand(fell bool) demandNow {
 	if c.Queued > 0 {
 		byPrio = s.mem.Stats().QueuedByPriority
 	}
-	return demandNow{held: c.Held, need: need, queued: c.Queued, least: least,
+	if gated > 0 {
+		byPrio = mergeCounts(byPrio, s.gatedBands())
+	}
+	return demandNow{held: c.Held, need: need, queued: waiters, least: least,
 		bands: s.bands.report(c.Held, queued, need, byPrio)}
 }
 
 // shareReply is Redis's answer to a sync; see sharesScript.
 type shareReply struct {
-	held, target, limit, frozenMs, replicas, free, version, again int64
+	held, target, limit, frozenMs, replicas, free, version, again, floor int64
 	shrink, wanted, over, turn                                    bool
 	epoch                                                         string
 }
@@ -720,14 +844,14 @@ type shareReply struct {
 // parseShareReply reads the reply to a sync.
 func parseShareReply(res any) (shareReply, error) {
 	r, ok := res.([]any)
-	if !ok || len(r) != 13 {
+	if !ok || len(r) != 14 {
 		return shareReply{}, fmt.Errorf("redisqueue: unexpected reply to the shares sync: %v", res)
 	}
 	n := func(i int) int64 { v, _ := r[i].(int64); return v }
 	ep, _ := r[4].(string)
 	return shareReply{held: n(0), target: n(1), shrink: n(2) == 1, limit: n(3), epoch: ep, frozenMs: n(5),
 		replicas: n(6), free: n(7), wanted: n(8) == 1, version: n(9), over: n(10) == 1, turn: n(11) == 1,
-		again: n(12)}, nil
+		again: n(12), floor: n(13)}, nil
 }
 
 // apply sets the share a sync's reply gives, sent being when the sync was
@@ -782,6 +906,7 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 		s.leaseTimer.Reset(time.Until(s.stopAdmitting()))
 	}
 	s.freeLast = int(rep.free)
+	s.setFloor(rep.floor)
 	// The demand a waiter must grow beyond to be worth a sync: the highest
 	// reported since the last renewal, as a saturated demand wavers.
 	if renewal || int64(need) > s.needLast.Load() {
@@ -878,6 +1003,13 @@ func (s *shares) bye() bool {
 // this replica's share.
 func (s *shares) stats() ginqueue.BackendStats {
 	st := s.mem.Stats()
+	if g := s.gatedBands(); len(g) > 0 {
+		// Requests below the floor wait too, outside the in-memory Backend.
+		for _, pc := range g {
+			st.Queued += pc.Queued
+		}
+		st.QueuedByPriority = mergeCounts(st.QueuedByPriority, g)
+	}
 	st.Unavailable = s.b.down.Load()
 	st.Outages = s.b.outages.Load()
 	return st
@@ -901,6 +1033,7 @@ func (s *shares) close() error {
 		s.leaseTimer.Stop()
 	}
 	err := s.mem.Close() // answers the waiters; running requests keep their slots
+	s.setFloor(noBand)   // and the gated ones, as they go on to it
 	if !started {
 		return err
 	}

@@ -46,11 +46,17 @@ func rawFleet(t *testing.T, n, limit int) (*redis.Client, []*rawShares) {
 // held waiting, and returns the reply.
 func (r *rawShares) sync(held, need int) shareReply {
 	r.t.Helper()
-	r.seq++
 	bands := "-"
 	if need > 0 {
 		bands = "0:" + strconv.Itoa(need)
 	}
+	return r.syncBands(held, need, bands)
+}
+
+// syncBands is sync with the demand split as bands says.
+func (r *rawShares) syncBands(held, need int, bands string) shareReply {
+	r.t.Helper()
+	r.seq++
 	res, err := r.b.call(sharesScript, "sync", held, need, bands, max(need-held, 0), "", 0, 0,
 		int64(10_000), int64(0), 1, r.seq, int64(1_000))
 	if err != nil {
@@ -225,7 +231,8 @@ func startedShares(t *testing.T, share int) *shares {
 		t.Fatal(err)
 	}
 	s := b.sh
-	if err := s.mem.Start(ginqueue.Limits{MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: time.Minute}); err != nil {
+	b.limits = ginqueue.Limits{MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: time.Minute}
+	if err := s.mem.Start(b.limits); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.mem.Close() })
@@ -243,5 +250,123 @@ func eventually(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within a second")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A turn goes back once nothing has run or waited on the replica for an
+// idle window, not at its end: requests left on a replica the load moved
+// away from held their turns, idle, for a second each, and a moving load
+// took seconds to be served at a thousand replicas.
+func TestATurnGoesBackWhenTheReplicaGoesIdle(t *testing.T) {
+	s := startedShares(t, 1)
+	now := time.Now()
+	turn := func(idleFor time.Duration) {
+		s.mu.Lock()
+		s.local, s.turnEnd, s.idleAt = 1, now.Add(time.Second), now.Add(-idleFor)
+		s.mu.Unlock()
+		s.giveBack.Store(false)
+	}
+	kept := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !s.turnEnd.IsZero() && s.local == 1
+	}
+	turn(s.idleWindow() / 2)
+	s.endTurn(now)
+	if !kept() {
+		t.Fatal("a turn went back after half an idle window")
+	}
+	turn(s.idleWindow() + time.Millisecond)
+	s.endTurn(now)
+	if kept() || !s.giveBack.Load() {
+		t.Fatalf("a turn idle for an idle window: kept %v, given back %v", kept(), s.giveBack.Load())
+	}
+	// A request waits here again: the turn is kept for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_ = s.share.SetShare(0)
+	go func() { _, _ = s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1}) }()
+	eventually(t, func() bool { return s.fast.Counts().Queued == 1 })
+	turn(s.idleWindow() + time.Millisecond)
+	s.endTurn(now)
+	if !kept() {
+		t.Fatal("a turn went back while a request waited for it")
+	}
+}
+
+// A request of a band below the floor a reply gave waits outside the
+// in-memory Backend, counted in Stats and in the demand reported, and goes
+// on once the floor falls; the fast path is closed meanwhile; one whose
+// context ends first gets its error, and a full queue answers full.
+func TestRequestsBelowTheFloorWait(t *testing.T) {
+	s := startedShares(t, 1)
+	s.setFloor(10)
+	if n := (sharesFast{s}).TryAcquire(); n != 0 {
+		t.Fatal("the fast path admitted a request while a floor is set")
+	}
+	got := make(chan error, 1)
+	go func() {
+		tk, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1, Priority: 0})
+		if err == nil {
+			s.release(tk)
+		}
+		got <- err
+	}()
+	eventually(t, func() bool { return s.gatedN.Load() == 1 })
+	if st := s.stats(); st.Queued != 1 || len(st.QueuedByPriority) != 1 || st.QueuedByPriority[0].Priority != 0 {
+		t.Fatalf("Stats while gated: Queued %d by priority %v, want 1 at priority 0", st.Queued, st.QueuedByPriority)
+	}
+	if d := s.demand(true); d.queued != 1 || d.need != 1 || d.bands != "0:1" {
+		t.Fatalf("demand while gated: %+v, want 1 waiting at band 0", d)
+	}
+	// A priority-10 request is not held.
+	tk, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1, Priority: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.release(tk)
+	select {
+	case err := <-got:
+		t.Fatalf("the priority-0 request went on above the floor: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	s.setFloor(noBand)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the floor fell and the request still waits")
+	}
+
+	s.setFloor(10)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := s.acquire(ctx, ginqueue.Arrival{Cost: 1}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a gated request whose context ended: %v", err)
+	}
+	s.b.limits.MaxQueue = 0
+	if _, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1}); !errors.Is(err, ginqueue.ErrQueueFull) {
+		t.Fatalf("a gated request with no waiting place: %v", err)
+	}
+}
+
+// The floor a reply gives is the lowest band the replica's share serves:
+// with 4 slots, A's 1 request at priority 10 and 12 at priority 0, B's 6 at
+// priority 5, A's share is for priority 10 alone; B serves every band it
+// has, and so does a replica whose demand fits.
+func TestTheFloorIsTheLowestBandServed(t *testing.T) {
+	_, rs := rawFleet(t, 2, 4)
+	a, b := rs[0], rs[1]
+	if rep := a.syncBands(0, 1, "10:1"); rep.floor != noBand {
+		t.Fatalf("a demand that fits the limit has floor %d, want none", rep.floor)
+	}
+	b.syncBands(0, 6, "5:6")
+	if rep := a.syncBands(1, 13, "10:1,0:12"); rep.floor != 10 {
+		t.Fatalf("A's floor is %d, want 10", rep.floor)
+	}
+	if rep := b.syncBands(0, 6, "5:6"); rep.floor != noBand {
+		t.Fatalf("B's floor is %d, want none (one band)", rep.floor)
 	}
 }
