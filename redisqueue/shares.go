@@ -837,8 +837,8 @@ func (s *shares) demand(fell bool) demandNow {
 // shareReply is Redis's answer to a sync; see sharesScript.
 type shareReply struct {
 	held, target, limit, frozenMs, replicas, free, version, again, floor int64
-	shrink, wanted, over, turn                                    bool
-	epoch                                                         string
+	shrink, wanted, over, turn                                           bool
+	epoch                                                                string
 }
 
 // parseShareReply reads the reply to a sync.
