@@ -41,6 +41,8 @@ package redisqueue
 //	sc    ZSET   replica id → minus the fraction its share lost to rounding
 //	             down, for those that want a slot more: the largest
 //	             fractions round up first, then by replica id
+//	sv    ZSET   replica id → when it was asked to give slots back, until
+//	             it syncs: the next replica that asks asks another
 //	sg:R  LIST   "s" notices for replica R: sync now
 //
 // Each replica also enters itself in GlobalQueue's r and d (with the lease
@@ -73,13 +75,14 @@ const (
 	skSX        // sx: the holders, who gives back first
 	skSN        // sn: the replicas told that slots are free for them
 	skSC        // sc: the replicas that may round their share up
+	skSV        // sv: the holders asked to give slots back
 	numShareKeys
 )
 
 // shareKeyNames are the keys' names after the Name's prefix.
 func shareKeyNames(replica string) [numShareKeys]string {
 	return [numShareKeys]string{skS: "s", skSE: "se", skSM: "sm", skR: "r", skD: "d", skG: "sg:" + replica,
-		skSB: "sb", skSL: "sl", skSK: "sk", skSW: "sw", skSX: "sx", skSN: "sn", skSC: "sc"}
+		skSB: "sb", skSL: "sl", skSK: "sk", skSW: "sw", skSX: "sx", skSN: "sn", skSC: "sc", skSV: "sv"}
 }
 
 // noBand is the band of running slots whose replica never had a waiter:
@@ -114,7 +117,7 @@ const (
 // the prefix of the notice lists, this replica's id.
 var sharesScript = newScript(`
 local S, SE, SM, GR, GD, MINE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local SB, SL, SK, SW, SX, SN, SC = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local SB, SL, SK, SW, SX, SN, SC, SV = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local declared, ttl, lists, me, op = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -185,7 +188,7 @@ local function forget(id)
   local h = 0
   if r then count(r, -1); h = r.held end
   redis.call('HDEL', S, id)
-  for _, k in ipairs({SE, SW, SX, SN, SC, GR}) do redis.call('ZREM', k, id) end
+  for _, k in ipairs({SE, SW, SX, SN, SC, SV, GR}) do redis.call('ZREM', k, id) end
   redis.call('DEL', lists .. id)
   redis.call('HDEL', GD, id)
   return h
@@ -477,14 +480,18 @@ local function turnScore()
   local j = redis.call('HINCRBY', SM, 'j', 1) % 4294967296
   return -math.max(-1048576, math.min(1048576, myTop)) * 4294967296 + j
 end
--- A replica that holds its least share in a band that takes turns is in
--- a turn: it waits again, at the end, once its turn went back.
-local inTurn = turn and cur >= r.lst
+-- A replica waits in sw while it is short: of its target, or, in a band
+-- that takes turns, of a turn (it leaves while it holds one, and waits
+-- again, at the end, once its turn went back).
+local function short(held)
+  if turn then return r.need > held and held < r.lst end
+  return held < target
+end
 local inTurns = redis.call('ZSCORE', SW, me)
-if inTurn then
+if not short(cur) then
   if inTurns then redis.call('ZREM', SW, me) end
   inTurns = false
-elseif r.need > cur and inTurns == false then
+elseif inTurns == false then
   redis.call('ZADD', SW, turnScore(), me)
 elseif inTurns then
   -- Its top band moved: the same place in the order of waiting, in the
@@ -552,11 +559,12 @@ if r.held >= math.ceil(exact - 1e-9) or turn or total <= limit then redis.call('
 if grant > 0 then
   -- It got slots: it waits again, if it does, at the end.
   redis.call('ZREM', SW, me)
-  if r.need > r.held and not (turn and r.held >= r.lst) then redis.call('ZADD', SW, turnScore(), me) end
-elseif r.need <= r.held then
+  if short(r.held) then redis.call('ZADD', SW, turnScore(), me) end
+elseif not short(r.held) then
   redis.call('ZREM', SW, me)
 end
 redis.call('ZREM', SN, me)
+redis.call('ZREM', SV, me)
 
 -- Shares shrink while the fleet holds more than its limit (SetLimit
 -- lowered it, or a replica came back with slots counted away), while
@@ -636,15 +644,18 @@ local want = 0
 if over then want = tot.H - limit end
 if not frozen and r.short > free - higher then want = math.max(want, r.short - math.max(free - higher, 0)) end
 if not frozen and turn and r.held < r.lst and r.need > r.held and free < r.lst then want = math.max(want, r.lst) end
+-- Holders asked before and not synced since (sv) are passed over: they
+-- give back to the replicas that asked first.
 if want > 0 then
-  for _, id in ipairs(redis.call('ZRANGE', SX, 0, 3)) do
+  for _, id in ipairs(redis.call('ZRANGE', SX, 0, math.min(want, 8) + 7)) do
     if want <= 0 then break end
-    if id ~= me then
+    if id ~= me and not redis.call('ZSCORE', SV, id) then
       local h = parse(redis.call('HGET', S, id))
       if h then
         local ht, hturn = share(h, info, total)
         -- a turn goes back once used, without a notice
         if not hturn and h.held > ht and (over or low(h) <= myTop) then
+          redis.call('ZADD', SV, now, id)
           notify(id)
           want = want - (h.held - ht)
         end
@@ -653,7 +664,7 @@ if want > 0 then
   end
 end
 
-for _, k in ipairs({S, SE, SM, GR, GD, SB, SL, SK, SW, SX, SN, SC}) do redis.call('PEXPIRE', k, keep) end
+for _, k in ipairs({S, SE, SM, GR, GD, SB, SL, SK, SW, SX, SN, SC, SV}) do redis.call('PEXPIRE', k, keep) end
 local left_ms = 0
 if frozen then left_ms = freeze - now end
 local anyWait = 0

@@ -370,3 +370,30 @@ func TestTheFloorIsTheLowestBandServed(t *testing.T) {
 		t.Fatalf("B's floor is %d, want none (one band)", rep.floor)
 	}
 }
+
+// A holder asked to give slots back is not asked again by the next
+// replica short of its share, until it synced: that one asks another
+// holder (the same first holder used to be asked by everyone, and the
+// others above their targets kept their slots).
+func TestAHolderAskedIsPassedOver(t *testing.T) {
+	rdb, rs := rawFleet(t, 3, 2)
+	h, w1, w2 := rs[0], rs[1], rs[2]
+	ctx := context.Background()
+	h.sync(0, 1)
+	if rep := h.sync(2, 0); rep.held != 2 {
+		t.Fatalf("the idle holder kept %d slots, want 2 (room for arrivals)", rep.held)
+	}
+	notices := rdb.LLen(ctx, h.b.list)
+	w1.sync(0, 2)
+	if n := rdb.LLen(ctx, h.b.list).Val(); n != 1 {
+		t.Fatalf("the holder has %d notices after a replica short of its share synced, want 1 (%v)", n, notices)
+	}
+	rdb.Del(ctx, h.b.list) // the holder read its notice, and has not synced yet
+	w2.sync(0, 2)
+	if n := rdb.LLen(ctx, h.b.list).Val(); n != 0 {
+		t.Fatalf("the holder was asked again before it synced (%d notices)", n)
+	}
+	if rep := h.sync(2, 0); rep.held > 0 && !rep.shrink {
+		t.Fatalf("the holder asked to give back keeps %d slots and is not told to shrink", rep.held)
+	}
+}
