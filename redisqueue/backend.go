@@ -57,6 +57,10 @@ type Backend struct {
 	failedAt    atomic.Int64 // when the last failure that counted was seen, in ns since born; see failed
 	born        time.Time    // when New made it: failedAt counts from here, on the monotonic clock
 	lastOK      atomic.Int64 // when a call last got an answer (UnixNano)
+	// clientClosed is set once a call through rdb found it closed (its
+	// owner closed it without closing this Backend): it never answers
+	// again, and no probe dials a connection of its own from its settings.
+	clientClosed atomic.Bool
 	// syncedAt is when the last sync that got an answer was sent, in ns
 	// since born (monotonic): Redis takes this replica for dead, and drops
 	// the slots it was granted, a liveness lease after that.

@@ -163,6 +163,9 @@ func (b *Backend) answering() bool {
 // again only a second after the server is back; a fresh connection keeps
 // the client's dials for when Redis answers.
 func (b *Backend) answersFresh() bool {
+	if b.clientClosed.Load() {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
 	defer cancel()
 	var src *redis.Client

@@ -107,7 +107,7 @@ func (b *Backend) wakeReader() {
 // from the settings of the Backend's client if needed.
 func (b *Backend) readerClient() (*redis.Client, error) {
 	b.mu.Lock()
-	if b.closed {
+	if b.closed || b.clientClosed.Load() {
 		b.mu.Unlock()
 		return nil, errors.New("closed")
 	}

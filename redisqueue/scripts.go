@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -136,6 +137,9 @@ func (b *Backend) callIn(parent context.Context, s *script, args ...any) (any, e
 	case err == nil:
 		b.lastOK.Store(time.Now().UnixNano())
 		b.fails.Store(0)
+	case errors.Is(err, redis.ErrClosed):
+		b.clientClosed.Store(true)
+		b.failed(err, start)
 	case parent.Err() == nil:
 		b.failed(err, start)
 	}

@@ -483,10 +483,11 @@ func (s *shares) run() {
 
 // pacer keeps the coordinator's pace between syncs.
 type pacer struct {
-	opts  Options
-	last  time.Time     // when the last sync was sent
-	renew time.Duration // from last to the next renewal, with jitter
-	slow  bool          // the last sync took half a CallTimeout or more
+	opts     Options
+	last     time.Time     // when the last sync was sent
+	renew    time.Duration // from last to the next renewal, with jitter
+	slow     bool          // the last sync took half a CallTimeout or more
+	replicas int64         // the fleet's size at the last reply
 }
 
 // synced records a sync sent at now, in a fleet of the given number of
@@ -495,20 +496,25 @@ func (p *pacer) synced(now time.Time, replicas int64) {
 	p.last = now
 	p.slow = time.Since(now) >= p.opts.CallTimeout/2
 	p.renew = jitter(renewEvery(p.opts, replicas))
+	p.replicas = replicas
 }
 
 // every is the time from one sync to the next, with no reason to sync
 // sooner.
 func (p *pacer) every(down bool) time.Duration {
 	switch {
-	case down && p.slow:
+	case down && p.slow && p.replicas < probesAtOnce:
 		// The last probe waited its whole CallTimeout: the server holds
 		// calls (paused, frozen). Keep one probe waiting on it, so that
 		// the first answer comes as it answers again.
 		return 0
 	case down:
-		// Probes with jitter, so that a fleet does not probe in lockstep.
-		return jitter(min(p.opts.SharePeriod, downProbe))
+		// Probes with jitter, so that a fleet does not probe in lockstep,
+		// and a millisecond apart per replica in a large fleet: each dials
+		// a connection of its own, and a thousand replicas dialling every
+		// few milliseconds overflow the server's accept queue, and keep it
+		// from answering once it is back.
+		return jitter(max(min(p.opts.SharePeriod, downProbe), time.Duration(p.replicas)*time.Millisecond))
 	}
 	return p.renew
 }
@@ -596,6 +602,10 @@ func renewEvery(o Options, replicas int64) time.Duration {
 
 func renewMax(o Options, replicas int64) time.Duration { return renewEvery(o, replicas) * 5 / 4 }
 
+// probesAtOnce is the fleet size from which a replica does not keep a
+// probe waiting on a server that holds calls (see pacer.every).
+const probesAtOnce = 64
+
 // renewPerReplica is what each replica adds to the renewal period: a
 // thousand replicas renew about every four seconds each, 250 calls a
 // second in all.
@@ -620,8 +630,15 @@ func turnKeep(n int64) time.Duration {
 
 // endTurn gives back the turn this replica holds once its time is up, or
 // once nothing has run or waited here for an idle window: the slot is
-// worth more to the replicas waiting for a turn than to arrivals here.
+// worth more to the replicas waiting for a turn than to arrivals here. Not
+// while Redis is marked down.
 func (s *shares) endTurn(now time.Time) {
+	if s.b.down.Load() {
+		// Nobody can take the slot while Redis does not answer, and Redis
+		// counts it as this replica's until its lease runs out: keep
+		// admitting within it. The turn goes back once Redis answers.
+		return
+	}
 	idle := s.fast.Counts()
 	s.mu.Lock()
 	wentIdle := idle.Held+idle.Queued == 0 && !s.idleAt.IsZero() && !now.Before(s.idleAt.Add(s.idleWindow()))

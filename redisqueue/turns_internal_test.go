@@ -397,3 +397,62 @@ func TestAHolderAskedIsPassedOver(t *testing.T) {
 		t.Fatalf("the holder asked to give back keeps %d slots and is not told to shrink", rep.held)
 	}
 }
+
+// A turn does not end while Redis is marked down: nobody could take the
+// slot, and Redis counts it as this replica's until its lease runs out. A
+// turn given back during a pause left the replica with no share, and it
+// answered 503 until Redis was back.
+func TestATurnIsKeptWhileRedisIsDown(t *testing.T) {
+	s := startedShares(t, 1)
+	now := time.Now()
+	s.mu.Lock()
+	s.local, s.turnEnd = 1, now.Add(-time.Millisecond)
+	s.mu.Unlock()
+	s.b.down.Store(true)
+	s.endTurn(now)
+	if s.localLimit() != 1 {
+		t.Fatal("a turn ended while Redis was down")
+	}
+	s.b.down.Store(false)
+	s.endTurn(now)
+	if s.localLimit() != 0 {
+		t.Fatal("a turn past its end was kept once Redis answered")
+	}
+}
+
+// While Redis is down, a replica of a large fleet probes a millisecond
+// apart per replica, and keeps no probe waiting on a server that holds
+// calls: a thousand replicas each dialling every few milliseconds filled
+// the server's accept queue, and it answered none of them for seconds
+// after it was back. A small fleet probes as before.
+func TestALargeFleetProbesApart(t *testing.T) {
+	o := Options{SharePeriod: 50 * time.Millisecond, CallTimeout: 150 * time.Millisecond}
+	small := pacer{opts: o, slow: true, replicas: 4}
+	if d := small.every(true); d != 0 {
+		t.Fatalf("a small fleet's probe after a slow one waits %v, want 0", d)
+	}
+	large := pacer{opts: o, slow: true, replicas: 1024}
+	for range 100 {
+		if d := large.every(true); d < 800*time.Millisecond {
+			t.Fatalf("a replica of 1,024 probes again after %v, want about a second", d)
+		}
+	}
+}
+
+// A Backend whose go-redis client its owner closed (without closing the
+// Backend) dials no connection of its own to probe: the client never
+// answers again. Each probe used to dial one, and a fleet so cut off
+// opened thousands of connections a second.
+func TestAClosedClientIsNotProbed(t *testing.T) {
+	b, rdb := internalBackend(t, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 1})
+	if !b.answersFresh() {
+		t.Fatal("a fresh probe of a live Redis failed")
+	}
+	_ = rdb.Close()
+	if _, err := b.call(probeScript); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("a call through a closed client: %v", err)
+	}
+	if b.answersFresh() {
+		t.Fatal("a probe dialled Redis from the settings of a closed client")
+	}
+}
