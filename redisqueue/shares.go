@@ -631,9 +631,9 @@ func turnKeep(n int64) time.Duration {
 // endTurn gives back the turn this replica holds once its time is up, or
 // once nothing has run or waited here for an idle window: the slot is
 // worth more to the replicas waiting for a turn than to arrivals here. Not
-// while Redis is marked down.
+// while Redis is marked down, or the last call failed.
 func (s *shares) endTurn(now time.Time) {
-	if s.b.down.Load() {
+	if s.b.down.Load() || s.b.fails.Load() > 0 {
 		// Nobody can take the slot while Redis does not answer, and Redis
 		// counts it as this replica's until its lease runs out: keep
 		// admitting within it. The turn goes back once Redis answers.

@@ -414,6 +414,12 @@ func TestATurnIsKeptWhileRedisIsDown(t *testing.T) {
 		t.Fatal("a turn ended while Redis was down")
 	}
 	s.b.down.Store(false)
+	s.b.fails.Store(1) // this replica's last call failed: not marked down yet
+	s.endTurn(now)
+	if s.localLimit() != 1 {
+		t.Fatal("a turn ended just after a call failed")
+	}
+	s.b.fails.Store(0)
 	s.endTurn(now)
 	if s.localLimit() != 0 {
 		t.Fatal("a turn past its end was kept once Redis answered")
