@@ -165,9 +165,11 @@ type Options struct {
 
 	// SharePeriod is, in Shares mode, how quickly shares follow demand. A
 	// replica whose share matches its demand renews its lease every
-	// LeaseTTL/4 or so (with jitter); one whose requests start to wait
-	// while slots may be free, or whose demand grows or falls by a quarter,
-	// syncs at once, but at most every SharePeriod/8; Redis tells the
+	// SharePeriod in a small fleet, 4 ms per replica in a large one, and at
+	// most LeaseTTL/4 apart (with jitter); one whose requests start to wait
+	// while slots may be free, or whose demand grows by a quarter, syncs at
+	// once, but at most every SharePeriod/8, and one whose demand stays a
+	// quarter lower for a SharePeriod syncs then; Redis tells the
 	// replicas a move concerns. A replica told that a slot is free for it
 	// must claim it within 4 × SharePeriod (and at least 2 × CallTimeout), or
 	// the next replica waiting gets it. Zero means DefaultSharePeriod (50

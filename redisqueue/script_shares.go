@@ -25,9 +25,9 @@ package redisqueue
 //	             writes; fz: until when no share grows (ms), after a loss,
 //	             unless fw replicas that knew the data before synced since v
 //	             was fs (fc counts them); b: the last sync's time; o: the
-//	             lease clock's offset; H, Q, R, K: the totals of held,
-//	             queued, records and short over the records; j: the count
-//	             that orders sw
+//	             lease clock's offset; H, Q, R, K, E: the totals of held,
+//	             queued, records, short and held beyond the demand over the
+//	             records; j: the count that orders sw
 //	sb    HASH   band → the demand of every replica in that band (slots)
 //	sl    HASH   band → the least shares of the replicas whose top band it is
 //	sk    HASH   band → the slots short of target of those replicas
@@ -132,10 +132,13 @@ local function notify(id)
   end
 end
 
-local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw', 'fs', 'fc', 'v', 'b', 'o', 'H', 'Q', 'R', 'K', 'j')
+local meta = redis.call('HMGET', SM, 'n', 'd', 'e', 'fz', 'fw', 'fs', 'fc', 'v', 'b', 'o', 'H', 'Q', 'R', 'K', 'j', 'E')
 local limit = tonumber(meta[1]) or tonumber(declared)
 local off = tonumber(meta[10]) or 0
-local tot = {H = tonumber(meta[11]) or 0, Q = tonumber(meta[12]) or 0, R = tonumber(meta[13]) or 0, K = tonumber(meta[14]) or 0}
+local tot = {H = tonumber(meta[11]) or 0, Q = tonumber(meta[12]) or 0, R = tonumber(meta[13]) or 0, K = tonumber(meta[14]) or 0,
+  E = tonumber(meta[16]) or 0}
+-- excess is what r holds beyond its demand.
+local function excess(r) return math.max(0, r.held - r.need) end
 
 -- A record, parsed; nil if absent.
 local function parse(s)
@@ -158,18 +161,23 @@ end
 -- count adds r to the totals (sign 1) or takes it out (sign -1).
 local function count(r, sign)
   tot.H, tot.Q, tot.R, tot.K = tot.H + sign * r.held, tot.Q + sign * r.queued, tot.R + sign, tot.K + sign * r.short
+  tot.E = tot.E + sign * excess(r)
   for _, bd in ipairs(r.bands) do bump(SB, bd[1], sign * bd[2]) end
   bump(SL, top(r), sign * r.lst)
   bump(SK, top(r), sign * r.short)
 end
 local function saveTotals()
-  redis.call('HSET', SM, 'H', math.max(tot.H, 0), 'Q', math.max(tot.Q, 0), 'R', math.max(tot.R, 0), 'K', math.max(tot.K, 0))
+  redis.call('HSET', SM, 'H', math.max(tot.H, 0), 'Q', math.max(tot.Q, 0), 'R', math.max(tot.R, 0), 'K', math.max(tot.K, 0),
+    'E', math.max(tot.E, 0))
 end
 
 -- replace swaps o's part of the totals (nil: none) for n's, writing only
 -- what changed; the slots short of target (sk) are written with the record.
 local function replace(o, n)
-  if o then tot.H, tot.Q, tot.R, tot.K = tot.H - o.held, tot.Q - o.queued, tot.R - 1, tot.K - o.short end
+  if o then
+    tot.H, tot.Q, tot.R, tot.K = tot.H - o.held, tot.Q - o.queued, tot.R - 1, tot.K - o.short
+    tot.E = tot.E - excess(o)
+  end
   tot.H, tot.Q, tot.R = tot.H + n.held, tot.Q + n.queued, tot.R + 1
   local d, l = {}, {}
   if o then
@@ -607,6 +615,7 @@ if isTurn then shrink, target = true, 0 end
 
 -- Write the record back, with its slots short of target in the totals.
 tot.K = tot.K + r.short
+tot.E = tot.E + excess(r)
 if old and top(old) == myTop then
   bump(SK, myTop, r.short - old.short)
 else
@@ -644,6 +653,24 @@ local want = 0
 if over then want = tot.H - limit end
 if not frozen and r.short > free - higher then want = math.max(want, r.short - math.max(free - higher, 0)) end
 if not frozen and turn and r.held < r.lst and r.need > r.held and free < r.lst then want = math.max(want, r.lst) end
+-- Slots held beyond a demand (a replica that went idle before anyone
+-- waited keeps its slots as room for arrivals, and reports nothing more)
+-- while replicas wait and none is free: ask the first such holder not
+-- asked already and silent for a quarter of the claim window (one that
+-- synced since gives its slots back as its requests end), whoever syncs.
+if not frozen and tot.E > 0 and free - higher <= 0 and redis.call('ZCARD', SW) > 0 then
+  local quiet = clock + ttl - tonumber(ARGV[17]) / 4
+  for _, id in ipairs(redis.call('ZRANGE', SX, 0, 15)) do
+    if id ~= me and not redis.call('ZSCORE', SV, id) and tonumber(redis.call('ZSCORE', SE, id) or 0) < quiet then
+      local h = parse(redis.call('HGET', S, id))
+      if h and h.held > h.need then
+        redis.call('ZADD', SV, now, id)
+        notify(id)
+        break
+      end
+    end
+  end
+end
 -- Holders asked before and not synced since (sv) are passed over: they
 -- give back to the replicas that asked first.
 if want > 0 then

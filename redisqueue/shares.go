@@ -45,8 +45,8 @@ type shares struct {
 	// whether a replica was short of its target then: a Release that finds
 	// the demand here fallen by a quarter sets dropped, and droppedAt (time
 	// since born), so that the shares move now rather than at the next
-	// period if it stays fallen for an idle window (closed-loop clients
-	// between two requests waver below their number for microseconds).
+	// period if it stays fallen for a gap (closed-loop clients between two
+	// requests waver below their number for microseconds).
 	needLast  atomic.Int64
 	shortLast atomic.Bool
 	dropped   atomic.Bool
@@ -380,9 +380,16 @@ func (s *shares) fell(c ginqueue.Counts) bool {
 }
 
 // droppedUntil is when a fall of the demand seen by a Release is worth a
-// sync, if the demand is still down then.
+// sync, if the demand is still down then: a gap later.
 func (s *shares) droppedUntil() time.Time {
-	return s.born.Add(time.Duration(s.droppedAt.Load()) + s.idleWindow())
+	return s.born.Add(time.Duration(s.droppedAt.Load()) + s.gap())
+}
+
+// gap is how often an arrival that waits may make this replica sync: at
+// saturation every arrival waits, and Redis would otherwise see a call per
+// request. A fall of the demand must last as long to be reported.
+func (s *shares) gap() time.Duration {
+	return max(s.b.opts.SharePeriod/8, time.Millisecond)
 }
 
 // sharesFast is the Queue's FastBackend in Shares mode: the in-memory
@@ -431,10 +438,7 @@ var _ ginqueue.FastPather = (*Backend)(nil)
 func (s *shares) run() {
 	b := s.b
 	defer close(b.mainDn)
-	// An arrival that waits may make this replica sync at most this often:
-	// at saturation every arrival waits, and Redis would otherwise see a
-	// call per request.
-	gap := max(b.opts.SharePeriod/8, time.Millisecond)
+	gap := s.gap()
 	p := pacer{opts: b.opts, last: time.Now()}
 	p.renew = jitter(renewEvery(b.opts, 0))
 	timer := time.NewTimer(time.Until(s.nextSync(&p, gap)))

@@ -334,13 +334,13 @@ func TestFleetScalePaceSyncsByNeed(t *testing.T) {
 }
 
 // checkShareTotals compares the running totals of a Shares Name (sm's H, Q,
-// R and K; sb, sl and sk) with the sums over its records.
+// R, K and E; sb, sl and sk) with the sums over its records.
 func checkShareTotals(t *testing.T, c *redis.Client, name string) bool {
 	t.Helper()
 	ctx := context.Background()
 	p := "ginqueue:{" + name + "}:"
 	recs, _ := c.HGetAll(ctx, p+"s").Result()
-	var H, Q, R, K int
+	var H, Q, R, K, E int
 	sb, sl, sk := map[string]int{}, map[string]int{}, map[string]int{}
 	for id, rec := range recs {
 		f := strings.Fields(rec)
@@ -353,6 +353,7 @@ func checkShareTotals(t *testing.T, c *redis.Client, name string) bool {
 		Q += n(2)
 		R++
 		K += n(6)
+		E += max(0, n(0)-n(1))
 		top := "-1000001"
 		if f[8] != "-" {
 			for i, bd := range strings.Split(f[8], ",") {
@@ -370,8 +371,9 @@ func checkShareTotals(t *testing.T, c *redis.Client, name string) bool {
 	sm, _ := c.HGetAll(ctx, p+"sm").Result()
 	g := func(k string) int { v, _ := strconv.Atoi(sm[k]); return v }
 	ok := true
-	if g("H") != H || g("Q") != Q || g("R") != R || g("K") != K {
-		t.Errorf("totals drift: sm H=%d Q=%d R=%d K=%d; records H=%d Q=%d R=%d K=%d (records %v)", g("H"), g("Q"), g("R"), g("K"), H, Q, R, K, recs)
+	if g("H") != H || g("Q") != Q || g("R") != R || g("K") != K || g("E") != E {
+		t.Errorf("totals drift: sm H=%d Q=%d R=%d K=%d E=%d; records H=%d Q=%d R=%d K=%d E=%d (records %v)",
+			g("H"), g("Q"), g("R"), g("K"), g("E"), H, Q, R, K, E, recs)
 		ok = false
 	}
 	for _, kv := range []struct {
