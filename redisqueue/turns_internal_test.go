@@ -71,6 +71,16 @@ func (r *rawShares) syncBands(held, need int, bands string) shareReply {
 	return rep
 }
 
+// holdIdle makes r, the first replica with demand under a limit of
+// limit, hold every slot as room for arrivals, its demand gone.
+func (r *rawShares) holdIdle(limit int64) {
+	r.t.Helper()
+	r.sync(0, 1)
+	if rep := r.sync(int(limit), 0); rep.held != limit {
+		r.t.Fatalf("the idle holder kept %d slots, want %d (room for arrivals)", rep.held, limit)
+	}
+}
+
 // told reports whether Redis told r that slots are free for it and is
 // waiting for its claim.
 func (r *rawShares) told(rdb *redis.Client) bool {
@@ -381,10 +391,7 @@ func TestAHolderAskedIsPassedOver(t *testing.T) {
 	rdb, rs := rawFleet(t, 3, 2)
 	h, w1, w2 := rs[0], rs[1], rs[2]
 	ctx := context.Background()
-	h.sync(0, 1)
-	if rep := h.sync(2, 0); rep.held != 2 {
-		t.Fatalf("the idle holder kept %d slots, want 2 (room for arrivals)", rep.held)
-	}
+	h.holdIdle(2)
 	notices := rdb.LLen(ctx, h.b.list)
 	w1.sync(0, 2)
 	if n := rdb.LLen(ctx, h.b.list).Val(); n != 1 {
@@ -474,10 +481,7 @@ func TestSlotsHeldBeyondDemandAreAskedForByAnySync(t *testing.T) {
 	rdb, rs := rawFleet(t, 3, 2)
 	h, w, x := rs[0], rs[1], rs[2]
 	ctx := context.Background()
-	h.sync(0, 1)
-	if rep := h.sync(2, 0); rep.held != 2 {
-		t.Fatalf("the idle holder kept %d slots, want 2", rep.held)
-	}
+	h.holdIdle(2)
 	w.sync(0, 2) // short of its share: asks h
 	// As if that request went astray: h is not waiting to answer it, and
 	// has been silent for a claim window.
