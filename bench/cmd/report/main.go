@@ -7,6 +7,7 @@
 //	go run ./cmd/report -fleet       # section 14 alone; prints its table and targets, writes nothing
 //	go run ./cmd/report -fleet-scale # section 15 alone (not in the whole suite); prints its tables and targets, writes nothing
 //	go run ./cmd/report -fleet-scale -sizes 256,1024 # section 15 on these fleet sizes only
+//	go run ./cmd/report -fleet-scale -out ..  # section 15 alone; writes its tables into ../BENCHMARKS.md
 package main
 
 import (
@@ -53,7 +54,7 @@ func main() {
 		}
 		plan.Scale.Replicas = n
 	}
-	if *smoke || only != "" {
+	if *smoke || only != "" && only != "fleet-scale" {
 		*out = ""
 	}
 	if err := run(plan, only, *out); err != nil {
@@ -85,6 +86,27 @@ func run(plan suite.Plan, only, out string) error {
 		}
 		return err
 	}
+	path := filepath.Join(out, "BENCHMARKS.md")
+	old, _ := os.ReadFile(path)
+	if only == "fleet-scale" {
+		// Section 15 alone: its tables go into BENCHMARKS.md, the rest stays.
+		b, err := spliceSection(old, md.Bytes(), scaleSection)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote section 15 of %s\n", path)
+		return os.WriteFile(path, b, 0o644)
+	}
+	if res.FleetScale.Sizes == nil && bytes.Contains(section(old, scaleSection), []byte("| N | phase |")) {
+		// make bench does not run section 15: keep the tables of the last
+		// make bench-fleet-scale -out.
+		b, err := spliceSection(md.Bytes(), old, scaleSection)
+		if err != nil {
+			return err
+		}
+		md.Reset()
+		md.Write(b)
+	}
 	for path, b := range map[string][]byte{suite.BurstChart: burst.Bytes(), suite.GoodputChart: good.Bytes(), "BENCHMARKS.md": md.Bytes()} {
 		if err := os.WriteFile(filepath.Join(out, path), b, 0o644); err != nil {
 			return err
@@ -105,4 +127,31 @@ func parseSizes(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// scaleSection is the heading that starts section 15.
+const scaleSection = "## 15. "
+
+// section is the part of md from the line that starts with heading to the
+// next "## " heading (excluded), or nil.
+func section(md []byte, heading string) []byte {
+	i := bytes.Index(md, []byte("\n"+heading))
+	if i < 0 {
+		return nil
+	}
+	rest := md[i+1:]
+	if j := bytes.Index(rest[1:], []byte("\n## ")); j >= 0 {
+		return rest[:j+2]
+	}
+	return rest
+}
+
+// spliceSection returns into with its section under heading replaced by
+// from's.
+func spliceSection(into, from []byte, heading string) ([]byte, error) {
+	old, src := section(into, heading), section(from, heading)
+	if old == nil || src == nil {
+		return nil, fmt.Errorf("no section %q to replace", heading)
+	}
+	return bytes.Replace(into, old, src, 1), nil
 }
