@@ -135,11 +135,14 @@ const scaleSection = "## 15. "
 // section is the part of md from the line that starts with heading to the
 // next "## " heading (excluded), or nil.
 func section(md []byte, heading string) []byte {
-	i := bytes.Index(md, []byte("\n"+heading))
-	if i < 0 {
+	var rest []byte
+	if bytes.HasPrefix(md, []byte(heading)) {
+		rest = md
+	} else if i := bytes.Index(md, []byte("\n"+heading)); i >= 0 {
+		rest = md[i+1:]
+	} else {
 		return nil
 	}
-	rest := md[i+1:]
 	if j := bytes.Index(rest[1:], []byte("\n## ")); j >= 0 {
 		return rest[:j+2]
 	}
