@@ -563,7 +563,14 @@ end
 r.held = cur + grant
 tot.H = tot.H + grant
 free = free - grant
-if r.held >= math.ceil(exact - 1e-9) or turn or total <= limit then redis.call('ZREM', SC, me) end
+if r.held >= math.ceil(exact - 1e-9) or turn or total <= limit then
+  redis.call('ZREM', SC, me)
+elseif math.min(r.need, math.ceil(exact - 1e-9)) > math.max(r.held, target) and exact - target > 1e-9 then
+  -- It may round its share up, when a slot is free or a holder above its
+  -- own rounding gives one back (with no slot free, the grant above did
+  -- not enter it).
+  redis.call('ZADD', SC, target - exact, me)
+end
 if grant > 0 then
   -- It got slots: it waits again, if it does, at the end.
   redis.call('ZREM', SW, me)
@@ -607,7 +614,14 @@ if not turn and total > limit and r.held > target and free <= 0 then
     roundedOut = theirs > mine + 1e-9 or (math.abs(theirs - mine) <= 1e-9 and first[1] < me)
   end
 end
-local shrink = over or (r.held > target and (shortOthers > free or headNeeds > free or roundedOut))
+-- A slot held above the target rounded up goes to a replica that may
+-- round its share up.
+local aboveRound = false
+if not turn and total > limit and r.held > math.ceil(exact - 1e-9) then
+  local first = redis.call('ZRANGE', SC, 0, 0)
+  aboveRound = first[1] ~= nil and first[1] ~= me
+end
+local shrink = over or (r.held > target and (shortOthers > free or headNeeds > free or roundedOut or aboveRound))
 -- Slots held in a band with fewer slots than least shares are a turn,
 -- from the moment they are granted: they go back after the turn's time.
 local isTurn = turn and r.held > 0
