@@ -488,6 +488,12 @@ local function turnScore()
   local j = redis.call('HINCRBY', SM, 'j', 1) % 4294967296
   return -math.max(-1048576, math.min(1048576, myTop)) * 4294967296 + j
 end
+-- roundsUp reports whether, holding held, this replica may round its share
+-- up: its share lost a fraction to rounding down (only while the fleet's
+-- demand is above the limit), and its demand wants a slot more.
+local function roundsUp(held)
+  return not turn and exact - target > 1e-9 and math.min(r.need, math.ceil(exact - 1e-9)) > math.max(held, target)
+end
 -- A replica waits in sw while it is short: of its target, or, in a band
 -- that takes turns, of a turn (it leaves while it holds one, and waits
 -- again, at the end, once its turn went back).
@@ -548,12 +554,10 @@ if not frozen and free > 0 then
   elseif not turn then
     -- Up to the target first; above it, rounded up, only from what no
     -- replica short of its target needs.
-    local cap = math.ceil(exact - 1e-9)
-    if total > limit then cap = math.min(r.need, cap) end
     local toTarget = math.max(0, math.min(target - cur, free - higher))
     local spare = free - toTarget - tot.K
     local up = 0
-    if cap > math.max(cur, target) and exact - target > 1e-9 then
+    if roundsUp(cur) then
       redis.call('ZADD', SC, target - exact, me)
       if redis.call('ZRANK', SC, me) < spare then up = 1 end
     end
@@ -565,10 +569,9 @@ tot.H = tot.H + grant
 free = free - grant
 if r.held >= math.ceil(exact - 1e-9) or turn or total <= limit then
   redis.call('ZREM', SC, me)
-elseif math.min(r.need, math.ceil(exact - 1e-9)) > math.max(r.held, target) and exact - target > 1e-9 then
-  -- It may round its share up, when a slot is free or a holder above its
-  -- own rounding gives one back (with no slot free, the grant above did
-  -- not enter it).
+elseif roundsUp(r.held) then
+  -- With no slot free, the grant above did not enter it: it may round up
+  -- when a holder above its own rounding gives one back.
   redis.call('ZADD', SC, target - exact, me)
 end
 if grant > 0 then
