@@ -148,6 +148,7 @@ type Backend struct {
 	reader     *redis.Client // the reader's own connection; nil when not dialled
 
 	sh *shares // Shares mode; nil in GlobalQueue mode
+	sp *split  // a Name split into parts (Options.Parts above 1); else nil
 }
 
 // New returns a Backend that keeps its slots and queue in Redis through rdb,
@@ -210,6 +211,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	}
 	if o.Mode == Shares {
 		b.sh = newShares(b)
+		if o.Parts > 1 {
+			b.sp = newSplit(b)
+			prefix = partPrefix(o, b.sp.part)
+		}
 		b.lists = prefix + "sg:"
 		b.list = b.lists + b.replica
 		// Start sets the declared limit; GlobalStats may be called before.

@@ -21,3 +21,10 @@ func Stopped(b *Backend) <-chan struct{} { return b.mainDn }
 
 // ReplicaID is b's replica id, as Redis knows it.
 func ReplicaID(b *Backend) string { return b.replica }
+
+// PartOf is the part of a split Name that b runs in.
+func PartOf(b *Backend) int { return b.sp.part }
+
+// Rebalance has b rebalance a split Name's parts now, unless a replica did
+// within the last period.
+func Rebalance(b *Backend) error { return b.sp.round(b.stopCtx) }

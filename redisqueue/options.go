@@ -77,6 +77,8 @@ const (
 	DefaultCallTimeout  = 150 * time.Millisecond
 	DefaultTickInterval = 500 * time.Millisecond
 	DefaultSharePeriod  = 50 * time.Millisecond
+	// DefaultRebalancePeriod is the default Options.RebalancePeriod.
+	DefaultRebalancePeriod = time.Second
 
 	DefaultFailureThreshold = 3
 )
@@ -177,6 +179,26 @@ type Options struct {
 	// GlobalQueue mode.
 	SharePeriod time.Duration
 
+	// Parts splits the Name, in Shares mode, into this many parts, so that
+	// more replicas share one limit than one Redis can coordinate. Each part
+	// is a Shares fleet of its own, with its own keys (on a Redis Cluster,
+	// each part's keys hash to a slot of their own, so the parts spread over
+	// the shards) and a part of the limit. A replica joins the part its
+	// random id falls in. Every RebalancePeriod one replica moves the limit
+	// between the parts by their demand, the highest priority first, and
+	// the slots the parts may hold in all never exceed the Name's limit.
+	// Zero or 1 means one part (no split). Every replica of a Name must use
+	// the same Parts (Start refuses otherwise, ErrConflict). Negative, above
+	// MaxParts, or above 1 in GlobalQueue mode is refused.
+	Parts int
+
+	// RebalancePeriod is, with Parts above 1, how often the limit moves
+	// between the parts. Demand that moves from one part to another is
+	// followed within a few periods. Zero means DefaultRebalancePeriod (1
+	// s, or 4 × SharePeriod if longer, LeaseTTL if shorter). It must be at
+	// least 4 × SharePeriod and at most LeaseTTL.
+	RebalancePeriod time.Duration
+
 	// OnStateChange, when set, is called each time this replica marks Redis
 	// down (down true, with the error of the call that tipped it) and each
 	// time it finds Redis answering again (down false, err nil), in the
@@ -251,6 +273,12 @@ func (o Options) compile() (Options, error) {
 	if o.SharePeriod == 0 {
 		o.SharePeriod = min(DefaultSharePeriod, o.LeaseTTL/4)
 	}
+	if err := o.checkParts(); err != nil {
+		return o, err
+	}
+	if o.Parts > 1 && o.RebalancePeriod == 0 {
+		o.RebalancePeriod = max(min(DefaultRebalancePeriod, o.LeaseTTL), 4*o.SharePeriod)
+	}
 	switch {
 	case o.Mode == Shares && o.SharePeriod < minSharePeriod:
 		return o, fmt.Errorf("redisqueue: Options.SharePeriod %v must be at least %v", o.SharePeriod, minSharePeriod)
@@ -272,4 +300,27 @@ func (o Options) compile() (Options, error) {
 			o.FailureThreshold, o.CallTimeout, time.Duration(o.FailureThreshold)*o.CallTimeout, o.LeaseTTL)
 	}
 	return o, nil
+}
+
+// MaxParts is the most parts Options.Parts may split a Name into.
+const MaxParts = 1024
+
+// checkParts checks Parts and RebalancePeriod, once SharePeriod has its
+// default.
+func (o Options) checkParts() error {
+	switch {
+	case o.Parts < 0 || o.Parts > MaxParts:
+		return fmt.Errorf("redisqueue: Options.Parts must be between 0 and %d, got %d", MaxParts, o.Parts)
+	case o.Parts > 1 && o.Mode != Shares:
+		return fmt.Errorf("redisqueue: Options.Parts is for Shares mode, got %d in %v mode", o.Parts, o.Mode)
+	case o.RebalancePeriod < 0:
+		return fmt.Errorf("redisqueue: Options.RebalancePeriod must not be negative, got %v", o.RebalancePeriod)
+	case o.RebalancePeriod > 0 && o.Parts <= 1:
+		return fmt.Errorf("redisqueue: Options.RebalancePeriod is for a Name split into Parts, got %v with Parts %d", o.RebalancePeriod, o.Parts)
+	case o.RebalancePeriod > 0 && o.RebalancePeriod < 4*o.SharePeriod:
+		return fmt.Errorf("redisqueue: Options.RebalancePeriod %v must be at least 4 × Options.SharePeriod (%v)", o.RebalancePeriod, 4*o.SharePeriod)
+	case o.RebalancePeriod > o.LeaseTTL:
+		return fmt.Errorf("redisqueue: Options.RebalancePeriod %v must not exceed Options.LeaseTTL (%v)", o.RebalancePeriod, o.LeaseTTL)
+	}
+	return nil
 }

@@ -110,6 +110,9 @@ const (
 //	      that arrived after a later one of the same replica (nothing is
 //	      changed).
 //	limit ARGV[6] = the new limit. Reply: the limit.
+//	part  ARGV[6..7] = a rebalancer's generation, the new limit (-1:
+//	      none). Reply {generation, limit, held in all, replicas, then
+//	      band, demand, ... }, or {-1, the later generation seen}.
 //	bye   the replica leaves: its share goes back at once. Reply: 1.
 //	stats Reply {held in all, queued in all, replicas, limit}.
 //
@@ -341,6 +344,31 @@ if op == 'limit' then
   return n
 end
 
+if op == 'part' then
+  -- A rebalancer of a Name split into parts (split.go): ARGV[6] its
+  -- generation, ARGV[7] this part's new limit (-1: none). A generation
+  -- below the last one seen here is refused, so that a rebalancer that
+  -- stalled cannot undo a later one's work.
+  local g, n = tonumber(ARGV[6]), tonumber(ARGV[7])
+  local seen = tonumber(redis.call('HGET', SM, 'g')) or 0
+  if g < seen then return {-1, seen} end
+  redis.call('HSET', SM, 'g', g)
+  if n >= 0 and n ~= limit then
+    redis.call('HSET', SM, 'n', n)
+    if n < tot.H then
+      -- the first holders to give back learn it now, the rest at their
+      -- next sync
+      for _, id in ipairs(redis.call('ZRANGE', SX, 0, math.min(tot.H - n, 64) - 1)) do notify(id) end
+    end
+    limit = n
+    tellFreed(n - tot.H)
+  end
+  redis.call('PEXPIRE', SM, keep)
+  local out = {g, limit, math.max(tot.H, 0), math.max(tot.R, 0)}
+  for _, x in ipairs(redis.call('HGETALL', SB)) do out[#out + 1] = tonumber(x) end
+  return out
+end
+
 -- sync.
 local beat = tonumber(meta[9])
 if beat and now - beat > tonumber(ARGV[13]) then
@@ -370,6 +398,9 @@ if old and seq <= old.seq then return {'stale'} end
 -- names of replicas long gone is cleared then.
 if redis.call('HLEN', GD) > tot.R then
   for _, r in ipairs(redis.call('ZRANGEBYSCORE', GR, '(' .. now, '+inf')) do
+    if r == 'split' then
+      return {'conflict', 'live replicas split this Name into parts (Options.Parts)'}
+    end
     if r ~= me and redis.call('HEXISTS', S, r) == 0 then
       return {'conflict', 'replica ' .. r .. ' of this Name runs in GlobalQueue mode'}
     end

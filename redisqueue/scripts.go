@@ -123,16 +123,8 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 func (b *Backend) callIn(parent context.Context, s *script, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(parent, b.opts.CallTimeout)
 	defer cancel()
-	argv := make([]any, 0, 2+len(b.keyArgs)+len(b.base)+len(args))
-	argv = append(argv, "evalsha", s.sha)
-	argv = append(argv, b.keyArgs...)
-	argv = append(append(argv, b.base...), args...)
 	start := time.Now()
-	res, err := b.rdb.Do(ctx, argv...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		argv[0], argv[1] = "eval", s.src
-		res, err = b.rdb.Do(ctx, argv...).Result()
-	}
+	res, err := evalScript(ctx, b.rdb, s, b.keyArgs, b.base, args)
 	switch {
 	case err == nil:
 		b.lastOK.Store(time.Now().UnixNano())
@@ -142,6 +134,21 @@ func (b *Backend) callIn(parent context.Context, s *script, args ...any) (any, e
 		b.failed(err, start)
 	case parent.Err() == nil:
 		b.failed(err, start)
+	}
+	return res, err
+}
+
+// evalScript runs s with EVALSHA, and with EVAL if Redis does not know it
+// yet (NOSCRIPT). keys holds the key count and the keys; base and args the
+// arguments.
+func evalScript(ctx context.Context, rdb redis.UniversalClient, s *script, keys, base, args []any) (any, error) {
+	argv := make([]any, 0, 2+len(keys)+len(base)+len(args))
+	argv = append(argv, "evalsha", s.sha)
+	argv = append(append(append(argv, keys...), base...), args...)
+	res, err := rdb.Do(ctx, argv...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", s.src
+		res, err = rdb.Do(ctx, argv...).Result()
 	}
 	return res, err
 }

@@ -137,15 +137,59 @@ func (s *shares) start(l ginqueue.Limits) error {
 	b.limits = l
 	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists, b.replica}
 	b.limit.Store(int64(l.MaxConcurrent))
+	if b.sp != nil {
+		// A part's limit is what the rebalancer gave it, none until then.
+		b.base[0] = 0
+		b.limit.Store(0)
+		b.sp.total.Store(int64(l.MaxConcurrent))
+	}
 	b.mu.Unlock()
-	if err := s.sync(false, true); errors.Is(err, ErrConflict) {
+	err := s.joinSplit()
+	if err == nil {
+		err = s.sync(false, true)
+	}
+	if errors.Is(err, ErrConflict) {
 		_ = s.mem.Close()
 		b.refuseStart()
 		return err
 	}
 	go b.read()
 	go s.run()
+	if b.sp != nil {
+		go b.sp.run()
+	}
 	return nil
+}
+
+// joinSplit joins a split Name; an error other than a conflict is left to
+// the rebalancer, which joins when Redis answers.
+func (s *shares) joinSplit() error {
+	if s.b.sp == nil {
+		return nil
+	}
+	if err := s.b.sp.join(s.b.stopCtx); errors.Is(err, ErrConflict) {
+		return err
+	}
+	return nil
+}
+
+// refuse stops admitting for good: a live replica counts the limit
+// otherwise, and admitting beside it would break the limit.
+func (s *shares) refuse(err error) {
+	b := s.b
+	b.mu.Lock()
+	b.conflict = err
+	b.mu.Unlock()
+	s.halt(err.Error())
+}
+
+// costCap is the most slots one request may hold: the fleet's limit, or
+// the Name's for a split one.
+func (s *shares) costCap() int64 {
+	if s.b.sp != nil {
+		return s.b.sp.total.Load()
+	}
+	return s.b.limit.Load()
 }
 
 // acquire implements Backend.Acquire: the in-memory Backend's, within the
@@ -153,7 +197,7 @@ func (s *shares) start(l ginqueue.Limits) error {
 func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
 	// A cost is weighed against the fleet's limit, not this replica's share:
 	// one above the share waits until the share covers it.
-	a.Cost = min(max(a.Cost, 1), int(max(s.b.limit.Load(), 1)))
+	a.Cost = min(max(a.Cost, 1), int(max(s.costCap(), 1)))
 	c := s.fast.Counts()
 	s.notePeak(c.Held + s.queuedSlots(c) + a.Cost)
 	if c.Held+a.Cost > c.Limit || c.Queued > 0 {
@@ -802,12 +846,7 @@ func (s *shares) sync(fell, renewal bool) error {
 	if ok && len(r) == 2 && r[0] == "conflict" {
 		why, _ := r[1].(string)
 		err := fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
-		b.mu.Lock()
-		b.conflict = err
-		b.mu.Unlock()
-		// Admitting beside replicas that count otherwise would break the
-		// limit: stop until the conflict is gone.
-		s.halt(err.Error())
+		s.refuse(err)
 		return err
 	}
 	rep, err := parseShareReply(res)
@@ -1064,6 +1103,9 @@ func (s *shares) close() error {
 		_ = r.Close() // unblocks BLPOP
 	}
 	<-b.readDn
+	if b.sp != nil {
+		<-b.sp.done
+	}
 	if s.fast.Counts().Held == 0 {
 		// The goodbye: at once if Redis answers; else the coordinator tries
 		// again in the background, every byeRetry, until it does, the
@@ -1080,6 +1122,9 @@ func (s *shares) close() error {
 // replicas hold (a bound of what they run), Queued their waiters as of
 // their last syncs.
 func (s *shares) globalStats(ctx context.Context) (GlobalStats, error) {
+	if s.b.sp != nil {
+		return s.b.sp.globalStats(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.b.opts.CallTimeout)
 	defer cancel()
 	res, err := s.b.callIn(ctx, sharesScript, "stats")
@@ -1099,6 +1144,9 @@ func (s *shares) globalStats(ctx context.Context) (GlobalStats, error) {
 
 // setLimit implements Backend.SetLimit, once its checks passed.
 func (s *shares) setLimit(n int) error {
+	if s.b.sp != nil {
+		return s.b.sp.setLimit(n)
+	}
 	res, err := s.b.call(sharesScript, "limit", n)
 	if err != nil {
 		return fmt.Errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)

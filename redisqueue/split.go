@@ -1,0 +1,407 @@
+package redisqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// split is a Name split into parts (Options.Parts): this replica runs in
+// Shares mode on its part's keys, and takes its turn, now and then, at
+// moving the limit between the parts.
+type split struct {
+	b     *Backend
+	parts int
+	part  int
+	// root is the key count and keys of the Name's own data (script_split.go).
+	root []any
+	// total is the Name's limit, as the last rebalance or SetLimit saw it.
+	total  atomic.Int64
+	joined atomic.Bool
+	done   chan struct{}
+}
+
+// partOf is the part a replica's id falls in.
+func partOf(replica string, parts int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(replica))
+	return int(h.Sum32() % uint32(parts))
+}
+
+// partPrefix is the prefix of part p's keys.
+func partPrefix(o Options, p int) string {
+	return o.KeyPrefix + ":{" + o.Name + ":" + strconv.Itoa(p) + "}:"
+}
+
+// newSplit builds the state of a split Name for b, whose keys are its part's.
+func newSplit(b *Backend) *split {
+	o := b.opts
+	sp := &split{b: b, parts: o.Parts, part: partOf(b.replica, o.Parts), done: make(chan struct{})}
+	prefix := o.KeyPrefix + ":{" + o.Name + "}:"
+	sp.root = []any{numSplitKeys, prefix + "pl", prefix + "r", prefix + "d"}
+	return sp
+}
+
+// declared is the MaxConcurrent this replica declared.
+func (sp *split) declared() int {
+	sp.b.mu.Lock()
+	defer sp.b.mu.Unlock()
+	return sp.b.limits.MaxConcurrent
+}
+
+// callRoot runs splitScript on the Name's own keys.
+func (sp *split) callRoot(ctx context.Context, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, sp.b.opts.CallTimeout)
+	defer cancel()
+	return evalScript(ctx, sp.b.rdb, splitScript, sp.root, nil, args)
+}
+
+// callPart runs sharesScript on part p's keys. Calls to other parts do not
+// count for or against this replica's health: on a Cluster they go to
+// other shards.
+func (sp *split) callPart(ctx context.Context, p int, args ...any) (any, error) {
+	o := sp.b.opts
+	prefix := partPrefix(o, p)
+	keys := make([]any, 0, 1+numShareKeys)
+	keys = append(keys, numShareKeys)
+	for _, k := range shareKeyNames(sp.b.replica) {
+		keys = append(keys, prefix+k)
+	}
+	base := []any{0, o.LeaseTTL.Milliseconds(), prefix + "sg:", sp.b.replica}
+	ctx, cancel := context.WithTimeout(ctx, o.CallTimeout)
+	defer cancel()
+	return evalScript(ctx, sp.b.rdb, sharesScript, keys, base, args)
+}
+
+// join declares this replica's MaxConcurrent and parts to the Name. It
+// returns an error wrapping ErrConflict if live replicas declared others,
+// or run the Name in GlobalQueue mode.
+func (sp *split) join(ctx context.Context) error {
+	lapse := 10 * sp.period()
+	res, err := sp.callRoot(ctx, "join", sp.declared(), sp.parts, lapse.Milliseconds(), sp.entry().Milliseconds())
+	if err != nil {
+		return err
+	}
+	if r, ok := res.([]any); ok && len(r) == 2 && r[0] == "conflict" {
+		why, _ := r[1].(string)
+		return fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
+	}
+	sp.joined.Store(true)
+	return nil
+}
+
+// entry is how long the split fleet's entry in GlobalQueue's keys lasts
+// after a replica renewed it: a rebalance is tried every period.
+func (sp *split) entry() time.Duration { return 3*sp.period() + sp.b.opts.LeaseTTL }
+
+// period is the time between two rebalances.
+func (sp *split) period() time.Duration { return sp.b.opts.RebalancePeriod }
+
+// run takes this replica's turns at rebalancing until the Backend stops.
+func (sp *split) run() {
+	defer close(sp.done)
+	t := time.NewTimer(jitter(sp.period() / 4))
+	defer t.Stop()
+	for {
+		select {
+		case <-sp.b.stop:
+			return
+		case <-t.C:
+		}
+		sp.tick()
+		t.Reset(jitter(sp.period()))
+	}
+}
+
+// tick joins if Start could not, and rebalances if this replica's lot
+// says so.
+func (sp *split) tick() {
+	ctx := sp.b.stopCtx
+	if !sp.joined.Load() {
+		if err := sp.join(ctx); err != nil {
+			if errors.Is(err, ErrConflict) {
+				sp.b.sh.refuse(err)
+			}
+			return
+		}
+	}
+	if sp.draws() {
+		_ = sp.round(ctx)
+	}
+}
+
+// draws reports whether this replica tries to rebalance now. A few
+// replicas of the Name try each period, whatever its size; one whose
+// requests wait in a part that has no slot at all always does.
+func (sp *split) draws() bool {
+	b := sp.b
+	if b.limit.Load() == 0 && b.sh.fast.Counts().Queued+int(b.sh.gatedN.Load()) > 0 {
+		return true
+	}
+	n := float64(max(b.sh.fleetSize(), 1)) * float64(sp.parts)
+	return rand.Float64()*n < 3
+}
+
+// partState is a part as a rebalance reads it.
+type partState struct {
+	limit, held, replicas int64
+	bands                 map[int64]int64 // priority band → demand (slots)
+}
+
+// errFenced ends a rebalance that a later one overtook.
+var errFenced = errors.New("redisqueue: a later rebalance overtook this one")
+
+// round rebalances the limit between the parts, if no replica did within
+// the period. The slots the parts may hold in all, each part's limit or
+// what it holds if more, never exceed the Name's limit: first every part
+// is read, then the parts whose limit falls are lowered, and only then do
+// the others grow, by what the lowered ones no longer hold. The rest comes
+// at later rebalances, as their holders give slots back.
+func (sp *split) round(ctx context.Context) error {
+	g, total, err := sp.turn(ctx, sp.period()*9/10)
+	if err != nil || g == 0 {
+		return err
+	}
+	sp.total.Store(total)
+	st := make([]partState, sp.parts)
+	for p := range st {
+		if st[p], err = sp.setPart(ctx, p, g, -1); err != nil {
+			return err
+		}
+	}
+	target := allot(total, st)
+	for p := range st {
+		if target[p] < st[p].limit {
+			ps, err := sp.setPart(ctx, p, g, target[p])
+			switch {
+			case errors.Is(err, errFenced):
+				return err
+			case err == nil:
+				st[p] = ps
+			}
+			// after another error the old limit is the bound: it was higher
+		}
+	}
+	slack := total
+	for _, ps := range st {
+		slack -= max(ps.limit, ps.held)
+	}
+	for _, p := range byShortfall(target, st) {
+		add := min(target[p]-st[p].limit, slack)
+		if add <= 0 {
+			continue
+		}
+		slack -= add
+		if _, err := sp.setPart(ctx, p, g, st[p].limit+add); errors.Is(err, errFenced) {
+			return err
+		}
+	}
+	return nil
+}
+
+// turn asks for the turn to rebalance: a generation and the Name's limit,
+// or a generation of 0 when a replica rebalanced within every.
+func (sp *split) turn(ctx context.Context, every time.Duration) (g, total int64, err error) {
+	res, err := sp.callRoot(ctx, "turn", sp.declared(), sp.parts, every.Milliseconds(), sp.entry().Milliseconds())
+	if err != nil {
+		return 0, 0, err
+	}
+	r, ok := res.([]any)
+	if !ok || len(r) == 0 {
+		return 0, 0, fmt.Errorf("redisqueue: unexpected reply to a rebalance turn: %v", res)
+	}
+	g, _ = r[0].(int64)
+	if g != 0 && len(r) == 2 {
+		total, _ = r[1].(int64)
+	}
+	return g, total, nil
+}
+
+// setPart stamps part p with generation g, sets its limit to n (-1: as
+// it is) and reads it.
+func (sp *split) setPart(ctx context.Context, p int, g, n int64) (partState, error) {
+	res, err := sp.callPart(ctx, p, "part", g, n)
+	if err != nil {
+		return partState{}, err
+	}
+	r, ok := res.([]any)
+	if !ok || len(r) < 2 {
+		return partState{}, fmt.Errorf("redisqueue: unexpected reply to a rebalance of part %d: %v", p, res)
+	}
+	v := make([]int64, len(r))
+	for i := range r {
+		v[i], _ = r[i].(int64)
+	}
+	if v[0] == -1 {
+		// Start the next generation above the one seen: a Redis that lost
+		// the Name's keys restarted the count.
+		_, _ = sp.callRoot(ctx, "gen", v[1])
+		return partState{}, errFenced
+	}
+	if len(v) < 4 || len(v)%2 != 0 {
+		return partState{}, fmt.Errorf("redisqueue: unexpected reply to a rebalance of part %d: %v", p, res)
+	}
+	ps := partState{limit: v[1], held: v[2], replicas: v[3], bands: map[int64]int64{}}
+	for i := 4; i+1 < len(v); i += 2 {
+		ps.bands[v[i]] += v[i+1]
+	}
+	return ps, nil
+}
+
+// byShortfall lists the parts whose target is above their limit, the most
+// short first.
+func byShortfall(target []int64, st []partState) []int {
+	var ps []int
+	for p := range st {
+		if target[p] > st[p].limit {
+			ps = append(ps, p)
+		}
+	}
+	slices.SortStableFunc(ps, func(a, b int) int {
+		da, db := target[a]-st[a].limit, target[b]-st[b].limit
+		return int(min(max(db-da, -1), 1))
+	})
+	return ps
+}
+
+// allot divides total slots between the parts: the demand of the highest
+// priority band first, in proportion to each part's demand there when it
+// does not all fit, then each band below from what is left; what no demand
+// takes goes to the parts in proportion to their replicas, as room for
+// arrivals.
+func allot(total int64, st []partState) []int64 {
+	out := make([]int64, len(st))
+	left := max(total, 0)
+	var bands []int64
+	for _, ps := range st {
+		for b := range ps.bands {
+			if !slices.Contains(bands, b) {
+				bands = append(bands, b)
+			}
+		}
+	}
+	slices.Sort(bands)
+	slices.Reverse(bands)
+	want := make([]int64, len(st))
+	for _, band := range bands {
+		if left == 0 {
+			break
+		}
+		var sum int64
+		for p, ps := range st {
+			want[p] = max(ps.bands[band], 0)
+			sum += want[p]
+		}
+		give := want
+		if sum > left {
+			give = proportional(left, want)
+			sum = left
+		}
+		for p := range out {
+			out[p] += give[p]
+		}
+		left -= sum
+	}
+	if left > 0 {
+		for p, ps := range st {
+			want[p] = max(ps.replicas, 0)
+		}
+		for p, x := range proportional(left, want) {
+			out[p] += x
+		}
+	}
+	return out
+}
+
+// proportional divides n in proportion to the weights, by largest
+// remainder (ties to the lower index). All weights zero divides it evenly.
+func proportional(n int64, w []int64) []int64 {
+	out := make([]int64, len(w))
+	if len(w) == 0 || n <= 0 {
+		return out
+	}
+	var sum uint64
+	for _, x := range w {
+		sum += uint64(max(x, 0))
+	}
+	if sum == 0 {
+		w = slices.Repeat([]int64{1}, len(w))
+		sum = uint64(len(w))
+	}
+	rem := make([]uint64, len(w))
+	var given int64
+	for p, x := range w {
+		hi, lo := bits.Mul64(uint64(n), uint64(max(x, 0)))
+		q, r := bits.Div64(hi, lo, sum)
+		out[p], rem[p] = int64(q), r
+		given += int64(q)
+	}
+	order := make([]int, len(w))
+	for p := range order {
+		order[p] = p
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case rem[a] > rem[b]:
+			return -1
+		case rem[a] < rem[b]:
+			return 1
+		}
+		return 0
+	})
+	for _, p := range order[:n-given] {
+		out[p]++
+	}
+	return out
+}
+
+// setLimit implements Backend.SetLimit for a split Name: it sets the
+// Name's limit, and rebalances the parts to it at once.
+func (sp *split) setLimit(n int) error {
+	res, err := sp.callRoot(sp.b.stopCtx, "limit", n)
+	if err != nil {
+		return fmt.Errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
+	}
+	l, ok := res.(int64)
+	if !ok {
+		return fmt.Errorf("redisqueue: SetLimit(%d): unexpected reply %v", n, res)
+	}
+	sp.total.Store(l)
+	_ = sp.round(sp.b.stopCtx)
+	return nil
+}
+
+// globalStats implements Backend.GlobalStats for a split Name: the sums
+// over its parts, and its limit.
+func (sp *split) globalStats(ctx context.Context) (GlobalStats, error) {
+	var gs GlobalStats
+	for p := range sp.parts {
+		res, err := sp.callPart(ctx, p, "stats")
+		if err != nil {
+			return GlobalStats{}, err
+		}
+		r, ok := res.([]any)
+		if !ok || len(r) != 4 {
+			return GlobalStats{}, fmt.Errorf("redisqueue: unexpected reply to the stats of part %d: %v", p, res)
+		}
+		var v [3]int64
+		for i := range v {
+			v[i], _ = r[i].(int64)
+		}
+		gs.Running, gs.Queued, gs.Replicas = gs.Running+int(v[0]), gs.Queued+int(v[1]), gs.Replicas+int(v[2])
+	}
+	res, err := sp.callRoot(ctx, "total")
+	if err != nil {
+		return GlobalStats{}, err
+	}
+	l, _ := res.(int64)
+	gs.Limit = int(l)
+	return gs, nil
+}

@@ -1,0 +1,200 @@
+// A Name split into parts (Options.Parts): the limit holds across the
+// parts, moves to where the demand is, and goes to the highest priority
+// first; replicas that disagree on the split refuse to start.
+
+package redisqueue_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/redisqueue"
+)
+
+// splitOptions is a split of a Name into parts that rebalances 5 times a
+// second.
+func splitOptions(t *testing.T, parts int) redisqueue.Options {
+	return redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, Parts: parts,
+		RebalancePeriod: 200 * time.Millisecond}
+}
+
+// byPart groups replicas by the part they run in.
+func byPart(rs []*replica, parts int) [][]*replica {
+	out := make([][]*replica, parts)
+	for _, r := range rs {
+		p := redisqueue.PartOf(r.b)
+		out[p] = append(out[p], r)
+	}
+	return out
+}
+
+// The limit holds across the parts at every instant (a counter outside the
+// library), every part is served while the load is spread, and when the
+// load moves to one part the limit follows it within a few rebalances.
+func TestSplitKeepsTheLimitAndFollowsTheLoad(t *testing.T) {
+	needRedis(t)
+	const limit, parts, handler = 8, 4, 10 * time.Millisecond
+	f := &fleetCounter{}
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 256, QueueTimeout: 5 * time.Second}
+	rs := sharesFleet(t, 16, cfg, splitOptions(t, parts), f.handler(handler))
+	groups := byPart(rs, parts)
+
+	clients := make([]int, len(rs))
+	for i := range clients {
+		clients[i] = 2
+	}
+	got := drive(rs, clients, 2*time.Second)
+	for p, g := range groups {
+		served := 0
+		for _, r := range g {
+			for i := range rs {
+				if rs[i] == r {
+					served += got[i][http.StatusOK]
+				}
+			}
+		}
+		if len(g) > 0 && served == 0 {
+			t.Errorf("part %d (%d replicas) served nothing while the load was spread", p, len(g))
+		}
+	}
+	for i, m := range got {
+		if m[http.StatusRequestTimeout] > 0 || m[http.StatusServiceUnavailable] > 0 {
+			t.Errorf("replica %d answered %v", i, m)
+		}
+	}
+
+	// The load moves to the largest part alone.
+	big := 0
+	for p := range groups {
+		if len(groups[p]) > len(groups[big]) {
+			big = p
+		}
+	}
+	moved := make([]int, len(rs))
+	for i, r := range rs {
+		if redisqueue.PartOf(r.b) == big {
+			moved[i] = 8
+		}
+	}
+	start := time.Now()
+	var reached time.Duration
+	stop := make(chan struct{})
+	go func() {
+		defer close(stop)
+		for time.Since(start) < 3*time.Second {
+			if reached == 0 && f.now.Load() >= limit-1 {
+				reached = time.Since(start)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	drive(rs, moved, 3*time.Second)
+	<-stop
+	if reached == 0 || reached > 2*time.Second {
+		t.Errorf("the part with the load ran %d of %d at most, %v after the load moved to it", f.now.Load(), limit, reached)
+	} else {
+		t.Logf("the part with the load ran %d of %d within %v", limit-1, limit, reached)
+	}
+	if p := f.peak.Load(); p > limit {
+		t.Errorf("peak %d running across the parts, limit %d", p, limit)
+	}
+}
+
+// A priority-5 request in one part goes before a priority-0 request in
+// another: the rebalancer gives the limit to the highest band first.
+func TestSplitComparesPrioritiesAcrossParts(t *testing.T) {
+	needRedis(t)
+	const limit, parts, handler = 4, 2, 20 * time.Millisecond
+	pc := &prioCounter{n: map[int]int{}}
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 10 * time.Second,
+		Priority: func(c *gin.Context) int { p, _ := strconv.Atoi(c.Query("p")); return p }}
+	o := splitOptions(t, parts)
+	var groups [][]*replica
+	for range 20 {
+		rs := sharesFleet(t, 4, cfg, o, pc.handler(handler))
+		if groups = byPart(rs, parts); len(groups[0]) > 0 && len(groups[1]) > 0 {
+			break
+		}
+		o.Name = newName(t)
+	}
+	if len(groups[0]) == 0 || len(groups[1]) == 0 {
+		t.Fatal("the replicas fell in one part 20 times running")
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	prioClients(groups[0][0], 12, 0, stop, &wg)
+	prioClients(groups[1][0], 6, 5, stop, &wg)
+	time.Sleep(4 * time.Second)
+	close(stop)
+	wg.Wait()
+	lo, hi := pc.get(0), pc.get(5)
+	t.Logf("priority 5: %d answers, priority 0: %d", hi, lo)
+	if hi < 5*max(lo, 1) {
+		t.Errorf("priority 5 got %d answers and priority 0 %d, want at least 5×", hi, lo)
+	}
+}
+
+// Replicas that split a Name otherwise, or do not split it, refuse to
+// start beside live ones, whichever starts first.
+func TestSplitRefusesOtherSplits(t *testing.T) {
+	needRedis(t)
+	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8}
+	o := splitOptions(t, 4)
+	startBackends(t, 1, l, o)
+	cases := []struct {
+		name string
+		o    redisqueue.Options
+		l    ginqueue.Limits
+	}{
+		{"other parts", redisqueue.Options{Name: o.Name, Mode: redisqueue.Shares, Parts: 2}, l},
+		{"no parts", redisqueue.Options{Name: o.Name, Mode: redisqueue.Shares}, l},
+		{"global queue", redisqueue.Options{Name: o.Name}, l},
+		{"other MaxConcurrent", o, ginqueue.Limits{MaxConcurrent: 5, MaxQueue: 8}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := redisqueue.New(newClient(t, redisAddr), c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := b.Start(c.l); !errors.Is(err, redisqueue.ErrConflict) {
+				t.Fatalf("Start beside a split of 4 parts: %v, want ErrConflict", err)
+			}
+		})
+	}
+	// And a split replica refuses to start beside replicas that do not split.
+	plain := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares}
+	startBackends(t, 1, l, plain)
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: plain.Name, Mode: redisqueue.Shares, Parts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(l); !errors.Is(err, redisqueue.ErrConflict) {
+		t.Fatalf("a split replica beside one that does not split: %v, want ErrConflict", err)
+	}
+}
+
+// SetLimit on any replica moves the Name's limit, and the parts follow at
+// once; GlobalStats reports the Name's figures.
+func TestSplitSetLimit(t *testing.T) {
+	needRedis(t)
+	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8}
+	bs := startBackends(t, 6, l, splitOptions(t, 3))
+	if err := bs[0].SetLimit(9); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "the Name's limit is 9", func() bool {
+		gs, err := bs[5].GlobalStats(context.Background())
+		return err == nil && gs.Limit == 9 && gs.Replicas == 6
+	})
+}
