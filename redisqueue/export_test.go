@@ -28,3 +28,9 @@ func PartOf(b *Backend) int { return b.sp.part }
 // Rebalance has b rebalance a split Name's parts now, unless a replica did
 // within the last period.
 func Rebalance(b *Backend) error { return b.sp.round(b.stopCtx) }
+
+// PartKey is the name of the key k of part p of o's Name.
+func PartKey(o Options, p int, k string) string {
+	o, _ = o.compile()
+	return partPrefix(o, p) + k
+}

@@ -21,7 +21,7 @@ import (
 // replica is one service instance: its own client, Backend, Queue and
 // gin engine.
 type replica struct {
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	b   *redisqueue.Backend
 	q   *ginqueue.Queue
 	e   *gin.Engine
@@ -48,7 +48,15 @@ func (b countTimeouts) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueu
 // test closes the Queue at its end.
 func newReplica(t testing.TB, addr string, cfg ginqueue.Config, o redisqueue.Options, h gin.HandlerFunc) *replica {
 	t.Helper()
-	r := &replica{rdb: newClient(t, addr)}
+	return newReplicaOn(t, newClient(t, addr), cfg, o, h)
+}
+
+// newReplicaOn is newReplica on the client rdb, which the test closes at
+// its end.
+func newReplicaOn(t testing.TB, rdb redis.UniversalClient, cfg ginqueue.Config, o redisqueue.Options, h gin.HandlerFunc) *replica {
+	t.Helper()
+	r := &replica{rdb: rdb}
+	t.Cleanup(func() { _ = rdb.Close() })
 	var err error
 	r.b, err = redisqueue.New(r.rdb, o)
 	if err != nil {

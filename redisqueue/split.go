@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,6 +27,9 @@ type split struct {
 	total  atomic.Int64
 	joined atomic.Bool
 	done   chan struct{}
+	// prefixes are every part's key prefix, made at the first rebalance.
+	prefixes     []string
+	prefixesOnce sync.Once
 }
 
 // partOf is the part a replica's id falls in.
@@ -35,9 +39,43 @@ func partOf(replica string, parts int) int {
 	return int(h.Sum32() % uint32(parts))
 }
 
-// partPrefix is the prefix of part p's keys.
+// partPrefix is the prefix of part p's keys. Its hash tag falls in the
+// middle half of the p-th of Parts equal ranges of a Cluster's 16,384
+// slots: on a Cluster whose shards hold equal ranges in order, as
+// redis-cli --cluster create makes them, the parts spread evenly over the
+// shards, whichever way the ranges were rounded.
 func partPrefix(o Options, p int) string {
-	return o.KeyPrefix + ":{" + o.Name + ":" + strconv.Itoa(p) + "}:"
+	lo, hi := p*clusterSlots/o.Parts, (p+1)*clusterSlots/o.Parts
+	lo, hi = lo+(hi-lo)/4, hi-(hi-lo)/4
+	base := o.Name + ":" + strconv.Itoa(p) + ":"
+	tag := base + "0"
+	for k := 0; k < 1<<20; k++ {
+		t := base + strconv.Itoa(k)
+		if s := int(crc16([]byte(t)) % clusterSlots); s >= lo && s < hi {
+			tag = t
+			break
+		}
+	}
+	return o.KeyPrefix + ":{" + tag + "}:"
+}
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// crc16 is the CRC16 (XMODEM) that Redis Cluster hashes keys with.
+func crc16(b []byte) uint16 {
+	var c uint16
+	for _, x := range b {
+		c ^= uint16(x) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+	}
+	return c
 }
 
 // newSplit builds the state of a split Name for b, whose keys are its part's.
@@ -68,7 +106,13 @@ func (sp *split) callRoot(ctx context.Context, args ...any) (any, error) {
 // other shards.
 func (sp *split) callPart(ctx context.Context, p int, args ...any) (any, error) {
 	o := sp.b.opts
-	prefix := partPrefix(o, p)
+	sp.prefixesOnce.Do(func() {
+		sp.prefixes = make([]string, sp.parts)
+		for q := range sp.prefixes {
+			sp.prefixes[q] = partPrefix(o, q)
+		}
+	})
+	prefix := sp.prefixes[p]
 	keys := make([]any, 0, 1+numShareKeys)
 	keys = append(keys, numShareKeys)
 	for _, k := range shareKeyNames(sp.b.replica) {

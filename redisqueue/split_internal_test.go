@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ginqueue/ginqueue"
@@ -240,4 +241,23 @@ func readPart(t *testing.T, sp *split, p int) partState {
 	}
 	r := res.([]any)
 	return partState{held: r[0].(int64), replicas: r[2].(int64), limit: r[3].(int64)}
+}
+
+// Each part's keys hash to a slot in its own range of the Cluster's slots,
+// as Redis computes them.
+func TestPartsTakeSlotRangesInOrder(t *testing.T) {
+	// The check value of CRC16/XMODEM, which the Redis Cluster spec gives.
+	if c := crc16([]byte("123456789")); c != 0x31c3 {
+		t.Fatalf("crc16(123456789) = %#x, want 0x31c3", c)
+	}
+	for _, parts := range []int{2, 3, 16, MaxParts} {
+		o := Options{Name: "orders", KeyPrefix: "ginqueue", Parts: parts}
+		for _, p := range []int{0, parts / 2, parts - 1} {
+			key := partPrefix(o, p) + "sm"
+			s := int(crc16([]byte(key[strings.Index(key, "{")+1 : strings.Index(key, "}")])) % clusterSlots)
+			if lo, hi := p*clusterSlots/parts, (p+1)*clusterSlots/parts; s < lo || s >= hi || parts <= 16 && (s < lo+(hi-lo)/4 || s >= hi-(hi-lo)/4) {
+				t.Errorf("parts %d: part %d's key %s hashes to slot %d, want [%d, %d)", parts, p, key, s, lo, hi)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -197,4 +198,52 @@ func TestSplitSetLimit(t *testing.T) {
 		gs, err := bs[5].GlobalStats(context.Background())
 		return err == nil && gs.Limit == 9 && gs.Replicas == 6
 	})
+}
+
+// On a Redis Cluster of 3 shards, a Name split into 3 parts puts each part
+// on a shard of its own, and the limit holds across them.
+func TestSplitOnACluster(t *testing.T) {
+	long(t)
+	c := startCluster(t)
+	const limit, parts, handler = 6, 3, 10 * time.Millisecond
+	o := splitOptions(t, parts)
+	masters := map[string]bool{}
+	for p := range parts {
+		m, _, err := c.owner(c.addrs()[0], redisqueue.PartKey(o, p, "sm"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[m] = true
+	}
+	if len(masters) != parts {
+		t.Fatalf("the %d parts are on %d shards, want one each", parts, len(masters))
+	}
+	top := clusterTopology(c)
+	f := &fleetCounter{}
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 256, QueueTimeout: 5 * time.Second}
+	rs := make([]*replica, 9)
+	for i := range rs {
+		rs[i] = newReplicaOn(t, top.client(false), cfg, o, f.handler(handler))
+	}
+	clients := make([]int, len(rs))
+	for i := range clients {
+		clients[i] = 2
+	}
+	got := drive(rs, clients, 3*time.Second)
+	for p, g := range byPart(rs, parts) {
+		served := 0
+		for _, r := range g {
+			served += got[slices.Index(rs, r)][http.StatusOK]
+		}
+		if len(g) > 0 && served == 0 {
+			t.Errorf("part %d (%d replicas) served nothing", p, len(g))
+		}
+	}
+	if p := f.peak.Load(); p > limit {
+		t.Errorf("peak %d running across the shards, limit %d", p, limit)
+	}
+	gs, err := rs[0].b.GlobalStats(context.Background())
+	if err != nil || gs.Limit != limit || gs.Replicas != len(rs) {
+		t.Errorf("GlobalStats = %+v (%v), want the limit %d and %d replicas", gs, err, limit, len(rs))
+	}
 }
