@@ -254,7 +254,7 @@ func TestPartsTakeSlotRangesInOrder(t *testing.T) {
 		o := Options{Name: "orders", KeyPrefix: "ginqueue", Parts: parts}
 		for _, p := range []int{0, parts / 2, parts - 1} {
 			key := partPrefix(o, p) + "sm"
-			s := int(crc16([]byte(key[strings.Index(key, "{")+1 : strings.Index(key, "}")])) % clusterSlots)
+			s := int(crc16([]byte(key[strings.Index(key, "{")+1:strings.Index(key, "}")])) % clusterSlots)
 			if lo, hi := p*clusterSlots/parts, (p+1)*clusterSlots/parts; s < lo || s >= hi || parts <= 16 && (s < lo+(hi-lo)/4 || s >= hi-(hi-lo)/4) {
 				t.Errorf("parts %d: part %d's key %s hashes to slot %d, want [%d, %d)", parts, p, key, s, lo, hi)
 			}
