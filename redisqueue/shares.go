@@ -216,20 +216,30 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 		s.b.wake()
 		return ginqueue.Ticket{}, &unavailableError{cause: errors.New(why)}
 	}
-	if !s.admits(a.Priority) {
-		if err := s.gate(ctx, a, lostCtx); err != nil {
-			return ginqueue.Ticket{}, err
-		}
-	}
 	// A waiter is answered unavailable if this replica stops admitting
 	// while it waits (see halt).
 	wctx, cancel := context.WithCancel(ctx)
+	if !s.admits(a.Priority) {
+		// The time held below the floor counts toward QueueTimeout.
+		deadline := time.Now().Add(s.b.limits.QueueTimeout)
+		if err := s.gate(ctx, a, lostCtx, deadline); err != nil {
+			cancel()
+			return ginqueue.Ticket{}, err
+		}
+		if s.b.limits.QueueTimeout > 0 {
+			cancel()
+			wctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+	}
 	defer cancel()
 	stop := context.AfterFunc(lostCtx, cancel)
 	defer stop()
 	t, err := s.mem.Acquire(wctx, a)
 	if err == nil {
 		s.bands.granted(a.Priority, max(t.Cost, 1))
+	}
+	if err != nil && ctx.Err() == nil && lostCtx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		return t, ginqueue.ErrQueueTimeout
 	}
 	if err != nil && ctx.Err() == nil && lostCtx.Err() != nil && !errors.Is(err, ginqueue.ErrClosed) {
 		s.mu.Lock()
@@ -248,10 +258,11 @@ func (s *shares) admits(p int) bool {
 }
 
 // gate holds a request of a band below the floor until the floor falls to
-// it; it returns ctx's error if ctx ends first, an unavailable error if
-// this replica stops admitting, and ginqueue.ErrQueueFull if the waiting
-// places are taken.
-func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Context) error {
+// it; it returns ctx's error if ctx ends first, ginqueue.ErrQueueTimeout at
+// the deadline (with a QueueTimeout), an unavailable error if this replica
+// stops admitting, and ginqueue.ErrQueueFull if the waiting places are
+// taken.
+func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Context, deadline time.Time) error {
 	band := clampBand(a.Priority)
 	s.gateMu.Lock()
 	if c := s.fast.Counts(); c.Queued+int(s.gatedN.Load()) >= s.b.limits.MaxQueue {
@@ -272,6 +283,12 @@ func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Cont
 	c := s.fast.Counts()
 	s.notePeak(c.Held + s.queuedSlots(c) + int(s.gatedN.Load()) + a.Cost - 1)
 	s.noteWaiter()
+	var expired <-chan time.Time
+	if s.b.limits.QueueTimeout > 0 {
+		tm := time.NewTimer(time.Until(deadline))
+		defer tm.Stop()
+		expired = tm.C
+	}
 	for {
 		s.gateMu.Lock()
 		opened := s.opened
@@ -283,6 +300,8 @@ func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Cont
 		case <-opened:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-expired:
+			return ginqueue.ErrQueueTimeout
 		case <-lost.Done():
 			s.mu.Lock()
 			why := s.why

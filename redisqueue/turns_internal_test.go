@@ -364,6 +364,38 @@ func TestRequestsBelowTheFloorWait(t *testing.T) {
 	}
 }
 
+// The time a request waits below the floor counts toward QueueTimeout: it
+// is answered ErrQueueTimeout at QueueTimeout from its arrival, whether the
+// floor stays, or falls late and the request then waits in the queue.
+func TestAGatedRequestTimesOut(t *testing.T) {
+	s := startedShares(t, 0)
+	const timeout = 50 * time.Millisecond
+	s.b.limits.QueueTimeout = timeout
+	s.setFloor(10)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // a failure, not a hang
+	defer cancel()
+	start := time.Now()
+	_, err := s.acquire(ctx, ginqueue.Arrival{Cost: 1})
+	if took := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || took > 10*timeout {
+		t.Fatalf("held below the floor: %v after %v, want ErrQueueTimeout after %v", err, took, timeout)
+	}
+	// The floor falls after most of the wait: the rest is spent in the
+	// queue (the share is 0, so nothing is granted).
+	got := make(chan error, 1)
+	start = time.Now()
+	go func() {
+		_, err := s.acquire(ctx, ginqueue.Arrival{Cost: 1})
+		got <- err
+	}()
+	eventually(t, func() bool { return s.gatedN.Load() == 1 })
+	time.Sleep(timeout * 3 / 5)
+	s.setFloor(noBand)
+	err = <-got
+	if took := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || took > timeout*3/2 {
+		t.Fatalf("gated, then queued: %v after %v, want ErrQueueTimeout after %v in all", err, took, timeout)
+	}
+}
+
 // The floor a reply gives is the lowest band the replica's share serves:
 // with 4 slots, A's 1 request at priority 10 and 12 at priority 0, B's 6 at
 // priority 5, A's share is for priority 10 alone; B serves every band it

@@ -8,6 +8,7 @@
 //	go run ./cmd/report -fleet-scale # section 15 alone (not in the whole suite); prints its tables and targets, writes nothing
 //	go run ./cmd/report -fleet-scale -sizes 256,1024 # section 15 on these fleet sizes only
 //	go run ./cmd/report -fleet-scale -out ..  # section 15 alone; writes its tables into ../BENCHMARKS.md
+//	go run ./cmd/report -fleet-scale -parts 4 -sizes 4096 # each Name split into 4 parts on a Cluster of 4 shards; prints, writes nothing
 package main
 
 import (
@@ -32,6 +33,7 @@ func main() {
 	fleet := flag.Bool("fleet", false, "run section 14 (one limit for a fleet, three ways) alone, print its table and targets, write nothing")
 	fleetScale := flag.Bool("fleet-scale", false, "run section 15 (one Name for up to 1,024 replicas in Shares mode, on a redis-server of its own) alone, print its tables and targets, write nothing")
 	sizes := flag.String("sizes", "", "with -fleet-scale, the fleet sizes to run, comma-separated (default 16,64,256,1024)")
+	parts := flag.Int("parts", 0, "with -fleet-scale, split each Name into this many parts on a Redis Cluster of as many shards; prints, writes nothing")
 	flag.Parse()
 	plan, only, alone := suite.FullPlan(), "", 0
 	for name, set := range map[string]bool{"goodput": *goodput, "weighted": *weighted, "fleet": *fleet, "fleet-scale": *fleetScale} {
@@ -53,6 +55,13 @@ func main() {
 			os.Exit(2)
 		}
 		plan.Scale.Replicas = n
+	}
+	if *parts != 0 {
+		if *parts < 2 || !*fleetScale {
+			fmt.Fprintln(os.Stderr, "report: -parts takes 2 or more, with -fleet-scale:", *parts)
+			os.Exit(2)
+		}
+		plan.Scale.Parts, *out = *parts, ""
 	}
 	if *smoke || only != "" && only != "fleet-scale" {
 		*out = ""

@@ -42,6 +42,7 @@ type ScalePlan struct {
 	MaxQueue     int           // each replica's waiting places: more than the clients it gets
 	QueueTimeout time.Duration // each replica's: far above the wait that a fair share gives
 	StartBatch   int           // replicas started at once
+	Parts        int           // above 1: each Name split into this many parts, on a Redis Cluster of as many shards
 	WarmUp       time.Duration // before the window of the idle and loaded phases
 	Window       time.Duration // the window of each phase
 	Settle       time.Duration // the load on the first half before it moves
@@ -71,7 +72,12 @@ func (s ScalePlan) Sizes() string {
 
 // Capacity is what the limit of n replicas serves per second when every
 // slot is busy.
-func (s ScalePlan) Capacity(n int) float64 { return float64(s.Limit(n)) / s.Work.Seconds() }
+func (s ScalePlan) Capacity(n int) float64 { return float64(s.Limit(n)) / s.work(n).Seconds() }
+
+// work is what a handler sleeps in a fleet of n replicas: Work up to 1,024
+// replicas, and longer in proportion above, so that the capacity, and the
+// load on this process, stays that of 1,024.
+func (s ScalePlan) work(n int) time.Duration { return s.Work * time.Duration(max(n, 1024)) / 1024 }
 
 // The phases of each fleet size, in the order they run.
 const (
@@ -109,7 +115,8 @@ type ScalePhase struct {
 	Name     string
 	Window   time.Duration
 	Calls    float64  // script calls Redis ran (EVALSHA, EVAL and the like); NaN if INFO failed
-	RedisCPU float64  // Redis's used_cpu_sys + used_cpu_user, seconds; NaN if INFO failed
+	RedisCPU float64  // Redis's used_cpu_sys + used_cpu_user, seconds, summed over the servers; NaN if INFO failed
+	ShardCPU float64  // the same, of the busiest server; NaN if INFO failed
 	BenchCPU float64  // this process's CPU, seconds; NaN where unknown
 	Served   int64    // 2xx answers
 	Refused  [3]int64 // the other answers, by kind: refused503, refused408, refusedOther
@@ -185,7 +192,7 @@ func (c *scaleCounts) answer(code int) bool {
 // scaleReplica is one replica: a Backend in Shares mode on a Redis client
 // of its own, under a Queue on a gin engine of its own.
 type scaleReplica struct {
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	b   *redisqueue.Backend
 	q   *ginqueue.Queue
 	h   http.Handler
@@ -194,7 +201,7 @@ type scaleReplica struct {
 // scaleFleet is the replicas of one fleet size, all under one Name.
 type scaleFleet struct {
 	plan     ScalePlan
-	addr     string
+	addrs    []string // one Redis, or the Cluster's masters
 	name     string
 	limit    int
 	replicas []scaleReplica // each written by the goroutine that starts it, before start returns
@@ -203,10 +210,10 @@ type scaleFleet struct {
 
 // newScaleFleet is a fleet of n replicas, not started, under a Name made
 // fresh for it.
-func newScaleFleet(plan ScalePlan, addr string, n int) *scaleFleet {
+func newScaleFleet(plan ScalePlan, addrs []string, n int) *scaleFleet {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &scaleFleet{plan: plan, addr: addr, name: fmt.Sprintf("scale%d-%s", n, hex.EncodeToString(b[:])),
+	return &scaleFleet{plan: plan, addrs: addrs, name: fmt.Sprintf("scale%d-%s", n, hex.EncodeToString(b[:])),
 		limit: plan.Limit(n), replicas: make([]scaleReplica, n)}
 }
 
@@ -242,8 +249,14 @@ func (f *scaleFleet) inBatches(ctx context.Context, do func(i int) error) error 
 // Backend in Shares mode with default Options otherwise, and its Queue.
 func (f *scaleFleet) startReplica(i int) error {
 	rep := &f.replicas[i]
-	rep.rdb = redis.NewClient(&redis.Options{Addr: f.addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
-	b, err := redisqueue.New(rep.rdb, redisqueue.Options{Name: f.name, Mode: redisqueue.Shares})
+	o := redisqueue.Options{Name: f.name, Mode: redisqueue.Shares}
+	if f.plan.Parts > 1 {
+		o.Parts = f.plan.Parts
+		rep.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: f.addrs, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
+	} else {
+		rep.rdb = redis.NewClient(&redis.Options{Addr: f.addrs[0], ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
+	}
+	b, err := redisqueue.New(rep.rdb, o)
 	if err != nil {
 		return fmt.Errorf("replica %d: %w", i+1, err)
 	}
@@ -263,7 +276,7 @@ func (f *scaleFleet) handler(second bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		f.counts.enter(second)
 		defer f.counts.leave(second)
-		time.Sleep(f.plan.Work)
+		time.Sleep(f.plan.work(len(f.replicas)))
 		c.Status(http.StatusNoContent)
 	}
 }
@@ -334,19 +347,34 @@ func (f *scaleFleet) client(at, moveBy int, moved, stop *atomic.Bool) {
 			i += moveBy
 		}
 		if !f.counts.answer(serve(f.replicas[i].h, w, req)) {
-			time.Sleep(f.plan.Work) // a refusal returns at once: wait a handler's time rather than spin on it
+			time.Sleep(f.plan.work(len(f.replicas))) // a refusal returns at once: wait a handler's time rather than spin on it
 		}
 	}
 }
 
-// redisLoad reads the script calls and CPU seconds Redis has counted.
-func redisLoad(ctx context.Context, ctl *redis.Client) (calls, cpu float64, err error) {
-	info, err := ctl.Info(ctx, "cpu", "commandstats").Result()
-	if err != nil {
-		return 0, 0, fmt.Errorf("INFO cpu and commandstats: %w", err)
+// redisNodes are the Redis servers of a run: one, or a Cluster's masters.
+type redisNodes []*redis.Client
+
+// load reads the script calls and CPU seconds the servers have counted,
+// the calls summed and the CPU by server.
+func (ns redisNodes) load(ctx context.Context) (calls float64, cpu []float64, err error) {
+	for _, c := range ns {
+		info, err := c.Info(ctx, "cpu", "commandstats").Result()
+		if err != nil {
+			return 0, nil, fmt.Errorf("INFO cpu and commandstats: %w", err)
+		}
+		cp, n, _ := parseRedisLoad(info)
+		calls += n
+		cpu = append(cpu, cp)
 	}
-	cpu, calls, _ = parseRedisLoad(info)
 	return calls, cpu, nil
+}
+
+// close closes the clients.
+func (ns redisNodes) close() {
+	for _, c := range ns {
+		_ = c.Close()
+	}
 }
 
 // sleepCtx sleeps for d or until ctx ends, and reports whether ctx is still
@@ -383,9 +411,9 @@ func (s ScalePlan) specs(n int) []scaleSpec {
 // phase runs one phase: the clients of sp for the load before the window
 // and the window, then what they and the replicas counted. Its clients have
 // all returned when it does.
-func (f *scaleFleet) phase(ctx context.Context, ctl *redis.Client, sp scaleSpec) (ScalePhase, error) {
+func (f *scaleFleet) phase(ctx context.Context, ctl redisNodes, sp scaleSpec) (ScalePhase, error) {
 	runtime.GC() // the previous phase's garbage is collected on its own time
-	pt := ScalePhase{Name: sp.name, Calls: math.NaN(), RedisCPU: math.NaN(), BenchCPU: math.NaN(), SharesAt: -1, RunningAt: -1}
+	pt := ScalePhase{Name: sp.name, Calls: math.NaN(), RedisCPU: math.NaN(), ShardCPU: math.NaN(), BenchCPU: math.NaN(), SharesAt: -1, RunningAt: -1}
 	f.counts.reset()
 	outages0 := f.outages()
 	var moved, stop atomic.Bool
@@ -405,11 +433,11 @@ func (f *scaleFleet) phase(ctx context.Context, ctl *redis.Client, sp scaleSpec)
 // into pt: Redis's counters from one INFO reply to the next, this process's
 // CPU, and the replicas down at its end. It sets moved at the window's
 // start and, if sp says so, samples the convergence from then.
-func (f *scaleFleet) window(ctx context.Context, ctl *redis.Client, sp scaleSpec, pt *ScalePhase, moved *atomic.Bool) error {
+func (f *scaleFleet) window(ctx context.Context, ctl redisNodes, sp scaleSpec, pt *ScalePhase, moved *atomic.Bool) error {
 	if !sleepCtx(ctx, sp.before) {
 		return ctx.Err()
 	}
-	calls0, cpu0, err := redisLoad(ctx, ctl)
+	calls0, cpu0, err := ctl.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -424,11 +452,15 @@ func (f *scaleFleet) window(ctx context.Context, ctl *redis.Client, sp scaleSpec
 	if !sleepCtx(ctx, time.Until(end)) {
 		return ctx.Err()
 	}
-	calls1, cpu1, err := redisLoad(ctx, ctl)
+	calls1, cpu1, err := ctl.load(ctx)
 	f.counts.window.Store(false)
 	pt.Window, pt.BenchCPU, pt.Down = time.Since(start), processCPU()-bench0, f.down()
 	if err == nil {
-		pt.Calls, pt.RedisCPU = calls1-calls0, cpu1-cpu0
+		pt.Calls, pt.RedisCPU, pt.ShardCPU = calls1-calls0, 0, 0
+		for i := range cpu1 {
+			pt.RedisCPU += cpu1[i] - cpu0[i]
+			pt.ShardCPU = max(pt.ShardCPU, cpu1[i]-cpu0[i])
+		}
 	}
 	return err
 }
@@ -456,10 +488,15 @@ func (f *scaleFleet) converge(ctx context.Context, start, end time.Time) (shares
 
 // census counts the clients connected to Redis and the replicas it holds
 // live; -1 for what it did not answer.
-func (f *scaleFleet) census(ctx context.Context, ctl *redis.Client) (conns, live int) {
-	conns, live = -1, -1
-	if info, err := ctl.Info(ctx, "clients").Result(); err == nil {
-		conns = infoInt(info, "connected_clients")
+func (f *scaleFleet) census(ctx context.Context, ctl redisNodes) (conns, live int) {
+	conns, live = 0, -1
+	for _, c := range ctl {
+		info, err := c.Info(ctx, "clients").Result()
+		if err != nil {
+			conns = -1
+			break
+		}
+		conns += infoInt(info, "connected_clients")
 	}
 	if gs, err := f.replicas[0].b.GlobalStats(ctx); err == nil {
 		live = gs.Replicas
@@ -477,8 +514,8 @@ func infoInt(info, name string) int {
 
 // scaleSize starts a fleet of n replicas, runs its phases and closes it.
 // What it measured comes back even with an error.
-func (r *runner) scaleSize(ctx context.Context, addr string, ctl *redis.Client, n int) (*ScaleSize, error) {
-	f := newScaleFleet(r.Scale, addr, n)
+func (r *runner) scaleSize(ctx context.Context, addrs []string, ctl redisNodes, n int) (*ScaleSize, error) {
+	f := newScaleFleet(r.Scale, addrs, n)
 	defer f.close()
 	start := time.Now()
 	if err := f.start(ctx); err != nil {
@@ -506,6 +543,9 @@ func (s ScalePlan) describe(n int, pt ScalePhase) string {
 		pt.Name, format(FormatRate, pt.Calls/w), format(FormatShare, pt.RedisCPU/w), format(FormatDuration, perCall(pt)),
 		format(FormatRate, float64(pt.Served)/w), format(FormatRate, s.Capacity(n)), pt.Refused[refused503], pt.Refused[refused408], pt.Refused[refusedOther],
 		pt.Outages, pt.Down, pt.Peak, s.Limit(n), format(FormatShare, pt.BenchCPU/w))
+	if s.Parts > 1 {
+		line += fmt.Sprintf("; busiest of %d shards %s of a core", s.Parts, format(FormatShare, pt.ShardCPU/w))
+	}
 	if pt.Name == ScaleMoves {
 		line += fmt.Sprintf("; converged: shares %s, running %s", convergence(pt.SharesAt, pt.Window), convergence(pt.RunningAt, pt.Window))
 	}
@@ -536,7 +576,7 @@ func (r *runner) fleetScale() {
 	res := &r.res.FleetScale
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := startRedisServer(ctx)
+	srvs, err := r.scaleServers(ctx)
 	if errors.Is(err, errNoRedisServer) {
 		res.Why = "No redis-server was found on the PATH, so this section was not measured in this run."
 		r.logf("  %s", res.Why)
@@ -546,15 +586,20 @@ func (r *runner) fleetScale() {
 		r.fail(FleetShares, "15. starting redis-server", err)
 		return
 	}
-	defer srv.stop()
-	ctl := newRedisClient(srv.addr)
-	defer ctl.Close()
-	if info, err := ctl.Info(ctx, "server").Result(); err == nil {
+	var addrs []string
+	var ctl redisNodes
+	for _, s := range srvs {
+		defer s.stop()
+		addrs = append(addrs, s.addr)
+		ctl = append(ctl, newRedisClient(s.addr))
+	}
+	defer ctl.close()
+	if info, err := ctl[0].Info(ctx, "server").Result(); err == nil {
 		res.RedisVersion = infoString(info, "redis_version")
 	}
-	r.logf("  redis-server %s on %s", res.RedisVersion, srv.addr)
+	r.logf("  redis-server %s on %s", res.RedisVersion, strings.Join(addrs, ", "))
 	for _, n := range r.Scale.Replicas {
-		size, err := r.scaleSize(ctx, srv.addr, ctl, n)
+		size, err := r.scaleSize(ctx, addrs, ctl, n)
 		if size != nil {
 			res.Sizes = append(res.Sizes, *size)
 		}
@@ -566,13 +611,29 @@ func (r *runner) fleetScale() {
 			r.fail(FleetShares, "15. fleet at scale", err)
 		}
 		// Each size starts on an empty Redis; its replicas are closed.
-		if err := ctl.FlushAll(ctx).Err(); err != nil {
-			r.fail(FleetShares, "15. FLUSHALL", err)
+		for _, c := range ctl {
+			if err := c.FlushAll(ctx).Err(); err != nil {
+				r.fail(FleetShares, "15. FLUSHALL", err)
+			}
 		}
 	}
-	if info, err := ctl.Info(ctx, "stats").Result(); err == nil {
-		r.logf("  Redis refused %d connections in the run (rejected_connections)", infoInt(info, "rejected_connections"))
+	for _, c := range ctl {
+		if info, err := c.Info(ctx, "stats").Result(); err == nil {
+			r.logf("  Redis at %s refused %d connections in the run (rejected_connections)", c.Options().Addr, infoInt(info, "rejected_connections"))
+		}
 	}
+}
+
+// scaleServers starts one redis-server, or a Cluster of Parts masters.
+func (r *runner) scaleServers(ctx context.Context) ([]*redisServer, error) {
+	if r.Scale.Parts > 1 {
+		return startRedisCluster(ctx, r.Scale.Parts)
+	}
+	srv, err := startRedisServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []*redisServer{srv}, nil
 }
 
 // infoString is the field name of an INFO reply, or "".

@@ -22,6 +22,8 @@ type redisServer struct {
 	addr string
 	log  *lockedBuffer // what the server printed, for an error message
 	done chan struct{} // closed once the server has exited
+	// cleanup, if set, runs once the server has exited
+	cleanup func()
 }
 
 // lockedBuffer is a bytes.Buffer that the server's output goroutine writes
@@ -52,16 +54,22 @@ var errNoRedisServer = errors.New("no redis-server on the PATH")
 // loopback port and waits until it answers PING, at most 5 s. The server
 // dies with this process on Linux even if this process is killed.
 func startRedisServer(ctx context.Context) (*redisServer, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, errNoRedisServer
-	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
+	return startRedisOn(ctx, port)
+}
+
+// startRedisOn is startRedisServer on port, with the extra arguments.
+func startRedisOn(ctx context.Context, port string, extra ...string) (*redisServer, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errNoRedisServer
+	}
 	s := &redisServer{addr: net.JoinHostPort("127.0.0.1", port), log: &lockedBuffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no")
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"}, extra...)
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	dieWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
@@ -123,4 +131,101 @@ func (s *redisServer) stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 	}
+	if s.cleanup != nil {
+		s.cleanup()
+	}
+}
+
+// startRedisCluster starts a Redis Cluster of n masters without replicas,
+// each on a free loopback port (its bus port, 10,000 above, free too), and
+// gives each master an equal range of the slots, in order, as redis-cli
+// --cluster create does. It waits until every master says cluster_state:ok.
+// Stop every server it returns, on every path; on an error it stopped them.
+func startRedisCluster(ctx context.Context, n int) ([]*redisServer, error) {
+	dir, err := os.MkdirTemp("", "ginqueue-bench-cluster")
+	if err != nil {
+		return nil, err
+	}
+	var srvs []*redisServer
+	fail := func(err error) ([]*redisServer, error) {
+		for _, s := range srvs {
+			s.stop()
+		}
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	for i := range n {
+		port, err := clusterPort()
+		if err != nil {
+			return fail(err)
+		}
+		s, err := startRedisOn(ctx, port, "--cluster-enabled", "yes", "--dir", dir,
+			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i))
+		if err != nil {
+			return fail(err)
+		}
+		srvs = append(srvs, s)
+	}
+	if err := formCluster(ctx, srvs); err != nil {
+		return fail(err)
+	}
+	srvs[0].cleanup = func() { _ = os.RemoveAll(dir) }
+	return srvs, nil
+}
+
+// clusterPort is a free port whose cluster bus port is free too.
+func clusterPort() (string, error) {
+	for range 100 {
+		p, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		n, _ := strconv.Atoi(p)
+		if n+10000 > 65535 {
+			continue
+		}
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(n+10000)); err == nil {
+			_ = l.Close()
+			return p, nil
+		}
+	}
+	return "", errors.New("no free port pair for a cluster node")
+}
+
+// formCluster gives each server its range of slots, has them meet, and
+// waits at most 20 s for cluster_state:ok on each.
+func formCluster(ctx context.Context, srvs []*redisServer) error {
+	const slots = 16384
+	first := srvs[0].addr
+	host, port, _ := net.SplitHostPort(first)
+	for i, s := range srvs {
+		c := newRedisClient(s.addr)
+		lo, hi := i*slots/len(srvs), (i+1)*slots/len(srvs)-1
+		err := c.Do(ctx, "cluster", "addslotsrange", lo, hi).Err()
+		if err == nil && i > 0 {
+			err = c.Do(ctx, "cluster", "meet", host, port).Err()
+		}
+		_ = c.Close()
+		if err != nil {
+			return fmt.Errorf("forming the cluster at %s: %w", s.addr, err)
+		}
+	}
+	end := time.Now().Add(20 * time.Second)
+	for _, s := range srvs {
+		c := newRedisClient(s.addr)
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") &&
+				strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(srvs))) {
+				break
+			}
+			if time.Now().After(end) || ctx.Err() != nil {
+				_ = c.Close()
+				return fmt.Errorf("the cluster at %s is not ok within 20 s: %v %s", s.addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return nil
 }
