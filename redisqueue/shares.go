@@ -41,6 +41,10 @@ type shares struct {
 	// and wakes the coordinator, which reports the slots freed.
 	owing    atomic.Bool
 	giveBack atomic.Bool
+	// confirm is set when a turn is up but Redis has not answered lately:
+	// the coordinator syncs first, and gives the turn back only once Redis
+	// answers (see endTurn).
+	confirm atomic.Bool
 	// needLast is the demand reported at the last sync, and shortLast
 	// whether a replica was short of its target then: a Release that finds
 	// the demand here fallen by a quarter sets dropped, and droppedAt (time
@@ -534,6 +538,7 @@ func (s *shares) run() {
 			s.asked.Store(false)
 			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(b.down.Load()))))
 			p.synced(now, s.fleetSize())
+			s.endTurn(time.Now()) // a turn that waited for this answer goes back now
 		}
 		switch {
 		case lost:
@@ -598,8 +603,9 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 	due = !now.Before(p.last.Add(p.every(down)))
 	// Redis asked (a notice), or a failed call wants a probe.
 	due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0)
-	// Slots owed can be given back now.
-	due = due || s.giveBack.Swap(false)
+	// Slots owed can be given back now; a turn that is up waits for an
+	// answer from Redis.
+	due = due || s.giveBack.Swap(false) || s.confirm.Swap(false)
 	// The demand fell while another replica waits, and stayed down.
 	if soon && s.dropped.Load() && !now.Before(s.droppedUntil()) && s.dropped.Swap(false) && s.fell(s.fast.Counts()) {
 		due, fell = true, true
@@ -713,6 +719,15 @@ func (s *shares) endTurn(now time.Time) {
 		s.mu.Unlock()
 		return
 	}
+	if now.Sub(time.Unix(0, s.b.lastOK.Load())) > s.freshFor() {
+		// A turn given back cannot be taken back: if Redis were paused,
+		// the slot would stay unused until it answers, and with every turn
+		// that ends meanwhile the fleet would run less. Redis must answer
+		// first; while it does not, the turn is kept (above).
+		s.mu.Unlock()
+		s.confirm.Store(true)
+		return
+	}
 	s.turnEnd = time.Time{}
 	s.local = 0
 	_ = s.share.SetShare(0)
@@ -722,6 +737,14 @@ func (s *shares) endTurn(now time.Time) {
 		s.giveBack.Store(true)
 		s.b.wake()
 	}
+}
+
+// freshFor is how lately Redis must have answered this replica for a turn
+// to go back without a sync first: a quarter of a turn, at most a
+// CallTimeout. Of the turns that end as Redis pauses, about that share is
+// given back before the pause shows.
+func (s *shares) freshFor() time.Duration {
+	return max(min(turnKeep(s.b.limit.Load())/4, s.b.opts.CallTimeout), time.Millisecond)
 }
 
 // idleWindow is how long nothing must run or wait here before the

@@ -202,7 +202,7 @@ func TestSplitSetLimit(t *testing.T) {
 
 // On a Redis Cluster of 3 shards, a Name split into 3 parts puts each part
 // on a shard of its own, and the limit holds across them.
-func TestSplitOnACluster(t *testing.T) {
+func TestTopologyClusterSplit(t *testing.T) {
 	long(t)
 	c := startCluster(t)
 	const limit, parts, handler = 6, 3, 10 * time.Millisecond

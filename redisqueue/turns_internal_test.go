@@ -277,6 +277,7 @@ func TestATurnGoesBackWhenTheReplicaGoesIdle(t *testing.T) {
 		s.local, s.turnEnd, s.idleAt = 1, now.Add(time.Second), now.Add(-idleFor)
 		s.mu.Unlock()
 		s.giveBack.Store(false)
+		s.b.lastOK.Store(now.UnixNano()) // Redis answered just now
 	}
 	kept := func() bool {
 		s.mu.Lock()
@@ -461,9 +462,37 @@ func TestATurnIsKeptWhileRedisIsDown(t *testing.T) {
 		t.Fatal("a turn ended just after a call failed")
 	}
 	s.b.fails.Store(0)
+	s.b.lastOK.Store(now.UnixNano())
 	s.endTurn(now)
 	if s.localLimit() != 0 {
 		t.Fatal("a turn past its end was kept once Redis answered")
+	}
+}
+
+// A turn that is up goes back only once Redis answered lately: the
+// coordinator syncs first. With Redis just paused, every turn that ended
+// was given back before the pause showed (a call fails only after its
+// CallTimeout), and a fleet with turns ran nothing until Redis answered.
+func TestATurnWaitsForAnAnswerBeforeItGoesBack(t *testing.T) {
+	s := startedShares(t, 1)
+	s.b.limit.Store(64) // turns of 128 ms: an answer 32 ms old is fresh
+	now := time.Now()
+	s.mu.Lock()
+	s.local, s.turnEnd = 1, now.Add(-time.Millisecond)
+	s.mu.Unlock()
+	s.b.lastOK.Store(now.Add(-40 * time.Millisecond).UnixNano())
+	s.endTurn(now)
+	if s.localLimit() != 1 {
+		t.Fatal("a turn went back while Redis had not answered for 40 ms")
+	}
+	p := pacer{opts: s.b.opts, last: now, renew: time.Hour}
+	if due, _ := s.due(now, &p, s.gap()); !due {
+		t.Fatal("a turn waits for an answer, and the coordinator does not sync")
+	}
+	s.b.lastOK.Store(now.Add(-20 * time.Millisecond).UnixNano())
+	s.endTurn(now)
+	if s.localLimit() != 0 {
+		t.Fatal("a turn was kept though Redis answered 20 ms ago")
 	}
 }
 
