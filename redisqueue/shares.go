@@ -586,9 +586,28 @@ func (p *pacer) every(down bool) time.Duration {
 		// a connection of its own, and a thousand replicas dialling every
 		// few milliseconds overflow the server's accept queue, and keep it
 		// from answering once it is back.
-		return jitter(max(min(p.opts.SharePeriod, downProbe), time.Duration(p.replicas)*time.Millisecond))
+		return jitter(p.probeApart())
 	}
 	return p.renew
+}
+
+// probeApart is the time between two probes while Redis is marked down,
+// before jitter: SharePeriod (at most downProbe), and a millisecond per
+// replica in a large fleet.
+func (p *pacer) probeApart() time.Duration {
+	return max(min(p.opts.SharePeriod, downProbe), time.Duration(p.replicas)*time.Millisecond)
+}
+
+// probeDue reports whether a probe may go now while Redis is marked down:
+// every sync is then a probe, which dials a connection of its own, so
+// arrivals and notices wait for the probe pace too. A fleet of a thousand
+// replicas under load probed on every arrival, thousands of dials a
+// second, and Redis took seconds to answer them all once it was back.
+func (p *pacer) probeDue(now time.Time) bool {
+	if p.slow && p.replicas < probesAtOnce {
+		return true // see every
+	}
+	return !now.Before(p.last.Add(p.probeApart() * 4 / 5))
 }
 
 // due reports whether the coordinator syncs now, and whether because the
@@ -599,6 +618,9 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 	freeLast, frozenTill, againAt := s.freeLast, s.frozenTill, s.againAt
 	s.mu.Unlock()
 	down := b.down.Load()
+	if down && !p.probeDue(now) {
+		return false, false
+	}
 	soon := !now.Before(p.last.Add(gap))
 	due = !now.Before(p.last.Add(p.every(down)))
 	// Redis asked (a notice), or a failed call wants a probe.
@@ -640,9 +662,13 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 
 // nextSync is when the coordinator looks again with no reason sooner.
 func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
-	next := p.last.Add(p.every(s.b.down.Load()))
+	down := s.b.down.Load()
+	next := p.last.Add(p.every(down))
 	if s.asked.Load() {
 		next = minTime(next, p.last.Add(gap))
+	}
+	if down && !p.probeDue(time.Now()) {
+		return maxTime(next, p.last.Add(p.probeApart()*4/5))
 	}
 	if s.dropped.Load() {
 		next = minTime(next, maxTime(p.last.Add(gap), s.droppedUntil()))

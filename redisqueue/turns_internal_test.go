@@ -515,6 +515,33 @@ func TestALargeFleetProbesApart(t *testing.T) {
 	}
 }
 
+// While Redis is marked down, arrivals do not probe sooner than the probe
+// pace: every probe dials. A fleet of a thousand replicas under load
+// probed on every arrival, thousands of dials a second.
+func TestArrivalsProbeAtTheProbePace(t *testing.T) {
+	s := startedShares(t, 0)
+	now := time.Now()
+	p := pacer{opts: s.b.opts, last: now.Add(-5 * time.Millisecond), renew: time.Hour, replicas: 1024}
+	s.b.down.Store(true)
+	s.asked.Store(true)
+	s.b.resync.Store(true)
+	if due, _ := s.due(now, &p, s.gap()); due {
+		t.Fatal("an arrival probed 5 ms after the last probe, in a fleet of 1,024")
+	}
+	if next := s.nextSync(&p, s.gap()); next.Sub(p.last) < 800*time.Millisecond {
+		t.Fatalf("the coordinator looks again %v after the last probe, want about a second", next.Sub(p.last))
+	}
+	if due, _ := s.due(now.Add(time.Second), &p, s.gap()); !due {
+		t.Fatal("no probe a second after the last one, with a request waiting")
+	}
+	// A small fleet keeps one probe waiting on a server that holds calls.
+	small := pacer{opts: s.b.opts, last: now, renew: time.Hour, replicas: 4, slow: true}
+	s.asked.Store(true)
+	if due, _ := s.due(now, &small, s.gap()); !due {
+		t.Fatal("a small fleet's arrival did not probe after a slow probe")
+	}
+}
+
 // A Backend whose go-redis client its owner closed (without closing the
 // Backend) dials no connection of its own to probe: the client never
 // answers again. Each probe used to dial one, and a fleet so cut off
