@@ -535,9 +535,15 @@ func (s *shares) run() {
 		s.endTurn(now)
 		lost := s.isLost()
 		if due, fell := s.due(now, &p, gap); due {
+			missed := p.missed
 			s.asked.Store(false)
 			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(b.down.Load()))))
 			p.synced(now, s.fleetSize())
+			p.retry = retryAfter(b.opts, b.fails.Load())
+			p.missed = 0
+			if b.down.Load() {
+				p.missed = missed + 1
+			}
 			s.endTurn(time.Now()) // a turn that waited for this answer goes back now
 		}
 		switch {
@@ -559,6 +565,8 @@ type pacer struct {
 	last     time.Time     // when the last sync was sent
 	renew    time.Duration // from last to the next renewal, with jitter
 	slow     bool          // the last sync took half a CallTimeout or more
+	retry    time.Duration // after a failed call, from last to the next try
+	missed   int           // probes in a row that found Redis still down
 	replicas int64         // the fleet's size at the last reply
 }
 
@@ -591,11 +599,27 @@ func (p *pacer) every(down bool) time.Duration {
 	return p.renew
 }
 
+// retryAfter is how long after a call that failed, the fails-th in a row,
+// the next is tried: at random up to a CallTimeout, doubled at each
+// failure, so that replicas whose calls failed together (a thousand
+// started at once, a pause) do not all try again at once.
+func retryAfter(o Options, fails int32) time.Duration {
+	if fails <= 0 {
+		return 0
+	}
+	d := o.CallTimeout << min(fails-1, 4)
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
 // probeApart is the time between two probes while Redis is marked down,
-// before jitter: SharePeriod (at most downProbe), and a millisecond per
-// replica in a large fleet.
+// before jitter: SharePeriod (at most downProbe), doubled at each probe
+// that found Redis still down up to 32 times, and a millisecond per
+// replica in a large fleet. A replica that never had an answer does not
+// know its fleet: a thousand started at once, marked down together,
+// probed every 20 ms each, and the dials kept Redis from answering them
+// for seconds.
 func (p *pacer) probeApart() time.Duration {
-	return max(min(p.opts.SharePeriod, downProbe), time.Duration(p.replicas)*time.Millisecond)
+	return max(min(p.opts.SharePeriod, downProbe)<<min(p.missed, 5), time.Duration(p.replicas)*time.Millisecond)
 }
 
 // probeDue reports whether a probe may go now while Redis is marked down:
@@ -624,7 +648,7 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 	soon := !now.Before(p.last.Add(gap))
 	due = !now.Before(p.last.Add(p.every(down)))
 	// Redis asked (a notice), or a failed call wants a probe.
-	due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0)
+	due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0 && !now.Before(p.last.Add(p.retry)))
 	// Slots owed can be given back now; a turn that is up waits for an
 	// answer from Redis.
 	due = due || s.giveBack.Swap(false) || s.confirm.Swap(false)
@@ -669,6 +693,9 @@ func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
 	}
 	if down && !p.probeDue(time.Now()) {
 		return maxTime(next, p.last.Add(p.probeApart()*4/5))
+	}
+	if !down && s.b.fails.Load() > 0 {
+		next = minTime(next, p.last.Add(p.retry))
 	}
 	if s.dropped.Load() {
 		next = minTime(next, maxTime(p.last.Add(gap), s.droppedUntil()))

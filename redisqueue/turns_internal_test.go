@@ -513,6 +513,15 @@ func TestALargeFleetProbesApart(t *testing.T) {
 			t.Fatalf("a replica of 1,024 probes again after %v, want about a second", d)
 		}
 	}
+	// A replica that never had an answer (its fleet unknown) probes less
+	// often at each probe that finds Redis still down, up to 32 times.
+	unknown := pacer{opts: o}
+	for missed, want := range []time.Duration{20, 40, 80, 160, 320, 640, 640, 640} {
+		unknown.missed = missed
+		if d := unknown.probeApart(); d != want*time.Millisecond {
+			t.Fatalf("after %d probes that found Redis down: %v apart, want %v", missed, d, want*time.Millisecond)
+		}
+	}
 }
 
 // While Redis is marked down, arrivals do not probe sooner than the probe
@@ -604,5 +613,42 @@ func checkTotals(t *testing.T, rdb *redis.Client, r *rawShares) {
 	}
 	if got, _ := rdb.HGet(ctx, r.b.keys[skSM], "E").Int(); got != e {
 		t.Fatalf("sm's E is %d, the records hold %d beyond their demand", got, e)
+	}
+}
+
+// A call that failed is tried again after a random wait, up to a
+// CallTimeout doubled at each failure in a row: replicas whose calls
+// failed together (a thousand started at once) tried again at once, and
+// were marked down together.
+func TestAFailedCallIsTriedAgainAtRandom(t *testing.T) {
+	o := Options{CallTimeout: 100 * time.Millisecond}
+	if d := retryAfter(o, 0); d != 0 {
+		t.Fatalf("no failure: retry after %v, want 0", d)
+	}
+	for fails, most := range map[int32]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 9: 1600 * time.Millisecond} {
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := retryAfter(o, fails)
+			if d < 0 || d > most {
+				t.Fatalf("%d failures: retry after %v, want at most %v", fails, d, most)
+			}
+			seen[d/(most/10)] = true
+		}
+		if len(seen) < 8 {
+			t.Errorf("%d failures: retries fall in %d of 10 tenths of the range, want them spread", fails, len(seen))
+		}
+	}
+	s := startedShares(t, 1)
+	now := time.Now()
+	p := pacer{opts: s.b.opts, last: now, renew: time.Hour, retry: 80 * time.Millisecond}
+	s.b.fails.Store(1)
+	if due, _ := s.due(now.Add(40*time.Millisecond), &p, s.gap()); due {
+		t.Fatal("a failed call was tried again before its retry time")
+	}
+	if next := s.nextSync(&p, s.gap()); !next.Equal(now.Add(80 * time.Millisecond)) {
+		t.Fatalf("the coordinator looks again %v after the failure, want 80ms", next.Sub(now))
+	}
+	if due, _ := s.due(now.Add(80*time.Millisecond), &p, s.gap()); !due {
+		t.Fatal("a failed call was not tried again at its retry time")
 	}
 }
