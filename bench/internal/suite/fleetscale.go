@@ -75,9 +75,15 @@ func (s ScalePlan) Sizes() string {
 func (s ScalePlan) Capacity(n int) float64 { return float64(s.Limit(n)) / s.work(n).Seconds() }
 
 // work is what a handler sleeps in a fleet of n replicas: Work up to 1,024
-// replicas, and longer in proportion above, so that the capacity, and the
-// load on this process, stays that of 1,024.
-func (s ScalePlan) work(n int) time.Duration { return s.Work * time.Duration(max(n, 1024)) / 1024 }
+// replicas, and above, Work × n/256, so that this one process can offer
+// the load of the larger fleets (at 4,096 replicas, a quarter of the
+// requests a second of 1,024).
+func (s ScalePlan) work(n int) time.Duration {
+	if n <= 1024 {
+		return s.Work
+	}
+	return s.Work * time.Duration(n) / 256
+}
 
 // The phases of each fleet size, in the order they run.
 const (
@@ -576,6 +582,7 @@ func (r *runner) fleetScale() {
 	res := &r.res.FleetScale
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	r.logf("  open files: up to %d", raiseOpenFiles())
 	srvs, err := r.scaleServers(ctx)
 	if errors.Is(err, errNoRedisServer) {
 		res.Why = "No redis-server was found on the PATH, so this section was not measured in this run."

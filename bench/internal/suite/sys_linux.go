@@ -21,3 +21,26 @@ func processCPU() float64 {
 	}
 	return float64(u.Utime.Nano()+u.Stime.Nano()) / 1e9
 }
+
+// raiseOpenFiles raises this process's limit of open files as far as it
+// may (the hard limit, or above it for root), and returns the limit: a
+// fleet of thousands of replicas, each with its own client, holds several
+// connections each. The redis-servers started after it inherit it.
+func raiseOpenFiles() uint64 {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return 0
+	}
+	for _, n := range []uint64{1 << 20, 1 << 18, 1 << 16} {
+		if n <= l.Cur {
+			break
+		}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: max(n, l.Max)}) == nil {
+			return n
+		}
+	}
+	if l.Cur < l.Max && syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: l.Max, Max: l.Max}) == nil {
+		return l.Max
+	}
+	return l.Cur
+}
