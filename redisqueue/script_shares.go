@@ -111,8 +111,10 @@ const (
 //	      changed).
 //	limit ARGV[6] = the new limit. Reply: the limit.
 //	part  ARGV[6..7] = a rebalancer's generation, the new limit (-1:
-//	      none). Reply {generation, limit, held in all, replicas, then
-//	      band, demand, ... }, or {-1, the later generation seen}.
+//	      none). Reply {generation, limit, held in all, replicas, 1 if
+//	      no replica synced since the keys were made or the part is
+//	      frozen after a loss of its data, then band, demand, ... }, or
+//	      {-1, the later generation seen}.
 //	bye   the replica leaves: its share goes back at once. Reply: 1.
 //	stats Reply {held in all, queued in all, replicas, limit}.
 //
@@ -352,9 +354,14 @@ if op == 'part' then
   local g, n = tonumber(ARGV[6]), tonumber(ARGV[7])
   local seen = tonumber(redis.call('HGET', SM, 'g')) or 0
   if g < seen then return {-1, seen} end
+  -- Unsure: no replica synced since the keys were made (new, or Redis lost
+  -- them), or the part is frozen after a loss: what it holds may be
+  -- undercounted.
+  local unsure = 0
+  if not meta[3] or (tonumber(meta[4]) or 0) > now then unsure = 1 end
   redis.call('HSET', SM, 'g', g)
+  if n >= 0 then redis.call('HSET', SM, 'n', n) end
   if n >= 0 and n ~= limit then
-    redis.call('HSET', SM, 'n', n)
     if n < tot.H then
       -- the first holders to give back learn it now, the rest at their
       -- next sync
@@ -364,7 +371,7 @@ if op == 'part' then
     tellFreed(n - tot.H)
   end
   redis.call('PEXPIRE', SM, keep)
-  local out = {g, limit, math.max(tot.H, 0), math.max(tot.R, 0)}
+  local out = {g, limit, math.max(tot.H, 0), math.max(tot.R, 0), unsure}
   for _, x in ipairs(redis.call('HGETALL', SB)) do out[#out + 1] = tonumber(x) end
   return out
 end

@@ -8,7 +8,9 @@ package redisqueue
 //	pl    HASH   n: the limit set by SetLimit (absent: d); d: the
 //	             MaxConcurrent the replicas declared; dt: when a live
 //	             replica last declared it (ms); p: the number of parts;
-//	             t: when the last rebalance began (ms); g: its generation
+//	             t: when the last rebalance began (ms); g: its generation;
+//	             l<p>: the last limit part p was known for sure to have,
+//	             its bound while Redis lost the part's data
 //	r, d         GlobalQueue's live replicas and their declarations: the
 //	             split fleet enters itself as one replica, so that a
 //	             GlobalQueue replica refuses to start beside it
@@ -32,8 +34,11 @@ const (
 //	      {1}, or {"conflict", why}.
 //	turn  ARGV[2..5] = the declared MaxConcurrent, the parts, the shortest
 //	      time between two rebalances (ms), how long the fleet's entry in r
-//	      lasts (ms). Reply {generation, limit} when this caller rebalances
-//	      now, {0} when another did lately.
+//	      lasts (ms). Reply {generation, limit, then each part's last limit
+//	      known for sure} when this caller rebalances now, {0} when another
+//	      did lately.
+//	wrote ARGV[2..] = each part's limit known for sure now, -1 for one
+//	      whose last stays. Reply: 1.
 //	limit ARGV[2] = the new limit. Reply: the limit.
 //	gen   ARGV[2] = a generation a part has seen: later ones start above
 //	      it. Reply: 1.
@@ -89,7 +94,16 @@ if op == 'turn' then
   local g = math.max((tonumber(m[6]) or 0) + 1, now)
   redis.call('HSET', L, 't', now, 'g', g)
   redis.call('PEXPIRE', L, keep)
-  return {g, tonumber(m[1]) or tonumber(m[2]) or tonumber(decl)}
+  local out = {g, tonumber(m[1]) or tonumber(m[2]) or tonumber(decl)}
+  for p = 0, tonumber(parts) - 1 do out[#out + 1] = tonumber(redis.call('HGET', L, 'l' .. p)) or 0 end
+  return out
+end
+
+if op == 'wrote' then
+  for i = 2, #ARGV do
+    if tonumber(ARGV[i]) >= 0 then redis.call('HSET', L, 'l' .. (i - 2), ARGV[i]) end
+  end
+  return 1
 end
 
 if op == 'limit' then

@@ -197,6 +197,9 @@ func (sp *split) draws() bool {
 type partState struct {
 	limit, held, replicas int64
 	bands                 map[int64]int64 // priority band → demand (slots)
+	// unsure is set while held may be undercounted: Redis lost the part's
+	// data, and its replicas have not all said what they run.
+	unsure bool
 }
 
 // errFenced ends a rebalance that a later one overtook.
@@ -209,7 +212,7 @@ var errFenced = errors.New("redisqueue: a later rebalance overtook this one")
 // the others grow, by what the lowered ones no longer hold. The rest comes
 // at later rebalances, as their holders give slots back.
 func (sp *split) round(ctx context.Context) error {
-	g, total, err := sp.turn(ctx, sp.period()*9/10)
+	g, total, last, err := sp.turn(ctx, sp.period()*9/10)
 	if err != nil || g == 0 {
 		return err
 	}
@@ -219,6 +222,15 @@ func (sp *split) round(ctx context.Context) error {
 		if st[p], err = sp.setPart(ctx, p, g, -1); err != nil {
 			return err
 		}
+	}
+	// What each part may hold: its limit, or what it holds if more; for a
+	// part whose data Redis lost, at least what it was known to hold.
+	bound := func(p int) int64 {
+		b := max(st[p].limit, st[p].held)
+		if st[p].unsure {
+			b = max(b, last[p])
+		}
+		return b
 	}
 	target := allot(total, st)
 	for p := range st {
@@ -234,38 +246,58 @@ func (sp *split) round(ctx context.Context) error {
 		}
 	}
 	slack := total
-	for _, ps := range st {
-		slack -= max(ps.limit, ps.held)
+	for p := range st {
+		slack -= bound(p)
 	}
 	for _, p := range byShortfall(target, st) {
 		add := min(target[p]-st[p].limit, slack)
-		if add <= 0 {
+		if add <= 0 || st[p].unsure {
 			continue
 		}
 		slack -= add
 		if _, err := sp.setPart(ctx, p, g, st[p].limit+add); errors.Is(err, errFenced) {
 			return err
 		}
+		st[p].limit += add // after another error, the higher bound
 	}
-	return nil
+	// What each part may hold now, for the next rounds: the bound of a
+	// part whose data Redis loses.
+	known := make([]any, 1, 1+len(st))
+	known[0] = "wrote"
+	for p := range st {
+		k := bound(p)
+		if st[p].unsure {
+			k = -1 // the last bound stays until its replicas have said
+		}
+		known = append(known, k)
+	}
+	_, err = sp.callRoot(ctx, known...)
+	return err
 }
 
 // turn asks for the turn to rebalance: a generation and the Name's limit,
 // or a generation of 0 when a replica rebalanced within every.
-func (sp *split) turn(ctx context.Context, every time.Duration) (g, total int64, err error) {
+func (sp *split) turn(ctx context.Context, every time.Duration) (g, total int64, last []int64, err error) {
 	res, err := sp.callRoot(ctx, "turn", sp.declared(), sp.parts, every.Milliseconds(), sp.entry().Milliseconds())
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	r, ok := res.([]any)
 	if !ok || len(r) == 0 {
-		return 0, 0, fmt.Errorf("redisqueue: unexpected reply to a rebalance turn: %v", res)
+		return 0, 0, nil, fmt.Errorf("redisqueue: unexpected reply to a rebalance turn: %v", res)
 	}
-	g, _ = r[0].(int64)
-	if g != 0 && len(r) == 2 {
-		total, _ = r[1].(int64)
+	if g, _ = r[0].(int64); g == 0 {
+		return 0, 0, nil, nil
 	}
-	return g, total, nil
+	if len(r) != 2+sp.parts {
+		return 0, 0, nil, fmt.Errorf("redisqueue: unexpected reply to a rebalance turn: %v", res)
+	}
+	total, _ = r[1].(int64)
+	last = make([]int64, sp.parts)
+	for p := range last {
+		last[p], _ = r[2+p].(int64)
+	}
+	return g, total, last, nil
 }
 
 // setPart stamps part p with generation g, sets its limit to n (-1: as
@@ -289,11 +321,11 @@ func (sp *split) setPart(ctx context.Context, p int, g, n int64) (partState, err
 		_, _ = sp.callRoot(ctx, "gen", v[1])
 		return partState{}, errFenced
 	}
-	if len(v) < 4 || len(v)%2 != 0 {
+	if len(v) < 5 || len(v)%2 != 1 {
 		return partState{}, fmt.Errorf("redisqueue: unexpected reply to a rebalance of part %d: %v", p, res)
 	}
-	ps := partState{limit: v[1], held: v[2], replicas: v[3], bands: map[int64]int64{}}
-	for i := 4; i+1 < len(v); i += 2 {
+	ps := partState{limit: v[1], held: v[2], replicas: v[3], unsure: v[4] == 1, bands: map[int64]int64{}}
+	for i := 5; i+1 < len(v); i += 2 {
 		ps.bands[v[i]] += v[i+1]
 	}
 	return ps, nil
