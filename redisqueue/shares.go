@@ -42,8 +42,8 @@ type shares struct {
 	owing    atomic.Bool
 	giveBack atomic.Bool
 	// confirm is set when a turn is up but Redis has not answered lately:
-	// the coordinator syncs first, and gives the turn back only once Redis
-	// answers (see endTurn).
+	// the coordinator asks Redis for an answer first, and gives the turn
+	// back only once it comes (see endTurn).
 	confirm atomic.Bool
 	// needLast is the demand reported at the last sync, and shortLast
 	// whether a replica was short of its target then: a Release that finds
@@ -533,6 +533,7 @@ func (s *shares) run() {
 		}
 		now := time.Now()
 		s.endTurn(now)
+		s.confirmTurn()
 		lost := s.isLost()
 		if due, fell := s.due(now, &p, gap); due {
 			missed := p.missed
@@ -649,9 +650,8 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 	due = !now.Before(p.last.Add(p.every(down)))
 	// Redis asked (a notice), or a failed call wants a probe.
 	due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0 && !now.Before(p.last.Add(p.retry)))
-	// Slots owed can be given back now; a turn that is up waits for an
-	// answer from Redis.
-	due = due || s.giveBack.Swap(false) || s.confirm.Swap(false)
+	// Slots owed can be given back now.
+	due = due || s.giveBack.Swap(false)
 	// The demand fell while another replica waits, and stayed down.
 	if soon && s.dropped.Load() && !now.Before(s.droppedUntil()) && s.dropped.Swap(false) && s.fell(s.fast.Counts()) {
 		due, fell = true, true
@@ -789,6 +789,18 @@ func (s *shares) endTurn(now time.Time) {
 	if s.fast.Counts().Held == 0 && s.owing.Swap(false) {
 		s.giveBack.Store(true)
 		s.b.wake()
+	}
+}
+
+// confirmTurn asks Redis for an answer, the cheapest call there is, when a
+// turn that is up waits for one (see endTurn), and gives the turn back if
+// it came; a call that fails keeps it.
+func (s *shares) confirmTurn() {
+	if !s.confirm.Swap(false) {
+		return
+	}
+	if _, err := s.b.call(probeScript); err == nil {
+		s.endTurn(time.Now())
 	}
 }
 
