@@ -1046,6 +1046,11 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 	if rep.shrink && int(rep.target) < next {
 		next = int(rep.target)
 	}
+	if need == 0 && rep.wanted && s.fast.Counts().Held == 0 {
+		// Nothing runs or waits here while another replica's requests
+		// wait: a share kept as room for arrivals goes to them.
+		next = 0
+	}
 	if rep.over {
 		// The fleet holds more than its limit (this replica came back
 		// after its lease ran out, or SetLimit lowered the limit): the

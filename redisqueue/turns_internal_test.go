@@ -682,3 +682,39 @@ func TestAFailedCallIsTriedAgainAtRandom(t *testing.T) {
 		t.Fatal("a failed call was not tried again at its retry time")
 	}
 }
+
+// A replica with nothing running or waiting, whose sync reported no
+// demand, gives its share back when the reply says another replica's
+// requests wait: kept as room for arrivals, it stayed idle until the
+// replica's renewal (a second in a fleet of 256) while the load had moved
+// to other replicas.
+func TestAnIdleReplicaGivesItsRoomToWaiters(t *testing.T) {
+	s := startedShares(t, 1)
+	s.mu.Lock()
+	s.local = 1
+	s.mu.Unlock()
+	rep := shareReply{held: 1, target: 1, limit: 8, replicas: 4}
+	s.apply(rep, time.Now(), 0, false)
+	if s.localLimit() != 1 {
+		t.Fatal("an idle replica gave its room back while nobody waited")
+	}
+	rep.wanted = true
+	s.apply(rep, time.Now(), 0, false)
+	if s.localLimit() != 0 || !s.giveBack.Load() {
+		t.Fatalf("an idle replica kept %d slots while others wait (give back: %v)", s.localLimit(), s.giveBack.Load())
+	}
+	// A replica whose requests run keeps its share.
+	s.mu.Lock()
+	s.local = 1
+	s.mu.Unlock()
+	_ = s.share.SetShare(1)
+	tk, err := s.mem.Acquire(context.Background(), ginqueue.Arrival{Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.mem.Release(tk)
+	s.apply(rep, time.Now(), 0, false)
+	if s.localLimit() != 1 {
+		t.Fatal("a replica gave back the share its running request holds")
+	}
+}
