@@ -46,3 +46,8 @@ var errCoDel = errors.New("redisqueue: Config.CoDel is not supported: its maximu
 // flow's cap as queue full.
 var errPerFlow = errors.New("redisqueue: Config.MaxQueuePerFlow is not supported: the queue shared by every replica " +
 	"keeps no count of places per flow; leave it zero with this Backend (MaxQueue still bounds the queue)")
+
+// errSplitCost refuses Config.Cost on a Name split into parts: a part's
+// limit can be below the cost of a request that waits there, and the
+// rebalancer does not yet give a part the slots of its largest request.
+var errSplitCost = errors.New("redisqueue: Config.Cost (weighted requests) is not supported with Options.Parts above 1")

@@ -302,8 +302,10 @@ func (o Options) compile() (Options, error) {
 	return o, nil
 }
 
-// MaxParts is the most parts Options.Parts may split a Name into.
-const MaxParts = 1024
+// MaxParts is the most parts Options.Parts may split a Name into. A
+// rebalance calls each part three times, one after another: at 64 parts,
+// a few tens of milliseconds.
+const MaxParts = 64
 
 // checkParts checks Parts and RebalancePeriod, once SharePeriod has its
 // default.

@@ -10,7 +10,8 @@ package redisqueue
 //	             replica last declared it (ms); p: the number of parts;
 //	             t: when the last rebalance began (ms); g: its generation;
 //	             l<p>: the last limit part p was known for sure to have,
-//	             its bound while Redis lost the part's data
+//	             its bound while Redis lost the part's data; nr: the
+//	             replicas in all parts, as the last rebalance counted them
 //	r, d         GlobalQueue's live replicas and their declarations: the
 //	             split fleet enters itself as one replica, so that a
 //	             GlobalQueue replica refuses to start beside it
@@ -30,15 +31,15 @@ const (
 //
 //	join  ARGV[2..5] = the declared MaxConcurrent, the parts, the time (ms)
 //	      after which a declaration no live replica renewed lapses, how long
-//	      the fleet's entry in r lasts (ms). Reply
-//	      {1}, or {"conflict", why}.
+//	      the fleet's entry in r lasts (ms). Reply {1, the Name's replicas
+//	      as last counted}, or {"conflict", why}.
 //	turn  ARGV[2..5] = the declared MaxConcurrent, the parts, the shortest
 //	      time between two rebalances (ms), how long the fleet's entry in r
-//	      lasts (ms). Reply {generation, limit, then each part's last limit
-//	      known for sure} when this caller rebalances now, {0} when another
-//	      did lately.
-//	wrote ARGV[2..] = each part's limit known for sure now, -1 for one
-//	      whose last stays. Reply: 1.
+//	      lasts (ms). Reply {generation, the Name's replicas as last
+//	      counted, limit, then each part's bound known for sure} when this
+//	      caller rebalances now, {0, replicas} when another did lately.
+//	wrote ARGV[2] = the Name's replicas, ARGV[3..] = each part's bound
+//	      known for sure now, -1 for one whose last stays. Reply: 1.
 //	limit ARGV[2] = the new limit. Reply: the limit.
 //	gen   ARGV[2] = a generation a part has seen: later ones start above
 //	      it. Reply: 1.
@@ -81,27 +82,29 @@ if op == 'join' then
   redis.call('HSET', L, 'd', decl, 'dt', now, 'p', parts)
   redis.call('PEXPIRE', L, keep)
   enter(decl, parts, tonumber(ARGV[5]))
-  return {1}
+  return {1, tonumber(redis.call('HGET', L, 'nr')) or 0}
 end
 
 if op == 'turn' then
   local decl, parts, every, entry = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
   redis.call('HSET', L, 'dt', now)
   enter(decl, parts, entry)
-  if m[5] and now - tonumber(m[5]) < every then return {0} end
+  local nr = tonumber(redis.call('HGET', L, 'nr')) or 0
+  if m[5] and now - tonumber(m[5]) < every then return {0, nr} end
   -- A generation above every earlier one, and above the time: a Redis that
   -- lost these keys still starts above what the parts saw.
   local g = math.max((tonumber(m[6]) or 0) + 1, now)
   redis.call('HSET', L, 't', now, 'g', g)
   redis.call('PEXPIRE', L, keep)
-  local out = {g, tonumber(m[1]) or tonumber(m[2]) or tonumber(decl)}
+  local out = {g, nr, tonumber(m[1]) or tonumber(m[2]) or tonumber(decl)}
   for p = 0, tonumber(parts) - 1 do out[#out + 1] = tonumber(redis.call('HGET', L, 'l' .. p)) or 0 end
   return out
 end
 
 if op == 'wrote' then
-  for i = 2, #ARGV do
-    if tonumber(ARGV[i]) >= 0 then redis.call('HSET', L, 'l' .. (i - 2), ARGV[i]) end
+  redis.call('HSET', L, 'nr', ARGV[2])
+  for i = 3, #ARGV do
+    if tonumber(ARGV[i]) >= 0 then redis.call('HSET', L, 'l' .. (i - 3), ARGV[i]) end
   end
   return 1
 end

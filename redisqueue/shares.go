@@ -121,6 +121,9 @@ func newShares(b *Backend) *shares {
 // first sync and starts the coordinator and the notice reader.
 func (s *shares) start(l ginqueue.Limits) error {
 	b := s.b
+	if b.sp != nil && l.Weighted {
+		return errSplitCost
+	}
 	if err := s.mem.Start(l); err != nil {
 		return err
 	}

@@ -25,7 +25,10 @@ type split struct {
 	root []any
 	// total is the Name's limit, as the last rebalance or SetLimit saw it.
 	total  atomic.Int64
-	joined atomic.Bool
+	// replicas is the Name's replicas in all parts, as the last rebalance
+	// counted them and this replica last heard (0: not counted yet).
+	replicas atomic.Int64
+	joined   atomic.Bool
 	done   chan struct{}
 	// prefixes are every part's key prefix, made at the first rebalance.
 	prefixes     []string
@@ -133,9 +136,14 @@ func (sp *split) join(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r, ok := res.([]any); ok && len(r) == 2 && r[0] == "conflict" {
+	r, ok := res.([]any)
+	if ok && len(r) == 2 && r[0] == "conflict" {
 		why, _ := r[1].(string)
 		return fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
+	}
+	if ok && len(r) == 2 {
+		n, _ := r[1].(int64)
+		sp.replicas.Store(n)
 	}
 	sp.joined.Store(true)
 	return nil
@@ -181,15 +189,18 @@ func (sp *split) tick() {
 	}
 }
 
-// draws reports whether this replica tries to rebalance now. A few
-// replicas of the Name try each period, whatever its size; one whose
-// requests wait in a part that has no slot at all always does.
+// draws reports whether this replica tries to rebalance now: three in
+// the Name's replicas as last counted, so that about three try each
+// period whatever its size and however its replicas fall in the parts
+// (each replica hears the count at join and at each try: one that joined
+// a smaller fleet tries more often until it hears). One whose requests
+// wait in a part that has no slot at all always tries.
 func (sp *split) draws() bool {
 	b := sp.b
 	if b.limit.Load() == 0 && b.sh.fast.Counts().Queued+int(b.sh.gatedN.Load()) > 0 {
 		return true
 	}
-	n := float64(max(b.sh.fleetSize(), 1)) * float64(sp.parts)
+	n := float64(max(sp.replicas.Load(), 1))
 	return rand.Float64()*n < 3
 }
 
@@ -262,8 +273,13 @@ func (sp *split) round(ctx context.Context) error {
 	}
 	// What each part may hold now, for the next rounds: the bound of a
 	// part whose data Redis loses.
-	known := make([]any, 1, 1+len(st))
-	known[0] = "wrote"
+	var replicas int64
+	for _, ps := range st {
+		replicas += ps.replicas
+	}
+	sp.replicas.Store(replicas)
+	known := make([]any, 2, 2+len(st))
+	known[0], known[1] = "wrote", replicas
 	for p := range st {
 		k := bound(p)
 		if st[p].unsure {
@@ -286,16 +302,20 @@ func (sp *split) turn(ctx context.Context, every time.Duration) (g, total int64,
 	if !ok || len(r) == 0 {
 		return 0, 0, nil, fmt.Errorf("redisqueue: unexpected reply to a rebalance turn: %v", res)
 	}
+	if len(r) >= 2 {
+		n, _ := r[1].(int64)
+		sp.replicas.Store(n)
+	}
 	if g, _ = r[0].(int64); g == 0 {
 		return 0, 0, nil, nil
 	}
-	if len(r) != 2+sp.parts {
+	if len(r) != 3+sp.parts {
 		return 0, 0, nil, fmt.Errorf("redisqueue: unexpected reply to a rebalance turn: %v", res)
 	}
-	total, _ = r[1].(int64)
+	total, _ = r[2].(int64)
 	last = make([]int64, sp.parts)
 	for p := range last {
-		last[p], _ = r[2+p].(int64)
+		last[p], _ = r[3+p].(int64)
 	}
 	return g, total, last, nil
 }

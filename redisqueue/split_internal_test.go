@@ -270,7 +270,7 @@ func TestPartsTakeSlotRangesInOrder(t *testing.T) {
 	if c := crc16([]byte("123456789")); c != 0x31c3 {
 		t.Fatalf("crc16(123456789) = %#x, want 0x31c3", c)
 	}
-	for _, parts := range []int{2, 3, 16, MaxParts} {
+	for _, parts := range []int{2, 3, 16, MaxParts, 1024} {
 		o := Options{Name: "orders", KeyPrefix: "ginqueue", Parts: parts}
 		for _, p := range []int{0, parts / 2, parts - 1} {
 			key := partPrefix(o, p) + "sm"

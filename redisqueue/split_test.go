@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"strconv"
 	"sync"
 	"testing"
@@ -245,5 +246,55 @@ func TestTopologyClusterSplit(t *testing.T) {
 	gs, err := rs[0].b.GlobalStats(context.Background())
 	if err != nil || gs.Limit != limit || gs.Replicas != len(rs) {
 		t.Errorf("GlobalStats = %+v (%v), want the limit %d and %d replicas", gs, err, limit, len(rs))
+	}
+}
+
+// With far more parts than replicas, the limit still follows the demand,
+// and an idle fleet stays known: about three replicas try to rebalance
+// each period whatever the parts. Each replica used to try with odds of
+// three in (its part's replicas × the parts): 4 replicas in 1,024 parts
+// rebalanced about once a minute, a loaded replica kept 2 of 8 slots for
+// 20 s, and once idle the fleet's entry lapsed, so that a replica that
+// did not split the Name started beside it.
+func TestSplitWithManyPartsFollowsTheLoad(t *testing.T) {
+	needRedis(t)
+	const limit = 8
+	o := splitOptions(t, redisqueue.MaxParts)
+	o.LeaseTTL = time.Second
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
+	rs := sharesFleet(t, 4, cfg, o, func(c *gin.Context) { time.Sleep(10 * time.Millisecond) })
+	clients := []int{16, 0, 0, 0}
+	done := make(chan struct{})
+	go func() { drive(rs, clients, 3*time.Second); close(done) }()
+	eventually(t, 2500*time.Millisecond, "the loaded replica never held 6 of the 8 slots", func() bool {
+		return rs[0].b.Stats().Limit >= 6
+	})
+	<-done
+	// Idle past the fleet's entry (3 periods and a lease), then a replica
+	// that does not split the Name is refused.
+	time.Sleep(2 * time.Second)
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: o.Name, Mode: redisqueue.Shares})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 8}); !errors.Is(err, redisqueue.ErrConflict) {
+		t.Fatalf("an unsplit replica beside an idle split fleet: %v, want ErrConflict", err)
+	}
+}
+
+// Weighted requests are refused on a split Name: a part's limit could be
+// below a request's cost, and a request of cost 6 ran in a part given 3
+// slots (13 running, limit 10).
+func TestSplitRefusesWeightedRequests(t *testing.T) {
+	needRedis(t)
+	b, err := redisqueue.New(newClient(t, redisAddr), splitOptions(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	err = b.Start(ginqueue.Limits{MaxConcurrent: 10, MaxQueue: 8, Weighted: true})
+	if err == nil || !strings.Contains(err.Error(), "Config.Cost") {
+		t.Fatalf("Start with weighted requests on a split Name: %v, want an error naming Config.Cost", err)
 	}
 }
