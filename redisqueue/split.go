@@ -24,12 +24,12 @@ type split struct {
 	// root is the key count and keys of the Name's own data (script_split.go).
 	root []any
 	// total is the Name's limit, as the last rebalance or SetLimit saw it.
-	total  atomic.Int64
+	total atomic.Int64
 	// replicas is the Name's replicas in all parts, as the last rebalance
 	// counted them and this replica last heard (0: not counted yet).
 	replicas atomic.Int64
 	joined   atomic.Bool
-	done   chan struct{}
+	done     chan struct{}
 	// prefixes are every part's key prefix, made at the first rebalance.
 	prefixes     []string
 	prefixesOnce sync.Once
