@@ -104,6 +104,11 @@ type shares struct {
 	againAt    time.Time // when to ask again for a turn (zero: on a notice)
 	turnEnd    time.Time // when the turn this replica holds goes back
 	idleAt     time.Time // when the coordinator saw nothing run or wait here
+	// safe is what Redis surely counts as this replica's: the held value
+	// of its last reply, lowered by every report sent since that may have
+	// reached it. turnShare is the turn that went back here and was not
+	// reported yet (0: none).
+	safe, turnShare int
 }
 
 // newShares builds the Shares-mode state; Start starts it.
@@ -537,6 +542,7 @@ func (s *shares) run() {
 		now := time.Now()
 		s.endTurn(now)
 		s.confirmTurn()
+		s.keepTurnIfSilent(now)
 		lost := s.isLost()
 		if due, fell := s.due(now, &p, gap); due {
 			missed := p.missed
@@ -785,6 +791,7 @@ func (s *shares) endTurn(now time.Time) {
 		return
 	}
 	s.turnEnd = time.Time{}
+	s.turnShare = s.local
 	s.local = 0
 	_ = s.share.SetShare(0)
 	s.mu.Unlock()
@@ -792,6 +799,33 @@ func (s *shares) endTurn(now time.Time) {
 	if s.fast.Counts().Held == 0 && s.owing.Swap(false) {
 		s.giveBack.Store(true)
 		s.b.wake()
+	}
+}
+
+// keepTurnIfSilent takes a turn back when the slots it ran on are to be
+// reported free but Redis does not answer: the report would not land, and
+// the slots, which Redis still counts as this replica's, would stand idle
+// until it does. A turn's requests can outlast it, and a pause that began
+// between the turn's end and their end stranded it. Only up to what Redis
+// surely counts as this replica's, within the lease.
+func (s *shares) keepTurnIfSilent(now time.Time) {
+	s.mu.Lock()
+	ts := s.turnShare
+	s.mu.Unlock()
+	if ts == 0 || !s.giveBack.Load() || now.Sub(time.Unix(0, s.b.lastOK.Load())) <= s.freshFor() {
+		return
+	}
+	if _, err := s.b.call(probeScript); err == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := min(s.safe, s.turnShare); n > s.local && !s.lapsedLocked(time.Now()) {
+		s.local = n
+		_ = s.share.SetShare(n)
+		s.turnEnd = now // it goes back once Redis answers (see endTurn)
+		s.turnShare = 0
+		s.giveBack.Store(false)
 	}
 }
 
@@ -941,10 +975,15 @@ func (s *shares) sync(fell, renewal bool) error {
 	}
 	sent := time.Now()
 	o := b.opts
-	res, err := b.call(sharesScript, "sync", max(local, d.held), min(d.need, math.MaxInt32), d.bands, d.queued,
+	report := max(local, d.held)
+	res, err := b.call(sharesScript, "sync", report, min(d.need, math.MaxInt32), d.bands, d.queued,
 		epoch, seen, seenV, min(2*renewMax(o, seen)+2*o.CallTimeout, o.LeaseTTL/2).Milliseconds(), s.newKeysFreeze().Milliseconds(),
 		min(d.least, math.MaxInt32), s.syncs.Add(1), s.claimWindow().Milliseconds())
 	if err != nil {
+		// The report may have reached Redis.
+		s.mu.Lock()
+		s.safe = min(s.safe, report)
+		s.mu.Unlock()
 		return err
 	}
 	r, ok := res.([]any)
@@ -1069,6 +1108,7 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 		next = 0
 	}
 	lowered := next < s.local || rep.turn && s.turnEnd.IsZero()
+	s.safe, s.turnShare = int(rep.held), 0
 	s.local = next
 	_ = s.share.SetShare(next)
 	s.epoch = rep.epoch
