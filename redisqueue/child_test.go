@@ -142,6 +142,8 @@ type fleetSpec struct {
 	// default.
 	LeaseTTL, CallTimeout, TickInterval time.Duration
 	FailureThreshold                    int
+	Parts                               int
+	RebalancePeriod                     time.Duration
 	// Live, when set, is a Redis hash on CounterAddr, of this replica
 	// alone, where each running handler enters itself: dropLive can then
 	// take the handlers of a stopped replica off the counter.
@@ -151,7 +153,8 @@ type fleetSpec struct {
 // options are the redisqueue.Options of s.
 func (s fleetSpec) options() redisqueue.Options {
 	return redisqueue.Options{Name: s.Name, OnRedisDown: s.Policy, Mode: s.Mode, LeaseTTL: s.LeaseTTL,
-		CallTimeout: s.CallTimeout, TickInterval: s.TickInterval, FailureThreshold: s.FailureThreshold}
+		CallTimeout: s.CallTimeout, TickInterval: s.TickInterval, FailureThreshold: s.FailureThreshold,
+		Parts: s.Parts, RebalancePeriod: s.RebalancePeriod}
 }
 
 type fleetResult struct {

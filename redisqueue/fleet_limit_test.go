@@ -265,6 +265,54 @@ func TestFleetLimitFrozenReplica(t *testing.T) {
 	}
 }
 
+// TestFleetLimitSplitFrozenReplica: a Name split into 2 parts, 4 replicas
+// as OS processes under a limit of 6, rebalancing 5 times a second. Each
+// replica in turn (the one that rebalances among them, whichever it is) is
+// frozen with SIGSTOP for 2 s, past its 1 s lease, while the others go on
+// and the limit moves between the parts; then it resumes. The counter
+// outside the library must never see more than 6 running after it
+// resumes (the requests it ran while frozen are taken off it, as in
+// TestFleetLimitFrozenReplica).
+func TestFleetLimitSplitFrozenReplica(t *testing.T) {
+	long(t)
+	needRedis(t)
+	const lease, frozen, limit = time.Second, 2 * time.Second, 6
+	srv := startRedis(t)
+	base := limitSpec(t, srv, redisqueue.Shares, redisqueue.FailOpen, limit)
+	base.Workers, base.LeaseTTL, base.Run = 6, lease, 6*time.Second
+	base.QueueTimeout = 4 * time.Second
+	base.Parts, base.RebalancePeriod = 2, 200*time.Millisecond
+	specs := []fleetSpec{base, base, base, base}
+	withLive(t, specs)
+	f := startLimitFleet(t, specs...)
+	time.Sleep(time.Second)
+	p := f.procs[1]
+	stopped := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	dropped := f.dropLive(t, specs[1])
+	time.Sleep(time.Until(stopped.Add(frozen)))
+	resumed := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	rs := f.results(t)
+	t.Logf("froze replica 1 with %d slots running, for %v", dropped, resumed.Sub(stopped).Round(time.Millisecond))
+	checkPeaks(t, rs, limit, resumed, "SIGCONT")
+	if n := countFrom(resumed, rs[1].Over); n > 0 {
+		t.Errorf("the resumed replica started %d handlers while the counter was over the limit", n)
+	}
+	served := 0
+	for _, r := range rs {
+		served += r.Codes[200]
+	}
+	if served == 0 || rs[1].Stall < lease {
+		t.Errorf("served %d, the frozen replica stalled %v: the freeze under load was not tested", served, rs[1].Stall)
+	}
+}
+
 // TestFleetLimitReplicaStartsDuringPause: the fleet's Redis is paused
 // (CLIENT PAUSE 2500 ALL) for longer than the 1 s lease while 2 replicas
 // run under a limit of 6, and a third replica starts 2.2 s into the pause
