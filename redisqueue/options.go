@@ -302,9 +302,8 @@ func (o Options) compile() (Options, error) {
 	return o, nil
 }
 
-// MaxParts is the most parts Options.Parts may split a Name into. A
-// rebalance calls each part three times, one after another: at 64 parts,
-// a few tens of milliseconds.
+// MaxParts is the most parts Options.Parts may split a Name into: a
+// rebalance calls each part up to three times, one after another.
 const MaxParts = 64
 
 // checkParts checks Parts and RebalancePeriod, once SharePeriod has its

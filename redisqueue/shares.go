@@ -545,15 +545,9 @@ func (s *shares) run() {
 		s.keepTurnIfSilent(now)
 		lost := s.isLost()
 		if due, fell := s.due(now, &p, gap); due {
-			missed := p.missed
 			s.asked.Store(false)
 			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(b.down.Load()))))
-			p.synced(now, s.fleetSize())
-			p.retry = retryAfter(b.opts, b.fails.Load())
-			p.missed = 0
-			if b.down.Load() {
-				p.missed = missed + 1
-			}
+			p.synced(now, s.fleetSize(), b.fails.Load(), b.down.Load())
 			s.endTurn(time.Now()) // a turn that waited for this answer goes back now
 		}
 		switch {
@@ -581,12 +575,19 @@ type pacer struct {
 }
 
 // synced records a sync sent at now, in a fleet of the given number of
-// replicas.
-func (p *pacer) synced(now time.Time, replicas int64) {
+// replicas, after which fails calls in a row have failed and Redis is
+// marked down or not.
+func (p *pacer) synced(now time.Time, replicas int64, fails int32, down bool) {
 	p.last = now
 	p.slow = time.Since(now) >= p.opts.CallTimeout/2
 	p.renew = jitter(renewEvery(p.opts, replicas))
 	p.replicas = replicas
+	p.retry = retryAfter(p.opts, fails)
+	if down {
+		p.missed++
+	} else {
+		p.missed = 0
+	}
 }
 
 // every is the time from one sync to the next, with no reason to sync
@@ -781,11 +782,11 @@ func (s *shares) endTurn(now time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	if now.Sub(time.Unix(0, s.b.lastOK.Load())) > s.freshFor() {
-		// A turn given back cannot be taken back: if Redis were paused,
-		// the slot would stay unused until it answers, and with every turn
-		// that ends meanwhile the fleet would run less. Redis must answer
-		// first; while it does not, the turn is kept (above).
+	if !s.answeredLately(now) {
+		// Given back while Redis is paused, the slot would stand unused
+		// until it answers, and with every turn that ends meanwhile the
+		// fleet would run less. Redis must answer first; while it does
+		// not, the turn is kept (above).
 		s.mu.Unlock()
 		s.confirm.Store(true)
 		return
@@ -812,10 +813,7 @@ func (s *shares) keepTurnIfSilent(now time.Time) {
 	s.mu.Lock()
 	ts := s.turnShare
 	s.mu.Unlock()
-	if ts == 0 || !s.giveBack.Load() || now.Sub(time.Unix(0, s.b.lastOK.Load())) <= s.freshFor() {
-		return
-	}
-	if _, err := s.b.call(probeScript); err == nil {
+	if ts == 0 || !s.giveBack.Load() || s.answeredLately(now) || s.answers() {
 		return
 	}
 	s.mu.Lock()
@@ -833,12 +831,22 @@ func (s *shares) keepTurnIfSilent(now time.Time) {
 // turn that is up waits for one (see endTurn), and gives the turn back if
 // it came; a call that fails keeps it.
 func (s *shares) confirmTurn() {
-	if !s.confirm.Swap(false) {
-		return
-	}
-	if _, err := s.b.call(probeScript); err == nil {
+	if s.confirm.Swap(false) && s.answers() {
 		s.endTurn(time.Now())
 	}
+}
+
+// answeredLately reports whether Redis answered this replica within
+// freshFor of now.
+func (s *shares) answeredLately(now time.Time) bool {
+	return now.Sub(time.Unix(0, s.b.lastOK.Load())) <= s.freshFor()
+}
+
+// answers asks Redis for an answer with the probe script, the cheapest
+// call that reaches the Name's master, and reports whether it came.
+func (s *shares) answers() bool {
+	_, err := s.b.call(probeScript)
+	return err == nil
 }
 
 // freshFor is how lately Redis must have answered this replica for a turn
