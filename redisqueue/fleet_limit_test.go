@@ -266,13 +266,13 @@ func TestFleetLimitFrozenReplica(t *testing.T) {
 }
 
 // TestFleetLimitSplitFrozenReplica: a Name split into 2 parts, 4 replicas
-// as OS processes under a limit of 6, rebalancing 5 times a second. Each
-// replica in turn (the one that rebalances among them, whichever it is) is
-// frozen with SIGSTOP for 2 s, past its 1 s lease, while the others go on
-// and the limit moves between the parts; then it resumes. The counter
-// outside the library must never see more than 6 running after it
-// resumes (the requests it ran while frozen are taken off it, as in
-// TestFleetLimitFrozenReplica).
+// as OS processes under a limit of 6, rebalancing 5 times a second. One
+// replica is frozen with SIGSTOP for 2 s, past its 1 s lease, while the
+// others go on and the limit moves between the parts; another is killed
+// with SIGKILL while it holds slots and its requests wait. The counter
+// outside the library must never see more than 6 running after the frozen
+// one resumes (the requests the two ran when stopped are taken off it, as
+// in TestFleetLimitFrozenReplica), and the survivors go on serving.
 func TestFleetLimitSplitFrozenReplica(t *testing.T) {
 	long(t)
 	needRedis(t)
@@ -293,13 +293,22 @@ func TestFleetLimitSplitFrozenReplica(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	dropped := f.dropLive(t, specs[1])
+	// 6 workers on a replica of 4 sharing 6 slots: some run, some wait.
+	killed := f.procs[3]
+	if err := killed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = killed.cmd.Wait()
+	lost := f.dropLive(t, specs[3])
+	f.procs, f.specs = f.procs[:3], f.specs[:3]
 	time.Sleep(time.Until(stopped.Add(frozen)))
 	resumed := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	rs := f.results(t)
-	t.Logf("froze replica 1 with %d slots running, for %v", dropped, resumed.Sub(stopped).Round(time.Millisecond))
+	t.Logf("froze replica 1 with %d slots running, for %v; killed replica 3 with %d running",
+		dropped, resumed.Sub(stopped).Round(time.Millisecond), lost)
 	checkPeaks(t, rs, limit, resumed, "SIGCONT")
 	if n := countFrom(resumed, rs[1].Over); n > 0 {
 		t.Errorf("the resumed replica started %d handlers while the counter was over the limit", n)
@@ -307,6 +316,9 @@ func TestFleetLimitSplitFrozenReplica(t *testing.T) {
 	served := 0
 	for _, r := range rs {
 		served += r.Codes[200]
+	}
+	if lost == 0 {
+		t.Error("the killed replica ran nothing when killed: the kill with slots held was not tested")
 	}
 	if served == 0 || rs[1].Stall < lease {
 		t.Errorf("served %d, the frozen replica stalled %v: the freeze under load was not tested", served, rs[1].Stall)
@@ -323,50 +335,60 @@ func TestFleetLimitSplitFrozenReplica(t *testing.T) {
 func TestFleetLimitReplicaStartsDuringPause(t *testing.T) {
 	long(t)
 	needRedis(t)
-	const limit, pauseLen, lateBy = 6, 2500 * time.Millisecond, 2200 * time.Millisecond
 	for _, mode := range limitModes {
 		for _, policy := range limitPolicies {
-			t.Run(fmt.Sprintf("%s/%s", mode, policy), func(t *testing.T) {
-				srv := startRedis(t)
-				base := limitSpec(t, srv, mode, policy, limit)
-				base.Workers, base.LeaseTTL = 6, time.Second
-				old := base
-				old.Run = 7 * time.Second
-				late := base
-				late.Run = 3 * time.Second
-				f := startLimitFleet(t, old, old)
-				time.Sleep(time.Second)
-				paused := time.Now()
-				wait := pauseFor(t, srv)(pauseLen)
-				ended := make(chan time.Time, 1)
-				go func() { ended <- wait() }()
-				time.Sleep(time.Until(paused.Add(lateBy)))
-				started := time.Now()
-				p := startFleetProc(t, late)
-				p.ready(t)
-				ready := time.Now()
-				back := <-ended
-				f.procs, f.specs = append(f.procs, p), append(f.specs, late)
-				rs := f.results(t)
-				t.Logf("paused at 0, the late replica started at %v, ready at %v; Redis back at %v",
-					started.Sub(paused).Round(time.Millisecond), ready.Sub(paused).Round(time.Millisecond),
-					back.Sub(paused).Round(time.Millisecond))
-				checkPeaks(t, rs, limit, paused, "the start of the pause")
-				if back.IsZero() || back.Sub(paused) < pauseLen-50*time.Millisecond {
-					t.Errorf("Redis was back %v after the pause began, not past %v: the pause was not tested",
-						back.Sub(paused), pauseLen)
-				}
-				if !ready.Before(back) {
-					// Its Start's sync would have waited for the pause to end.
-					t.Errorf("the late replica was ready %v after Redis was back: it did not start during the pause",
-						ready.Sub(back))
-				}
-				for i, r := range rs[:2] {
-					if r.Outages == 0 {
-						t.Errorf("replica %d never marked Redis down: the pause was not tested", i)
-					}
-				}
-			})
+			t.Run(fmt.Sprintf("%s/%s", mode, policy), func(t *testing.T) { startDuringPause(t, mode, policy, 0) })
+		}
+	}
+	// A Name split into 2 parts: the late replica cannot join the Name's
+	// own keys either until Redis answers.
+	t.Run("shares-in-parts/fail-open", func(t *testing.T) { startDuringPause(t, redisqueue.Shares, redisqueue.FailOpen, 2) })
+}
+
+// startDuringPause is TestFleetLimitReplicaStartsDuringPause for one mode,
+// policy and number of parts (0: one).
+func startDuringPause(t *testing.T, mode redisqueue.Mode, policy redisqueue.Policy, parts int) {
+	const limit, pauseLen, lateBy = 6, 2500 * time.Millisecond, 2200 * time.Millisecond
+	srv := startRedis(t)
+	base := limitSpec(t, srv, mode, policy, limit)
+	base.Workers, base.LeaseTTL = 6, time.Second
+	if parts > 1 {
+		base.Parts, base.RebalancePeriod = parts, 200*time.Millisecond
+	}
+	old := base
+	old.Run = 7 * time.Second
+	late := base
+	late.Run = 3 * time.Second
+	f := startLimitFleet(t, old, old)
+	time.Sleep(time.Second)
+	paused := time.Now()
+	wait := pauseFor(t, srv)(pauseLen)
+	ended := make(chan time.Time, 1)
+	go func() { ended <- wait() }()
+	time.Sleep(time.Until(paused.Add(lateBy)))
+	started := time.Now()
+	p := startFleetProc(t, late)
+	p.ready(t)
+	ready := time.Now()
+	back := <-ended
+	f.procs, f.specs = append(f.procs, p), append(f.specs, late)
+	rs := f.results(t)
+	t.Logf("paused at 0, the late replica started at %v, ready at %v; Redis back at %v",
+		started.Sub(paused).Round(time.Millisecond), ready.Sub(paused).Round(time.Millisecond),
+		back.Sub(paused).Round(time.Millisecond))
+	checkPeaks(t, rs, limit, paused, "the start of the pause")
+	if back.IsZero() || back.Sub(paused) < pauseLen-50*time.Millisecond {
+		t.Errorf("Redis was back %v after the pause began, not past %v: the pause was not tested",
+			back.Sub(paused), pauseLen)
+	}
+	if !ready.Before(back) {
+		// Its Start's sync would have waited for the pause to end.
+		t.Errorf("the late replica was ready %v after Redis was back: it did not start during the pause",
+			ready.Sub(back))
+	}
+	for i, r := range rs[:2] {
+		if r.Outages == 0 {
+			t.Errorf("replica %d never marked Redis down: the pause was not tested", i)
 		}
 	}
 }

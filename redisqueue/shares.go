@@ -157,7 +157,9 @@ func (s *shares) start(l ginqueue.Limits) error {
 	}
 	b.mu.Unlock()
 	err := s.joinSplit()
-	if err == nil {
+	if err == nil && (b.sp == nil || b.sp.joined.Load()) {
+		// (A split Name whose keys did not answer would only wait a
+		// CallTimeout more here: the coordinator syncs soon.)
 		err = s.sync(false, true)
 	}
 	if errors.Is(err, ErrConflict) {
