@@ -256,9 +256,24 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 	if l.MaxQueuePerFlow > 0 {
 		return errPerFlow
 	}
+	if err := b.declare(l); err != nil {
+		return err
+	}
+	err := b.sync(true)
+	if errors.Is(err, ErrConflict) {
+		b.refuseStart()
+		return err
+	}
+	go b.read()
+	go b.maintain()
+	return nil
+}
+
+// declare records the limits Start was given, once.
+func (b *Backend) declare(l ginqueue.Limits) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.started || b.closed {
-		b.mu.Unlock()
 		return errors.New("redisqueue: Start called twice, or after Close; a Backend serves one Queue")
 	}
 	b.started = true
@@ -267,15 +282,6 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 	b.base = []any{l.MaxConcurrent, b.opts.LeaseTTL.Milliseconds(), b.lists,
 		b.opts.liveTTL().Milliseconds(), b.opts.TickInterval.Milliseconds()}
 	b.limit.Store(int64(l.MaxConcurrent))
-	b.mu.Unlock()
-
-	err := b.sync(true)
-	if errors.Is(err, ErrConflict) {
-		b.refuseStart()
-		return err
-	}
-	go b.read()
-	go b.maintain()
 	return nil
 }
 

@@ -74,10 +74,14 @@ func (b *Backend) maintain() {
 		// reader saw another server: reconcile at once.
 		probe := !b.down.Load() && b.fails.Load() > 0 || b.resync.Swap(false)
 		if probe || !now.Before(last.Add(every)) {
+			wasDown := b.down.Load()
 			if b.maintainSync() == nil {
 				if !b.listening.Load() {
 					b.wakeReader() // the server answers: no need to wait
-				} else if queued {
+				}
+				if wasDown || queued || !b.listening.Load() {
+					// After an outage the reader may wait on a master
+					// that froze while the client moved to a new one.
 					b.checkReader()
 					checked = now
 				}

@@ -2,11 +2,15 @@ package redisqueue_test
 
 import (
 	"context"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ginqueue/ginqueue"
 	"github.com/ginqueue/ginqueue/redisqueue"
+	"github.com/redis/go-redis/v9"
 )
 
 // A grant made while the notice reader is away (the server was gone for
@@ -62,4 +66,64 @@ func TestGrantReachesWaiterSoonAfterServerReturns(t *testing.T) {
 		t.Fatal("the waiter was never granted")
 	}
 	eventually(t, 2*time.Second, "slots or places leaked in Redis", func() bool { return globalIdle(b) })
+}
+
+// After a failover to a new master while the old one froze (a hung host),
+// the notice reader, blocked on the old master, moves to the new one as
+// soon as the Backend's client reaches it, not when its block runs out: a
+// reader that stayed would miss every notice for seconds. The client
+// follows the new master by its dialer here, as a Sentinel client does.
+func TestTheReaderLeavesAFrozenMaster(t *testing.T) {
+	needRedis(t)
+	old, next := startRedis(t), startRedis(t)
+	p := newFreezeProxy(t, old.addr())
+	var target atomic.Value
+	target.Store(p.addr())
+	rdb := redis.NewClient(&redis.Options{Addr: "master", ContextTimeoutEnabled: true, MaxRetries: -1,
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, target.Load().(string))
+		}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	up := make(chan struct{}, 1)
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond,
+		FailureThreshold: 1, OnStateChange: func(down bool, _ error) {
+			if !down {
+				up <- struct{}{}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	// A grant notice read: the reader has just begun its next block.
+	ctx := context.Background()
+	first, err := b.Acquire(ctx, ginqueue.Arrival{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan ginqueue.Ticket)
+	go func() {
+		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- tk
+	}()
+	eventually(t, 2*time.Second, "the second request never queued", func() bool {
+		return b.Stats().Queued > 0
+	})
+	b.Release(first)
+	b.Release(<-granted)
+	p.setFrozen(true)
+	target.Store(next.addr())
+	<-up
+	blocked := newClient(t, next.addr())
+	eventually(t, 500*time.Millisecond, "the reader still waits on the frozen master", func() bool {
+		list, _ := blocked.ClientList(ctx).Result()
+		return strings.Contains(list, "cmd=blpop")
+	})
 }

@@ -117,9 +117,15 @@ func (b *Backend) sync(first bool) error {
 	b.conflict = nil
 	b.replicas = int(out[1].(int64))
 	b.rank = int(out[3].(int64))
-	if tok, _ := out[5].(string); tok != "" && down {
-		// This replica's own recovery: the next sync confirms it.
+	if tok, _ := out[5].(string); tok != "" && tok != b.token {
+		// A recovery under way that this replica has not confirmed: its
+		// own, or another replica's, whose notice may not reach this one
+		// (the reader can still wait on a master that froze). The next
+		// sync's list is taken after this reply, so it is full: make it
+		// now, with the token.
 		b.token = tok
+		b.resync.Store(true)
+		defer b.wake()
 	}
 	defer func(fleet int64) {
 		// after the grants below: this replica's slots as the reply had them

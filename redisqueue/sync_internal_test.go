@@ -230,3 +230,68 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 		}
 	}
 }
+
+// quietBackend is a Backend registered in Redis as Start would do it, but
+// with no reader and no maintainer: the test makes each sync itself, and no
+// notice is ever read.
+func quietBackend(t *testing.T, addr string, o Options, l ginqueue.Limits) *Backend {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := New(rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.declare(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.sync(true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.refuseStart)
+	return b
+}
+
+// Two FailOpen replicas come back from one outage a moment apart. The
+// second one's recovery asks the first to sync again, by a notice the
+// first cannot read (its reader still waits on the master that froze).
+// The first learns of that recovery from its next sync's reply and
+// confirms it with the sync after: grants do not wait for the recovery to
+// run out (a liveness lease) or for the reader to come back.
+func TestARecoveryIsConfirmedWithoutItsNotice(t *testing.T) {
+	addr := ownRedis(t)
+	o := Options{Name: "recover", CallTimeout: 100 * time.Millisecond, OnRedisDown: FailOpen}
+	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}
+	a, b := quietBackend(t, addr, o, l), quietBackend(t, addr, o, l)
+	a.markDown(errors.New("test: Redis froze"))
+	b.markDown(errors.New("test: Redis froze"))
+	for _, r := range []*Backend{a, b} {
+		// Each comes back: a sync with its list as it was while down, then
+		// one with its full list and its recovery's token. Redis's clock
+		// moves on in between, so b's recovery ends later than a's.
+		time.Sleep(5 * time.Millisecond)
+		for range 2 {
+			if err := r.sync(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx := context.Background()
+	// a's regular syncs, as its maintainer makes them; its notices are
+	// never read.
+	for range 2 {
+		if err := a.sync(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u, _ := a.rdb.SMembers(ctx, a.keys[keyU]).Result(); len(u) > 0 {
+		t.Errorf("the recovery still waits for %d replica(s) after each synced twice since", len(u))
+	}
+	c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	tk, err := b.Acquire(c, ginqueue.Arrival{})
+	if err != nil {
+		t.Fatalf("a request with every slot free is not granted: %v", err)
+	}
+	b.Release(tk)
+}
