@@ -295,7 +295,13 @@ func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Cont
 		s.gateMu.Unlock()
 	}()
 	c := s.fast.Counts()
-	s.notePeak(c.Held + s.queuedSlots(c) + int(s.gatedN.Load()) + a.Cost - 1)
+	demand := c.Held + s.queuedSlots(c)
+	if !s.b.limits.Weighted {
+		// Held here, outside the in-memory Backend; weighted requests are
+		// in queuedSlots already, by cost, since they entered.
+		demand += int(s.gatedN.Load())
+	}
+	s.notePeak(demand)
 	s.noteWaiter()
 	var expired <-chan time.Time
 	if s.b.limits.QueueTimeout > 0 {

@@ -317,14 +317,7 @@ func TestRequestsBelowTheFloorWait(t *testing.T) {
 	if n := (sharesFast{s}).TryAcquire(); n != 0 {
 		t.Fatal("the fast path admitted a request while a floor is set")
 	}
-	got := make(chan error, 1)
-	go func() {
-		tk, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1, Priority: 0})
-		if err == nil {
-			s.release(tk)
-		}
-		got <- err
-	}()
+	got := acquireLater(s, ginqueue.Arrival{Cost: 1, Priority: 0})
 	eventually(t, func() bool { return s.gatedN.Load() == 1 })
 	if st := s.stats(); st.Queued != 1 || len(st.QueuedByPriority) != 1 || st.QueuedByPriority[0].Priority != 0 {
 		t.Fatalf("Stats while gated: Queued %d by priority %v, want 1 at priority 0", st.Queued, st.QueuedByPriority)
@@ -363,6 +356,20 @@ func TestRequestsBelowTheFloorWait(t *testing.T) {
 	if _, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1}); !errors.Is(err, ginqueue.ErrQueueFull) {
 		t.Fatalf("a gated request with no waiting place: %v", err)
 	}
+}
+
+// acquireLater acquires a on s in a goroutine, releases what it got at
+// once, and sends the error.
+func acquireLater(s *shares, a ginqueue.Arrival) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		tk, err := s.acquire(context.Background(), a)
+		if err == nil {
+			s.release(tk)
+		}
+		got <- err
+	}()
+	return got
 }
 
 // The time a request waits below the floor counts toward QueueTimeout: it
@@ -760,4 +767,46 @@ func TestATurnIsTakenBackWhenItsReportCannotLand(t *testing.T) {
 	if s.localLimit() != 0 {
 		t.Fatal("a turn was taken back beyond what Redis surely counts")
 	}
+}
+
+// While Redis is marked down no reply can lower the floor: a request held
+// below it goes on to the share this replica still holds, rather than wait
+// for its QueueTimeout beside a free slot. The next reply sets the floor
+// again.
+func TestTheFloorFallsWhileRedisIsDown(t *testing.T) {
+	s := startedShares(t, 1)
+	s.setFloor(10)
+	got := acquireLater(s, ginqueue.Arrival{Cost: 1, Priority: 0})
+	eventually(t, func() bool { return s.gatedN.Load() == 1 })
+	s.b.markDown(errors.New("test: Redis does not answer"))
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("Redis is down, and a request below the floor still waits beside a free slot")
+	}
+}
+
+// A weighted request held below the floor counts its cost once in the
+// demand this replica reports: the cost it entered with, not that and
+// again one for being held and its cost less one.
+func TestAWeightedGatedRequestCountsOnce(t *testing.T) {
+	s := startedShares(t, 0)
+	s.b.limits.Weighted = true
+	s.b.limit.Store(8) // the fleet's limit, which caps a cost
+	s.setFloor(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.acquire(ctx, ginqueue.Arrival{Cost: 3, Priority: 0})
+	}()
+	eventually(t, func() bool { return s.gatedN.Load() == 1 })
+	if p := s.peak.Load(); p != 3 {
+		t.Errorf("one request of cost 3 held below the floor, nothing running: a peak demand of %d slots, want 3", p)
+	}
+	cancel()
+	<-done
 }
