@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ginqueue/ginqueue"
@@ -376,32 +377,35 @@ func acquireLater(s *shares, a ginqueue.Arrival) <-chan error {
 // is answered ErrQueueTimeout at QueueTimeout from its arrival, whether the
 // floor stays, or falls late and the request then waits in the queue.
 func TestAGatedRequestTimesOut(t *testing.T) {
-	s := startedShares(t, 0)
-	const timeout = 50 * time.Millisecond
-	s.b.limits.QueueTimeout = timeout
-	s.setFloor(10)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // a failure, not a hang
-	defer cancel()
-	start := time.Now()
-	_, err := s.acquire(ctx, ginqueue.Arrival{Cost: 1})
-	if took := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || took > 10*timeout {
-		t.Fatalf("held below the floor: %v after %v, want ErrQueueTimeout after %v", err, took, timeout)
-	}
-	// The floor falls after most of the wait: the rest is spent in the
-	// queue (the share is 0, so nothing is granted).
-	got := make(chan error, 1)
-	start = time.Now()
-	go func() {
-		_, err := s.acquire(ctx, ginqueue.Arrival{Cost: 1})
-		got <- err
-	}()
-	eventually(t, func() bool { return s.gatedN.Load() == 1 })
-	time.Sleep(timeout * 3 / 5)
-	s.setFloor(noBand)
-	err = <-got
-	if took := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || took > timeout*3/2 {
-		t.Fatalf("gated, then queued: %v after %v, want ErrQueueTimeout after %v in all", err, took, timeout)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := startedShares(t, 0)
+		const timeout = 50 * time.Millisecond
+		s.b.limits.QueueTimeout = timeout
+		s.setFloor(10)
+		start := time.Now()
+		_, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1})
+		if took := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || took != timeout {
+			t.Fatalf("held below the floor: %v after %v, want ErrQueueTimeout after %v", err, took, timeout)
+		}
+		// The floor falls after most of the wait: the rest is spent in the
+		// queue (the share is 0, so nothing is granted).
+		got := make(chan error, 1)
+		start = time.Now()
+		go func() {
+			_, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1})
+			got <- err
+		}()
+		synctest.Wait()
+		if s.gatedN.Load() != 1 {
+			t.Fatal("the request is not held below the floor")
+		}
+		time.Sleep(timeout * 3 / 5)
+		s.setFloor(noBand)
+		err = <-got
+		if took := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || took != timeout {
+			t.Fatalf("gated, then queued: %v after %v, want ErrQueueTimeout after %v in all", err, took, timeout)
+		}
+	})
 }
 
 // The floor a reply gives is the lowest band the replica's share serves:
