@@ -61,12 +61,6 @@ func (b *Backend) markDown(cause error) {
 		b.openFallbackLocked()
 	}
 	b.mu.Unlock()
-	if b.sh != nil {
-		// Shares: no reply can lower the priority floor until Redis
-		// answers, and the share is this replica's until its lease runs
-		// out: every band may use it meanwhile.
-		b.sh.setFloor(noBand)
-	}
 	b.wake()
 	if h := b.opts.OnStateChange; h != nil {
 		h(true, cause)

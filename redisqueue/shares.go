@@ -79,8 +79,8 @@ type shares struct {
 	floor  atomic.Int64
 	gatedN atomic.Int64
 	gateMu sync.Mutex
-	gated  map[int]int   // by band; guarded by gateMu
-	opened chan struct{} // closed when the floor falls; guarded by gateMu
+	gated  map[int]gatedCount // by band; guarded by gateMu
+	opened chan struct{}      // closed when the floor falls; guarded by gateMu
 
 	mu sync.Mutex
 	// Guarded by mu. local is the limit of mem: never above the held value
@@ -118,7 +118,7 @@ func newShares(b *Backend) *shares {
 		born: time.Now()}
 	s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
 	s.floor.Store(noBand)
-	s.gated, s.opened = map[int]int{}, make(chan struct{})
+	s.gated, s.opened = map[int]gatedCount{}, make(chan struct{})
 	return s
 }
 
@@ -283,12 +283,18 @@ func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Cont
 		s.gateMu.Unlock()
 		return ginqueue.ErrQueueFull
 	}
-	s.gated[band]++
+	slots := 1
+	if s.b.limits.Weighted {
+		slots = a.Cost
+	}
+	s.gated[band] = s.gated[band].add(1, slots)
 	s.gatedN.Add(1)
 	s.gateMu.Unlock()
 	defer func() {
 		s.gateMu.Lock()
-		if s.gated[band]--; s.gated[band] == 0 {
+		if g := s.gated[band].add(-1, -slots); g.requests > 0 {
+			s.gated[band] = g
+		} else {
 			delete(s.gated, band)
 		}
 		s.gatedN.Add(-1)
@@ -343,12 +349,24 @@ func (s *shares) setFloor(f int64) {
 	s.gateMu.Unlock()
 }
 
-// gatedBands is the gated requests by band, the highest first.
-func (s *shares) gatedBands() []ginqueue.PriorityCount {
+// gatedCount is what waits below the floor in one band.
+type gatedCount struct{ requests, slots int }
+
+func (g gatedCount) add(requests, slots int) gatedCount {
+	return gatedCount{g.requests + requests, g.slots + slots}
+}
+
+// gatedBands is what waits below the floor by band: the requests, or the
+// slots they ask for.
+func (s *shares) gatedBands(slots bool) []ginqueue.PriorityCount {
 	s.gateMu.Lock()
 	defer s.gateMu.Unlock()
 	out := make([]ginqueue.PriorityCount, 0, len(s.gated))
-	for b, n := range s.gated {
+	for b, g := range s.gated {
+		n := g.requests
+		if slots {
+			n = g.slots
+		}
 		out = append(out, ginqueue.PriorityCount{Priority: b, Queued: n})
 	}
 	return out
@@ -1053,7 +1071,8 @@ func (s *shares) demand(fell bool) demandNow {
 		byPrio = s.mem.Stats().QueuedByPriority
 	}
 	if gated > 0 {
-		byPrio = mergeCounts(byPrio, s.gatedBands())
+		// by slots: a gated request's cost is known, and in its band
+		byPrio = mergeCounts(byPrio, s.gatedBands(true))
 	}
 	return demandNow{held: c.Held, need: need, queued: waiters, least: least,
 		bands: s.bands.report(c.Held, queued, need, byPrio)}
@@ -1234,7 +1253,7 @@ func (s *shares) bye() bool {
 // this replica's share.
 func (s *shares) stats() ginqueue.BackendStats {
 	st := s.mem.Stats()
-	if g := s.gatedBands(); len(g) > 0 {
+	if g := s.gatedBands(false); len(g) > 0 {
 		// Requests below the floor wait too, outside the in-memory Backend.
 		for _, pc := range g {
 			st.Queued += pc.Queued

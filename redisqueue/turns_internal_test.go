@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -773,34 +774,21 @@ func TestATurnIsTakenBackWhenItsReportCannotLand(t *testing.T) {
 	}
 }
 
-// While Redis is marked down no reply can lower the floor: a request held
-// below it goes on to the share this replica still holds, rather than wait
-// for its QueueTimeout beside a free slot. The next reply sets the floor
-// again.
-func TestTheFloorFallsWhileRedisIsDown(t *testing.T) {
-	s := startedShares(t, 1)
+// weightedBelowFloor is a replica of weighted requests with no share, a
+// floor at priority 10, and a fleet limit of 8.
+func weightedBelowFloor(t *testing.T) *shares {
+	s := startedShares(t, 0)
+	s.b.limits.Weighted = true
+	s.b.limit.Store(8) // the fleet's limit, which caps a cost
 	s.setFloor(10)
-	got := acquireLater(s, ginqueue.Arrival{Cost: 1, Priority: 0})
-	eventually(t, func() bool { return s.gatedN.Load() == 1 })
-	s.b.markDown(errors.New("test: Redis does not answer"))
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("Redis is down, and a request below the floor still waits beside a free slot")
-	}
+	return s
 }
 
 // A weighted request held below the floor counts its cost once in the
 // demand this replica reports: the cost it entered with, not that and
 // again one for being held and its cost less one.
 func TestAWeightedGatedRequestCountsOnce(t *testing.T) {
-	s := startedShares(t, 0)
-	s.b.limits.Weighted = true
-	s.b.limit.Store(8) // the fleet's limit, which caps a cost
-	s.setFloor(10)
+	s := weightedBelowFloor(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -813,4 +801,27 @@ func TestAWeightedGatedRequestCountsOnce(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// The demand a replica reports puts a weighted request held below the
+// floor in its own band, by its cost: a request of cost 5 at priority 0
+// and one of cost 1 at priority 10 are "10:1,0:5". Its cost used to go to
+// the top band ("10:5,0:1"), and Redis gave the replica's share to
+// priority 10 while priority-5 requests waited elsewhere.
+func TestAWeightedGatedRequestIsReportedInItsBand(t *testing.T) {
+	s := weightedBelowFloor(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = s.acquire(ctx, ginqueue.Arrival{Cost: 1, Priority: 10}) })
+	eventually(t, func() bool { return s.fast.Counts().Queued == 1 })
+	wg.Go(func() { _, _ = s.acquire(ctx, ginqueue.Arrival{Cost: 5, Priority: 0}) })
+	eventually(t, func() bool { return s.gatedN.Load() == 1 })
+	if d := s.demand(true); d.bands != "10:1,0:5" {
+		t.Errorf("demand by band %q, want %q", d.bands, "10:1,0:5")
+	}
+	if st := s.stats(); st.Queued != 2 {
+		t.Errorf("Stats().Queued %d, want 2 requests", st.Queued)
+	}
+	cancel()
+	wg.Wait()
 }
