@@ -301,13 +301,8 @@ func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Cont
 		s.gateMu.Unlock()
 	}()
 	c := s.fast.Counts()
-	demand := c.Held + s.queuedSlots(c)
-	if !s.b.limits.Weighted {
-		// Held here, outside the in-memory Backend; weighted requests are
-		// in queuedSlots already, by cost, since they entered.
-		demand += int(s.gatedN.Load())
-	}
-	s.notePeak(demand)
+	_, waiting, _ := s.waiters(c)
+	s.notePeak(c.Held + waiting)
 	s.noteWaiter()
 	var expired <-chan time.Time
 	if s.b.limits.QueueTimeout > 0 {
@@ -417,6 +412,19 @@ func (s *shares) waitingSlots() (sum, most int) {
 		most = max(most, cost)
 	}
 	return sum, most
+}
+
+// waiters is what waits here, in the in-memory Backend and below the
+// floor: the requests, the slots they ask for (with costs, what they
+// entered with, else one each), and the largest cost among them.
+func (s *shares) waiters(c ginqueue.Counts) (requests, slots, most int) {
+	requests = c.Queued + int(s.gatedN.Load())
+	slots, most = requests, 1
+	if s.b.limits.Weighted {
+		sum, m := s.waitingSlots()
+		slots, most = max(sum, requests), max(m, 1)
+	}
+	return requests, slots, most
 }
 
 // queuedSlots is the demand of the requests waiting here, in slots: with
@@ -1055,13 +1063,8 @@ func (s *shares) demand(fell bool) demandNow {
 	c := s.fast.Counts()
 	// The slots the waiters ask for, and the least share that lets the
 	// largest waiting request run.
-	gated := int(s.gatedN.Load())
-	waiters := c.Queued + gated
-	queued, least := waiters, 1
-	if s.b.limits.Weighted {
-		sum, most := s.waitingSlots() // the gated requests among them
-		queued, least = max(sum, waiters), max(most, 1)
-	}
+	waiters, queued, least := s.waiters(c)
+	gated := waiters - c.Queued
 	need := c.Held + queued
 	if peak := int(s.peak.Swap(0)); !fell {
 		need = max(need, peak)
