@@ -1135,8 +1135,11 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 		// The fleet holds more than its limit (this replica came back
 		// after its lease ran out, or SetLimit lowered the limit): the
 		// slots counted as ours stay with what runs on them, and no share
-		// grows until the fleet is back under the limit.
-		next = min(next, s.local)
+		// grows until the fleet is back under the limit. What runs, not
+		// the share: a sync sent just before the lease ran out reports
+		// the share, and Redis, having counted it away meanwhile, counts
+		// it again on top of the slots it gave to others.
+		next = min(next, s.local, s.fast.Counts().Held)
 	}
 	if s.lost {
 		s.lost = false

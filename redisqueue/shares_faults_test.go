@@ -942,7 +942,8 @@ func TestSharesFailClosedStopsAdmittingWithinItsLease(t *testing.T) {
 				<-loads[i]
 			}
 			if p := f.peak.Load(); p > limit {
-				t.Errorf("peak %d slots running across the fleet, limit %d", p, limit)
+				t.Errorf("peak %d slots running across the fleet, limit %d, %v after Redis stopped answering",
+					p, limit, time.Unix(0, f.peakAt.Load()).Sub(out).Round(time.Millisecond))
 			}
 		})
 	}

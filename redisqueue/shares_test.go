@@ -25,13 +25,22 @@ import (
 // library, and keeps the peak and a running sum for the mean.
 type fleetCounter struct {
 	now, peak atomic.Int64
+	peakAt    atomic.Int64 // when the peak was first reached, in Unix nanoseconds
+}
+
+// raise records v as the peak if it is above it.
+func (f *fleetCounter) raise(v int64) {
+	for p := f.peak.Load(); v > p; p = f.peak.Load() {
+		if f.peak.CompareAndSwap(p, v) {
+			f.peakAt.Store(time.Now().UnixNano())
+			return
+		}
+	}
 }
 
 func (f *fleetCounter) handler(d time.Duration) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		n := f.now.Add(1)
-		for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
-		}
+		f.raise(f.now.Add(1))
 		time.Sleep(d)
 		f.now.Add(-1)
 	}
@@ -704,9 +713,7 @@ type slotCounter struct {
 }
 
 func (c slotCounter) add(n int) {
-	v := c.f.now.Add(int64(n))
-	for p := c.f.peak.Load(); v > p && !c.f.peak.CompareAndSwap(p, v); p = c.f.peak.Load() {
-	}
+	c.f.raise(c.f.now.Add(int64(n)))
 }
 
 func (c slotCounter) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {

@@ -731,6 +731,33 @@ func TestAnIdleReplicaGivesItsRoomToWaiters(t *testing.T) {
 	}
 }
 
+// A reply that finds the fleet over its limit leaves this replica only
+// the slots its requests run on, not its share. A sync sent just before
+// the lease ran out reported the share; Redis, having counted the share
+// away and given it to another replica meanwhile, counted it again on top,
+// and the reply renewed the lease: a replica frozen for a lease took its
+// share back beside the replica that had it, 6 slots running on 4.
+func TestAReplyOverTheLimitKeepsOnlyWhatRuns(t *testing.T) {
+	s := startedShares(t, 2)
+	s.mu.Lock()
+	s.local = 2
+	s.mu.Unlock()
+	tk, err := s.mem.Acquire(context.Background(), ginqueue.Arrival{Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := shareReply{held: 2, target: 2, limit: 4, replicas: 2, over: true}
+	s.apply(rep, time.Now(), 6, false)
+	if got := s.localLimit(); got != 1 {
+		t.Fatalf("over the limit, a replica running 1 request kept a share of %d, want 1", got)
+	}
+	s.mem.Release(tk)
+	s.apply(rep, time.Now(), 6, false)
+	if got := s.localLimit(); got != 0 {
+		t.Fatalf("over the limit, a replica running nothing kept a share of %d, want 0", got)
+	}
+}
+
 // A turn whose requests outlast it goes back as they end; if Redis does
 // not answer then, the replica takes the turn back, up to what Redis
 // surely counts as its own: the report would not land, and the slot would
