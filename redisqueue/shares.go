@@ -1009,6 +1009,14 @@ func (s *shares) sync(fell, renewal bool) error {
 		s.local = 0
 		_ = s.share.SetShare(0)
 	}
+	if fell && s.local > 0 && s.shortLast.Load() && s.idleNow() {
+		// Nothing runs or waits here, and other replicas' requests wait:
+		// the share goes back with this report, not with a sync after
+		// the reply. An arrival meanwhile waits for the reply; one that
+		// took a slot first is counted in what runs, below.
+		s.local = 0
+		_ = s.share.SetShare(0)
+	}
 	local, epoch, seen, seenV := s.local, s.epoch, s.replicas, s.version
 	s.mu.Unlock()
 	d := s.demand(fell)
@@ -1059,6 +1067,12 @@ func (s *shares) sync(fell, renewal bool) error {
 func (s *shares) syncTimeout() time.Duration {
 	o := s.b.opts
 	return max(o.CallTimeout, min(4*o.CallTimeout, o.LeaseTTL/time.Duration(2*o.FailureThreshold)))
+}
+
+// idleNow reports whether nothing runs or waits here.
+func (s *shares) idleNow() bool {
+	c := s.fast.Counts()
+	return c.Held == 0 && c.Queued == 0 && s.gatedN.Load() == 0
 }
 
 // demandNow is what a sync reports of this replica: the slots it runs,

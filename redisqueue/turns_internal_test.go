@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -128,6 +129,73 @@ func TestTurnsAFreeSlotAlwaysHasAClaimant(t *testing.T) {
 	// one each, no longer a turn.)
 	if rep := a.sync(0, 2); rep.held != 1 {
 		t.Fatalf("A claimed %d slots, want 1", rep.held)
+	}
+}
+
+// Slots freed for more replicas than one call tells are told by the next
+// calls: the replicas told and not synced since no longer hold back the
+// others. At most 64 were told, whatever the slots free, and the rest
+// waited for those 64 to claim theirs.
+func TestTurnsTellEveryWaiterSlotsServe(t *testing.T) {
+	const n = 100
+	rdb, rs := rawFleet(t, n+1, n)
+	holder, waiters := rs[0], rs[1:]
+	holder.sync(0, n)
+	for _, w := range waiters {
+		w.sync(0, 1)
+	}
+	holder.sync(0, 0) // its demand gone: n slots free
+	holder.sync(0, 0) // the next call tells those the first did not
+	told := 0
+	for _, w := range waiters {
+		if w.told(rdb) {
+			told++
+		}
+	}
+	if told != n {
+		t.Fatalf("%d slots free and %d replicas waiting for one each: %d told, want %d", n, n, told, n)
+	}
+}
+
+// A replica whose demand is gone, with nothing running or waiting, while
+// other replicas wait, gives its share back with the sync that reports it:
+// the slots are free, and the waiters told, after one call. It used to
+// report the share as held and give it back a sync later, and at a
+// thousand replicas those second syncs doubled the calls as a load moved.
+func TestAnIdleReplicaGivesBackWithItsReport(t *testing.T) {
+	rdb, rs := rawFleet(t, 1, 2)
+	w := rs[0]
+	s := startedShares(t, 0)
+	b := s.b
+	b.rdb = rdb
+	b.opts.Name = w.b.opts.Name
+	b.keys, b.keyArgs = w.b.keys, w.b.keyArgs
+	b.base = []any{2, b.opts.LeaseTTL.Milliseconds(), w.b.lists, b.replica}
+	t.Cleanup(func() { _, _ = b.call(sharesScript, "bye") })
+	w.sync(0, 0) // the Name's keys, made without the freeze of new keys
+	if _, err := w.b.call(sharesScript, "bye"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sync(false, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.localLimit(); got != 2 {
+		t.Fatalf("alone and idle, the replica holds %d slots, want 2 (room for arrivals)", got)
+	}
+	w.sync(0, 1) // waits: no slot is free
+	s.shortLast.Store(true)
+	if err := s.sync(true, false); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := rdb.HGet(context.Background(), b.keys[skS], b.replica).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := strconv.Atoi(strings.Fields(rec)[0]); held != 0 {
+		t.Fatalf("after the sync that reported it idle, Redis counts %d slots as the replica's, want 0", held)
+	}
+	if !w.told(rdb) {
+		t.Fatal("the idle replica's slots are free, and the waiting replica was not told")
 	}
 }
 
