@@ -112,10 +112,8 @@ type Options struct {
 	// that fails or takes longer counts as a failure: the request that made
 	// it gets OnRedisDown at once, a release or cancel is retried in the
 	// background, and FailureThreshold failures in a row mark Redis down for
-	// the whole replica. In Shares mode a sync, which no request waits on
-	// alone, is given 4 × CallTimeout, at most LeaseTTL / (2 ×
-	// FailureThreshold). Zero means DefaultCallTimeout (150 ms). Negative
-	// is refused.
+	// the whole replica. Zero means DefaultCallTimeout (150 ms). Negative is
+	// refused.
 	CallTimeout time.Duration
 
 	// FailureThreshold is how many calls in a row must fail, with no call

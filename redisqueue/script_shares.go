@@ -210,31 +210,44 @@ end
 -- tellWaiting tells the first replicas of sw (not me) that n slots are
 -- free: as many as those slots serve, in turn order, after those told
 -- before and not synced since (they are coming for theirs, a slot each at
--- least). Those are mostly the first of sw: the replicas told are looked
--- for a little before their count, up to 64 a call, so that a thousand
--- slots freed at once reach a thousand waiting replicas in a few calls,
--- not 64 at a time. A head that does not claim within the claim window
--- leaves sw, and a later sync tells the next one in its place.
+-- least). Those are mostly the first of sw: past the first eight (where a
+-- higher band that began to wait since stands), the replicas told are
+-- looked for a little before their count, up to 64 a call, so that a
+-- thousand slots freed at once reach a thousand waiting replicas in a few
+-- calls, not 64 at a time. A head that does not claim within the claim
+-- window leaves sw, and a later sync tells the next one in its place.
 local function tellWaiting(n)
   if n <= 0 then return end
   local pending = redis.call('ZCARD', SN)
   local left = n - pending
   if left <= 0 then return end
-  local from, cum, read = math.max(0, pending - 8), 0, 0
-  for _, id in ipairs(redis.call('ZRANGE', SW, from, from + math.min(left + 8, 64) - 1)) do
-    if id ~= me and not redis.call('ZSCORE', SN, id) then
-      -- what it waits for: its least share, read for the first eight
-      local want = 1
-      if read < 8 then
-        read = read + 1
-        local h = parse(redis.call('HGET', S, id))
-        if h then want = math.max(1, h.lst - h.held) end
-      end
-      if cum + want > left then break end
-      cum = cum + want
-      redis.call('ZADD', SN, now, id)
-      notify(id)
+  local cum, read = 0, 0
+  -- tell tells id if it was not told; false once the slots are spent
+  local function tell(id)
+    if id == me or redis.call('ZSCORE', SN, id) then return true end
+    -- what it waits for: its least share, read for the first eight
+    local want = 1
+    if read < 8 then
+      read = read + 1
+      local h = parse(redis.call('HGET', S, id))
+      if h then want = math.max(1, h.lst - h.held) end
     end
+    if cum + want > left then return false end
+    cum = cum + want
+    redis.call('ZADD', SN, now, id)
+    notify(id)
+    return true
+  end
+  local from = math.max(0, pending - 8)
+  local head = math.min(from, 8)
+  if head > 0 then
+    for _, id in ipairs(redis.call('ZRANGE', SW, 0, head - 1)) do
+      if not tell(id) then return end
+    end
+  end
+  from = math.max(from, head)
+  for _, id in ipairs(redis.call('ZRANGE', SW, from, from + math.min(left + 8, 64) - 1)) do
+    if not tell(id) then return end
   end
 end
 

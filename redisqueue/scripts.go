@@ -121,12 +121,7 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 // callIn is call within parent: a call that parent ended is not a failure
 // of Redis.
 func (b *Backend) callIn(parent context.Context, s *script, args ...any) (any, error) {
-	return b.callFor(parent, b.opts.CallTimeout, s, args...)
-}
-
-// callFor is callIn with timeout in place of CallTimeout.
-func (b *Backend) callFor(parent context.Context, timeout time.Duration, s *script, args ...any) (any, error) {
-	ctx, cancel := context.WithTimeout(parent, timeout)
+	ctx, cancel := context.WithTimeout(parent, b.opts.CallTimeout)
 	defer cancel()
 	start := time.Now()
 	res, err := evalScript(ctx, b.rdb, s, b.keyArgs, b.base, args)

@@ -1026,7 +1026,7 @@ func (s *shares) sync(fell, renewal bool) error {
 	sent := time.Now()
 	o := b.opts
 	report := max(local, d.held)
-	res, err := b.callFor(context.Background(), s.syncTimeout(), sharesScript, "sync", report, min(d.need, math.MaxInt32), d.bands, d.queued,
+	res, err := b.call(sharesScript, "sync", report, min(d.need, math.MaxInt32), d.bands, d.queued,
 		epoch, seen, seenV, min(2*renewMax(o, seen)+2*o.CallTimeout, o.LeaseTTL/2).Milliseconds(), s.newKeysFreeze().Milliseconds(),
 		min(d.least, math.MaxInt32), s.syncs.Add(1), s.claimWindow().Milliseconds())
 	if err != nil {
@@ -1056,17 +1056,6 @@ func (s *shares) sync(fell, renewal bool) error {
 	b.limit.Store(rep.limit)
 	s.apply(rep, sent, d.need, renewal)
 	return nil
-}
-
-// syncTimeout bounds a sync: 4 × CallTimeout, at most LeaseTTL / (2 ×
-// FailureThreshold) so that Redis is still found down within half a lease,
-// and never less than CallTimeout. No request waits on a sync alone, and
-// while its lease is valid the replica admits within its share: a sync
-// slower than a CallTimeout under a burst (a busy Redis, or a replica
-// whose goroutines wait for a core) is not an outage.
-func (s *shares) syncTimeout() time.Duration {
-	o := s.b.opts
-	return max(o.CallTimeout, min(4*o.CallTimeout, o.LeaseTTL/time.Duration(2*o.FailureThreshold)))
 }
 
 // idleNow reports whether nothing runs or waits here.

@@ -950,13 +950,22 @@ func TestSharesCallRedisRarelyAtSaturation(t *testing.T) {
 // left to time out, under either policy; it serves again once Redis is back.
 func TestSharesWithoutAShareAnswerUnavailableDuringAnOutage(t *testing.T) {
 	needRedis(t)
-	for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
-		t.Run(policy.String(), func(t *testing.T) {
+	for _, tt := range []struct {
+		policy      redisqueue.Policy
+		callTimeout time.Duration // zero: the default
+	}{{redisqueue.FailOpen, 50 * time.Millisecond}, {redisqueue.FailClosed, 50 * time.Millisecond}, {redisqueue.FailClosed, 0}} {
+		policy := tt.policy
+		t.Run(fmt.Sprintf("%v/%v", policy, tt.callTimeout), func(t *testing.T) {
 			srv := startRedis(t)
 			var f fleetCounter
+			// With the default CallTimeout, a QueueTimeout of a second:
+			// Redis must be found down, and the waiter answered 503, first.
 			cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 2 * time.Second}
+			if tt.callTimeout == 0 {
+				cfg.QueueTimeout = time.Second
+			}
 			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy,
-				CallTimeout: 50 * time.Millisecond}
+				CallTimeout: tt.callTimeout}
 			busy := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
 			idle := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
 			ld := startShape([]*replica{busy, idle}, 8)
@@ -973,8 +982,8 @@ func TestSharesWithoutAShareAnswerUnavailableDuringAnOutage(t *testing.T) {
 			code := idle.get()
 			took := time.Since(start)
 			t.Logf("%v: the replica without a share answered %d after %v", policy, code, took)
-			if code != http.StatusServiceUnavailable || took > time.Second {
-				t.Errorf("got %d after %v, want 503 within a second (QueueTimeout is 2s)", code, took)
+			if code != http.StatusServiceUnavailable || took >= cfg.QueueTimeout || took > time.Second {
+				t.Errorf("got %d after %v, want 503 within a second (QueueTimeout is %v)", code, took, cfg.QueueTimeout)
 			}
 			eventually(t, 3*time.Second, "no 200 after the pause", func() bool { return idle.get() == http.StatusOK })
 			if p := f.peak.Load(); p > 2 {

@@ -157,6 +157,36 @@ func TestTurnsTellEveryWaiterSlotsServe(t *testing.T) {
 	}
 }
 
+// Replicas of a higher band that began to wait after others were told of
+// free slots stand at the head of the turns, ahead of those told: slots
+// freed next are told to them first. The replicas told were looked for
+// only near their count, and the head was passed over.
+func TestTurnsTellAHigherBandAheadOfThoseTold(t *testing.T) {
+	const limit = 30
+	rdb, rs := rawFleet(t, 1+20+10+3, limit)
+	holder, lows, highs, heads := rs[0], rs[1:21], rs[21:31], rs[31:]
+	holder.sync(0, limit)
+	if got := holder.sync(limit, limit).held; got != limit {
+		t.Fatalf("the holder holds %d slots, want %d", got, limit)
+	}
+	for _, w := range lows {
+		w.syncBands(0, 1, "0:1")
+	}
+	holder.sync(20, 20) // 10 free: told to the first 10 of band 0
+	for _, h := range highs {
+		h.syncBands(0, 1, "5:1") // take those 10
+	}
+	for _, h := range heads {
+		h.syncBands(0, 1, "5:1") // no slot free: they wait, at the head
+	}
+	holder.sync(5, 5) // 15 free
+	for i, h := range heads {
+		if !h.told(rdb) {
+			t.Errorf("band-5 replica %d, at the head of the turns, was not told of 15 free slots", i)
+		}
+	}
+}
+
 // A replica whose demand is gone, with nothing running or waiting, while
 // other replicas wait, gives its share back with the sync that reports it:
 // the slots are free, and the waiters told, after one call. It used to
