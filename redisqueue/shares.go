@@ -213,7 +213,8 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 	// one above the share waits until the share covers it.
 	a.Cost = min(max(a.Cost, 1), int(max(s.costCap(), 1)))
 	c := s.fast.Counts()
-	s.notePeak(c.Held + s.queuedSlots(c) + a.Cost)
+	_, waiting, _ := s.waiters(c)
+	s.notePeak(c.Held + waiting + a.Cost)
 	if c.Held+a.Cost > c.Limit || c.Queued > 0 {
 		s.noteWaiter()
 	}
@@ -425,16 +426,6 @@ func (s *shares) waiters(c ginqueue.Counts) (requests, slots, most int) {
 		slots, most = max(sum, requests), max(m, 1)
 	}
 	return requests, slots, most
-}
-
-// queuedSlots is the demand of the requests waiting here, in slots: with
-// costs, what they ask for, else one each.
-func (s *shares) queuedSlots(c ginqueue.Counts) int {
-	if !s.b.limits.Weighted {
-		return c.Queued
-	}
-	sum, _ := s.waitingSlots()
-	return max(sum, c.Queued)
 }
 
 // notePeak raises the peak demand since the previous sync to n.
