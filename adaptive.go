@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // Algorithm chooses how an adaptive limit moves.
@@ -53,7 +55,7 @@ type AdaptiveConfig struct {
 	// above the MaxLimit field.
 	MinLimit int
 	// MaxLimit is the highest limit. Zero means 1000. It must be in
-	// [0, MaxLimit] (the constant).
+	// [0, 2^30].
 	MaxLimit int
 	// Algorithm is Gradient (the zero value) or AIMD.
 	Algorithm Algorithm
@@ -76,10 +78,10 @@ type AdaptiveConfig struct {
 // field of Config.Adaptive.
 func (a AdaptiveConfig) validate() error {
 	switch {
-	case a.MinLimit < 0 || a.MinLimit > MaxLimit:
-		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit must be in [0, %d], got %d", MaxLimit, a.MinLimit)
-	case a.MaxLimit < 0 || a.MaxLimit > MaxLimit:
-		return fmt.Errorf("ginqueue: Config.Adaptive.MaxLimit must be in [0, %d], got %d", MaxLimit, a.MaxLimit)
+	case a.MinLimit < 0 || a.MinLimit > backend.MaxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit must be in [0, %d], got %d", backend.MaxLimit, a.MinLimit)
+	case a.MaxLimit < 0 || a.MaxLimit > backend.MaxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MaxLimit must be in [0, %d], got %d", backend.MaxLimit, a.MaxLimit)
 	case a.withDefaults().MinLimit > a.withDefaults().MaxLimit:
 		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit %d exceeds MaxLimit %d", a.MinLimit, a.withDefaults().MaxLimit)
 	case a.Algorithm > AIMD:
@@ -135,7 +137,7 @@ const resolution = time.Microsecond
 // square added just as its window is taken counts in the next one.
 type limiter struct {
 	cfg    AdaptiveConfig
-	target LimitSetter
+	target backend.LimitSetter
 	busy   func() int // the demand now: slots running plus requests waiting
 
 	floor int // the lowest limit the algorithm reaches: MinLimit, for Gradient at least 2
@@ -157,7 +159,7 @@ type limiter struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	limit    float64 // always finite and within [MinLimit, MaxLimit]
+	limit    float64 // always finite and within [MinLimit, backend.MaxLimit]
 	noLoadSE float64 // the standard error of the no-load latency, µs
 	probing  bool    // the current window measures no-load latency
 	warming  bool    // the first window after a probe: its samples are biased short
@@ -181,7 +183,7 @@ func tagOf(gen uint64) uint64 { return gen << accTagShift }
 
 // newLimiter starts at start, within [MinLimit, MaxLimit], and opens with
 // a probe of no-load latency.
-func newLimiter(cfg AdaptiveConfig, start int, target LimitSetter, busy func() int) *limiter {
+func newLimiter(cfg AdaptiveConfig, start int, target backend.LimitSetter, busy func() int) *limiter {
 	l := &limiter{cfg: cfg.withDefaults(), target: target, busy: busy}
 	l.floor = l.cfg.MinLimit
 	if l.cfg.Algorithm == Gradient {
@@ -368,7 +370,7 @@ func (l *limiter) noLoadLatency() time.Duration { return time.Duration(l.noLoad.
 // probe in progress), and goes on from there. It returns the Backend's error,
 // and then changes nothing.
 func (l *limiter) set(n int) error {
-	if err := CheckLimit(n); err != nil {
+	if err := backend.CheckLimit(n); err != nil {
 		return err
 	}
 	l.mu.Lock()

@@ -23,17 +23,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
-type nonSetter struct{ ginqueue.Backend }
+type nonSetter struct{ backend.Backend }
 
 func TestAdaptiveNeedsLimitSetter(t *testing.T) {
-	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, Backend: nonSetter{ginqueue.NewMemoryBackend()}})
+	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, Backend: nonSetter{inmem.New()}})
 	require.NoError(t, err)
 	assert.ErrorContains(t, q.SetLimit(2), "cannot change its limit")
 	_, err = ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: 1, Adaptive: &ginqueue.AdaptiveConfig{},
-		Backend: nonSetter{ginqueue.NewMemoryBackend()}})
-	assert.ErrorContains(t, err, "Config.Adaptive needs a Backend that implements LimitSetter")
+		Backend: nonSetter{inmem.New()}})
+	assert.ErrorContains(t, err, "Config.Adaptive needs a Backend that implements backend.LimitSetter")
 	for _, tt := range []struct {
 		a    ginqueue.AdaptiveConfig
 		want string
@@ -176,7 +178,7 @@ func TestAdaptiveLimitFollowsCapacity(t *testing.T) {
 
 // failingSetter is a Backend whose limit cannot change right now.
 type failingSetter struct {
-	ginqueue.Backend
+	backend.Backend
 	fail bool
 }
 
@@ -184,12 +186,12 @@ func (f *failingSetter) SetLimit(n int) error {
 	if f.fail {
 		return fmt.Errorf("backend down")
 	}
-	return f.Backend.(ginqueue.LimitSetter).SetLimit(n)
+	return f.Backend.(backend.LimitSetter).SetLimit(n)
 }
 
 // With Adaptive on, SetLimit returns the Backend's error and keeps nothing.
 func TestAdaptiveSetLimitReportsBackendError(t *testing.T) {
-	b := &failingSetter{Backend: ginqueue.NewMemoryBackend()}
+	b := &failingSetter{Backend: inmem.New()}
 	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, Backend: b, Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 1, MaxLimit: 50}})
 	require.NoError(t, q.SetLimit(8))
 	assert.Equal(t, 8, q.Stats().Limit)
@@ -202,7 +204,7 @@ func TestAdaptiveSetLimitReportsBackendError(t *testing.T) {
 
 // recordingSetter is a Backend that records every limit it is given.
 type recordingSetter struct {
-	ginqueue.Backend
+	backend.Backend
 	mu   sync.Mutex
 	args []int
 }
@@ -211,7 +213,7 @@ func (r *recordingSetter) SetLimit(n int) error {
 	r.mu.Lock()
 	r.args = append(r.args, n)
 	r.mu.Unlock()
-	return r.Backend.(ginqueue.LimitSetter).SetLimit(n)
+	return r.Backend.(backend.LimitSetter).SetLimit(n)
 }
 
 // limits returns the limits given so far.
@@ -243,7 +245,7 @@ func TestAdaptiveInstantHandlers(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const start, lo, hi, clients, each = 8, 1, 64, 64, 50
-				b := &recordingSetter{Backend: ginqueue.NewMemoryBackend()}
+				b := &recordingSetter{Backend: inmem.New()}
 				q := mustQueue(t, ginqueue.Config{MaxConcurrent: start, MaxQueue: 1000, QueueTimeout: time.Minute, Backend: b,
 					Adaptive: &ginqueue.AdaptiveConfig{MinLimit: lo, MaxLimit: hi, Algorithm: alg, Window: 10, ProbeEvery: 3}})
 				seen := make(chan int, clients*each+200)
@@ -321,7 +323,7 @@ func TestAdaptiveRecoversAfterFastBurst(t *testing.T) {
 		t.Run(fmt.Sprintf("%v after %v", tt.alg, tt.burst), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const lo, hi, clients, burstSize = 4, 40, 40, 400
-				b := &recordingSetter{Backend: ginqueue.NewMemoryBackend()}
+				b := &recordingSetter{Backend: inmem.New()}
 				q := mustQueue(t, ginqueue.Config{MaxConcurrent: hi, MaxQueue: 1000, QueueTimeout: time.Minute, Backend: b,
 					Adaptive: &ginqueue.AdaptiveConfig{MinLimit: lo, MaxLimit: hi, Algorithm: tt.alg}})
 				var burst atomic.Int64        // fast responses still to give
@@ -390,7 +392,7 @@ type queuingStats struct {
 	waiting int
 }
 
-func (b queuingStats) Stats() ginqueue.BackendStats {
+func (b queuingStats) Stats() backend.Stats {
 	st := b.recordingSetter.Stats()
 	st.Queued += b.waiting
 	return st
@@ -411,7 +413,7 @@ func TestAdaptiveGrowsOnlyWhenUsed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const start = 10
-				b := queuingStats{&recordingSetter{Backend: ginqueue.NewMemoryBackend()}, tt.waiting}
+				b := queuingStats{&recordingSetter{Backend: inmem.New()}, tt.waiting}
 				q := mustQueue(t, ginqueue.Config{MaxConcurrent: start, MaxQueue: 10, QueueTimeout: time.Minute, Backend: b,
 					Adaptive: &ginqueue.AdaptiveConfig{MaxLimit: 100, Window: 10}})
 				r := newEngine(q.Handler(), func(c *gin.Context) {
@@ -439,7 +441,7 @@ func TestAdaptiveGrowsOnlyWhenUsed(t *testing.T) {
 // blockingSetter is a Backend whose next SetLimit, once armed, waits for
 // release, as the dispatcher's does while its lock is busy.
 type blockingSetter struct {
-	ginqueue.Backend
+	backend.Backend
 	armed   atomic.Bool
 	entered chan int
 	release <-chan struct{}
@@ -450,7 +452,7 @@ func (b *blockingSetter) SetLimit(n int) error {
 		b.entered <- n
 		<-b.release
 	}
-	return b.Backend.(ginqueue.LimitSetter).SetLimit(n)
+	return b.Backend.(backend.LimitSetter).SetLimit(n)
 }
 
 // Stats never waits, not even for an adaptive update that is itself waiting
@@ -467,7 +469,7 @@ func TestStatsDoesNotWaitForAdaptiveUpdate(t *testing.T) {
 	})
 	defer watchdog.Stop()
 	synctest.Test(t, func(t *testing.T) {
-		b := &blockingSetter{Backend: ginqueue.NewMemoryBackend(), entered: make(chan int, 1), release: release}
+		b := &blockingSetter{Backend: inmem.New(), entered: make(chan int, 1), release: release}
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 10, QueueTimeout: time.Minute, Backend: b,
 			Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 1, MaxLimit: 8}})
 		b.armed.Store(true)
@@ -506,7 +508,7 @@ func TestAdaptiveSpreadLatencyKeepsThroughput(t *testing.T) {
 			t.Run(d.name+" "+alg.String(), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					const clients, hi = 100, 100
-					b := &recordingSetter{Backend: ginqueue.NewMemoryBackend()}
+					b := &recordingSetter{Backend: inmem.New()}
 					q := mustQueue(t, ginqueue.Config{MaxConcurrent: hi, MaxQueue: 1000, QueueTimeout: time.Hour, Backend: b,
 						Adaptive: &ginqueue.AdaptiveConfig{MinLimit: 1, MaxLimit: hi, Algorithm: alg}})
 					var mu sync.Mutex

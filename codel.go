@@ -50,7 +50,7 @@ func (c CoDel) withDefaults() CoDel {
 }
 
 // check reports the first field of c that cannot work, naming it as a field
-// of the struct called from (Config.CoDel or Limits.CoDel).
+// of the struct called from (Config.CoDel, or Limits.CoDel for the CoDel fields of Limits).
 func (c CoDel) check(from string) error {
 	d := c.withDefaults()
 	switch {
@@ -73,7 +73,7 @@ func byDefault(v time.Duration) string {
 	return ""
 }
 
-// codel is Limits.CoDel as the dispatcher uses it: the two maximum waits a
+// codel is the CoDel of Limits as the dispatcher uses it: the two maximum waits a
 // waiter can have, in nanoseconds, each already capped by QueueTimeout, so
 // at any moment one of them is every waiter's maximum wait.
 type codel struct {

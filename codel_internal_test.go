@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +19,7 @@ import (
 func holdAll(t *testing.T, d *dispatcher, n int) {
 	t.Helper()
 	for range n {
-		_, err := d.Acquire(context.Background(), Arrival{})
+		_, err := d.Acquire(context.Background(), backend.Arrival{})
 		require.NoError(t, err)
 	}
 }
@@ -60,7 +61,7 @@ func TestCoDelMaximumWaits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 200, QueueTimeout: tc.timeout, CoDel: tc.codel})
+				d := startDispatcher(t, withCoDel(backend.Limits{MaxConcurrent: 1, MaxQueue: 200, QueueTimeout: tc.timeout}, tc.codel))
 				holdAll(t, d, 1)
 				t0 := time.Now()
 				var outs []<-chan parked
@@ -68,7 +69,7 @@ func TestCoDelMaximumWaits(t *testing.T) {
 				for a := time.Duration(0); a < until; a += every {
 					time.Sleep(a - time.Since(t0))
 					at = append(at, a)
-					outs = append(outs, park(d, context.Background(), Arrival{}))
+					outs = append(outs, park(d, context.Background(), backend.Arrival{}))
 				}
 				time.Sleep(2 * time.Second)
 				require.NoError(t, d.Close())
@@ -77,10 +78,10 @@ func TestCoDelMaximumWaits(t *testing.T) {
 					leave := min(addDur(a, tc.long), max(tc.stand, addDur(a, tc.short)))
 					r := <-out
 					if leave > until+2*time.Second {
-						assert.ErrorIs(t, r.err, ErrClosed, "waiter %d (at %v) should still have waited at Close", i, a)
+						assert.ErrorIs(t, r.err, backend.ErrClosed, "waiter %d (at %v) should still have waited at Close", i, a)
 						continue
 					}
-					assert.ErrorIs(t, r.err, ErrQueueTimeout, "waiter %d (at %v)", i, a)
+					assert.ErrorIs(t, r.err, backend.ErrQueueTimeout, "waiter %d (at %v)", i, a)
 					assert.Equal(t, leave-a, r.waited, "waiter %d (at %v) waited", i, a)
 				}
 			})
@@ -97,31 +98,31 @@ func addDur(a, b time.Duration) time.Duration {
 // Target are granted, and those left time out only after Interval.
 func TestCoDelAbsorbsBurst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
+		d := startDispatcher(t, withCoDel(backend.Limits{MaxConcurrent: 1, MaxQueue: 10}, &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}))
 		holdAll(t, d, 1)
 		var outs []<-chan parked
 		for range 4 {
-			outs = append(outs, park(d, context.Background(), Arrival{}))
+			outs = append(outs, park(d, context.Background(), backend.Arrival{}))
 		}
 		time.Sleep(40 * time.Millisecond)
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 		synctest.Wait()
 		r := <-outs[0]
 		assert.NoError(t, r.err, "a waiter 40 ms into a burst is granted")
 		assert.Equal(t, 40*time.Millisecond, r.waited)
 		time.Sleep(30 * time.Millisecond)
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 		synctest.Wait()
 		r = <-outs[1]
 		assert.NoError(t, r.err, "a waiter 70 ms into a burst is granted")
 		assert.Equal(t, 70*time.Millisecond, r.waited)
 		for _, out := range outs[2:] {
 			r := <-out
-			assert.ErrorIs(t, r.err, ErrQueueTimeout)
+			assert.ErrorIs(t, r.err, backend.ErrQueueTimeout)
 			assert.Equal(t, 100*time.Millisecond, r.waited, "the rest time out after Interval")
 		}
-		d.Release(Ticket{})
-		assert.Equal(t, BackendStats{Limit: 1, Served: 3}, d.Stats())
+		d.Release(backend.Ticket{})
+		assert.Equal(t, backend.Stats{Limit: 1, Served: 3}, d.Stats())
 	})
 }
 
@@ -132,33 +133,33 @@ func TestCoDelAbsorbsBurst(t *testing.T) {
 // 130 ms. One that came 2 ms before then now has 5 ms in all.
 func TestCoDelTimerFiresWhenTheQueueStands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
+		d := startDispatcher(t, withCoDel(backend.Limits{MaxConcurrent: 1, MaxQueue: 10}, &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}))
 		holdAll(t, d, 1)
 		t0 := time.Now()
 		at := func(ms int) { time.Sleep(time.Duration(ms)*time.Millisecond - time.Since(t0)) }
 		ctxA, cancelA := context.WithCancel(context.Background())
-		a := park(d, ctxA, Arrival{}) // arms the timer for 100 ms
+		a := park(d, ctxA, backend.Arrival{}) // arms the timer for 100 ms
 		at(10)
 		cancelA() // the queue empties
 		at(20)
 		ctxB, cancelB := context.WithCancel(context.Background())
-		b := park(d, ctxB, Arrival{}) // busy again from 20 ms
+		b := park(d, ctxB, backend.Arrival{}) // busy again from 20 ms
 		at(30)
-		c := park(d, context.Background(), Arrival{})
+		c := park(d, context.Background(), backend.Arrival{})
 		at(50)
 		cancelB()
 		at(118)
-		late := park(d, context.Background(), Arrival{})
+		late := park(d, context.Background(), backend.Arrival{})
 		for _, out := range []<-chan parked{a, b} {
 			assert.ErrorIs(t, (<-out).err, context.Canceled)
 		}
 		r := <-c
-		assert.ErrorIs(t, r.err, ErrQueueTimeout)
+		assert.ErrorIs(t, r.err, backend.ErrQueueTimeout)
 		assert.Equal(t, 90*time.Millisecond, r.waited, "dropped when the queue stood, at 120 ms")
 		r = <-late
-		assert.ErrorIs(t, r.err, ErrQueueTimeout)
+		assert.ErrorIs(t, r.err, backend.ErrQueueTimeout)
 		assert.Equal(t, 5*time.Millisecond, r.waited, "Target, once the queue stands")
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 	})
 }
 
@@ -167,30 +168,30 @@ func TestCoDelTimerFiresWhenTheQueueStands(t *testing.T) {
 // Target is timed out, not granted, though it is within Interval.
 func TestCoDelGrantChecksTheEffectiveDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
+		d := startDispatcher(t, withCoDel(backend.Limits{MaxConcurrent: 1, MaxQueue: 10}, &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}))
 		holdAll(t, d, 1)
 		ctx, cancel := context.WithCancel(context.Background())
-		first := park(d, ctx, Arrival{}) // the queue is busy from 0 ms
+		first := park(d, ctx, backend.Arrival{}) // the queue is busy from 0 ms
 		time.Sleep(3 * time.Millisecond)
-		old := park(d, context.Background(), Arrival{})
+		old := park(d, context.Background(), backend.Arrival{})
 		time.Sleep(time.Millisecond)
 		cancel()
 		assert.ErrorIs(t, (<-first).err, context.Canceled)
 		time.Sleep(94 * time.Millisecond)
-		young := park(d, context.Background(), Arrival{})
+		young := park(d, context.Background(), backend.Arrival{})
 		time.Sleep(time.Millisecond)
 		d.mu.Lock()
 		d.timer.Stop() // the timer is late; timerAt stays set, so nobody re-arms it
 		d.mu.Unlock()
 		time.Sleep(3 * time.Millisecond) // 102 ms: the queue stands
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 		synctest.Wait()
 		r := <-old
-		assert.ErrorIs(t, r.err, ErrQueueTimeout, "waited 99 ms of a 5 ms maximum wait")
+		assert.ErrorIs(t, r.err, backend.ErrQueueTimeout, "waited 99 ms of a 5 ms maximum wait")
 		assert.Equal(t, 99*time.Millisecond, r.waited)
 		r = <-young
 		assert.NoError(t, r.err, "waited 4 ms of a 5 ms maximum wait")
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 	})
 }
 
@@ -200,12 +201,12 @@ func TestCoDelGrantChecksTheEffectiveDeadline(t *testing.T) {
 // instead of Target. It waited 99 ms of a 5 ms maximum wait and must time out.
 func TestCoDelLastWaiterGetsTheStandingMaximumWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 10, CoDel: &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}})
+		d := startDispatcher(t, withCoDel(backend.Limits{MaxConcurrent: 1, MaxQueue: 10}, &CoDel{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}))
 		holdAll(t, d, 1)
 		ctx, cancel := context.WithCancel(context.Background())
-		first := park(d, ctx, Arrival{}) // the queue is busy from 0 ms
+		first := park(d, ctx, backend.Arrival{}) // the queue is busy from 0 ms
 		time.Sleep(3 * time.Millisecond)
-		old := park(d, context.Background(), Arrival{})
+		old := park(d, context.Background(), backend.Arrival{})
 		time.Sleep(time.Millisecond)
 		cancel()
 		assert.ErrorIs(t, (<-first).err, context.Canceled)
@@ -214,13 +215,13 @@ func TestCoDelLastWaiterGetsTheStandingMaximumWait(t *testing.T) {
 		d.timer.Stop() // the timer is late (a loaded machine), as in TestCoDelGrantChecksTheEffectiveDeadline
 		d.mu.Unlock()
 		time.Sleep(3 * time.Millisecond) // 102 ms: the queue has stood for 2 ms
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 		synctest.Wait()
 		r := <-old
-		assert.ErrorIs(t, r.err, ErrQueueTimeout, "waited 99 ms of a 5 ms maximum wait in a standing queue")
+		assert.ErrorIs(t, r.err, backend.ErrQueueTimeout, "waited 99 ms of a 5 ms maximum wait in a standing queue")
 		assert.Equal(t, 99*time.Millisecond, r.waited)
 		if r.err == nil {
-			d.Release(Ticket{})
+			d.Release(backend.Ticket{})
 		}
 	})
 }
@@ -261,8 +262,7 @@ func TestCoDelLIFO(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 20,
-					CoDel: &CoDel{Target: 50 * time.Millisecond, Interval: 100 * time.Millisecond, LIFO: true}})
+				d := startDispatcher(t, withCoDel(backend.Limits{MaxConcurrent: 1, MaxQueue: 20}, &CoDel{Target: 50 * time.Millisecond, Interval: 100 * time.Millisecond, LIFO: true}))
 				holdAll(t, d, 1)
 				t0 := time.Now()
 				// Fillers of the lowest priority keep the queue busy until it
@@ -270,21 +270,21 @@ func TestCoDelLIFO(t *testing.T) {
 				var fillers []<-chan parked
 				for _, at := range []time.Duration{0, 40 * time.Millisecond, 80 * time.Millisecond} {
 					time.Sleep(at - time.Since(t0))
-					fillers = append(fillers, park(d, context.Background(), Arrival{Priority: -1}))
+					fillers = append(fillers, park(d, context.Background(), backend.Arrival{Priority: -1}))
 				}
 				time.Sleep(101*time.Millisecond - time.Since(t0))
 				for _, f := range fillers[:2] {
-					assert.ErrorIs(t, (<-f).err, ErrQueueTimeout, "the queue stood at 100 ms")
+					assert.ErrorIs(t, (<-f).err, backend.ErrQueueTimeout, "the queue stood at 100 ms")
 				}
 				serve := func(want []string) {
 					t.Helper()
 					outs := map[string]<-chan parked{}
 					for _, a := range tc.arrivals {
-						outs[a.id] = park(d, context.Background(), Arrival{Priority: a.prio, Flow: a.flow})
+						outs[a.id] = park(d, context.Background(), backend.Arrival{Priority: a.prio, Flow: a.flow})
 					}
 					var got []string
 					for range want {
-						d.Release(Ticket{})
+						d.Release(backend.Ticket{})
 						synctest.Wait()
 						for id, out := range outs {
 							select {
@@ -298,11 +298,11 @@ func TestCoDelLIFO(t *testing.T) {
 					assert.Equal(t, want, got)
 				}
 				serve(tc.standing)
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 				synctest.Wait()
 				assert.NoError(t, (<-fillers[2]).err, "the filler goes last, and the queue empties")
 				serve(tc.fifo)
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 				assert.Equal(t, 0, d.Stats().Running)
 			})
 		})
@@ -315,26 +315,25 @@ func TestCoDelLIFO(t *testing.T) {
 // the waiter before it.
 func TestLIFOHeadHoldsTheLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 8, QueueTimeout: time.Minute,
-			CoDel: &CoDel{Target: 10 * time.Millisecond, Interval: 10 * time.Millisecond, LIFO: true}})
+		d := startDispatcher(t, withCoDel(backend.Limits{MaxConcurrent: 4, MaxQueue: 8, QueueTimeout: time.Minute}, &CoDel{Target: 10 * time.Millisecond, Interval: 10 * time.Millisecond, LIFO: true}))
 		for range 4 {
 			require.NotZero(t, d.TryAcquire())
 		}
-		first := park(d, context.Background(), Arrival{Cost: 1}) // the queue is busy from now on
+		first := park(d, context.Background(), backend.Arrival{Cost: 1}) // the queue is busy from now on
 		time.Sleep(8 * time.Millisecond)
-		light := park(d, context.Background(), Arrival{Cost: 1})
+		light := park(d, context.Background(), backend.Arrival{Cost: 1})
 		time.Sleep(time.Millisecond)
-		heavy := park(d, context.Background(), Arrival{Cost: 4})
+		heavy := park(d, context.Background(), backend.Arrival{Cost: 4})
 		time.Sleep(time.Millisecond) // 10 ms: the queue stands, the first waiter is dropped
 		synctest.Wait()
-		assert.ErrorIs(t, (<-first).err, ErrQueueTimeout)
+		assert.ErrorIs(t, (<-first).err, backend.ErrQueueTimeout)
 
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 		synctest.Wait()
 		assert.True(t, pending(light), "a waiter passed the newest, heavy head")
 		assert.True(t, pending(heavy))
 		for range 3 {
-			d.Release(Ticket{})
+			d.Release(backend.Ticket{})
 		}
 		h := <-heavy
 		require.NoError(t, h.err)
@@ -344,7 +343,7 @@ func TestLIFOHeadHoldsTheLine(t *testing.T) {
 		l := <-light
 		require.NoError(t, l.err)
 		d.Release(l.t)
-		assert.Equal(t, BackendStats{Limit: 4, Served: 6}, d.Stats())
+		assert.Equal(t, backend.Stats{Limit: 4, Served: 6}, d.Stats())
 	})
 }
 
@@ -358,8 +357,7 @@ func TestLIFOHeadHoldsTheLine(t *testing.T) {
 // free" invariant FuzzSchedule checks.
 func TestCoDelLIFOHeadChangeWithEqualMaximumWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 20, QueueTimeout: 30 * time.Millisecond, Weighted: true,
-			CoDel: &CoDel{Target: 50 * time.Millisecond, Interval: 100 * time.Millisecond, LIFO: true}})
+		d := startDispatcher(t, withCoDel(backend.Limits{MaxConcurrent: 4, MaxQueue: 20, QueueTimeout: 30 * time.Millisecond, Weighted: true}, &CoDel{Target: 50 * time.Millisecond, Interval: 100 * time.Millisecond, LIFO: true}))
 		holdAll(t, d, 4)
 		t0 := time.Now()
 		at := func(ms int) { time.Sleep(time.Duration(ms)*time.Millisecond - time.Since(t0)) }
@@ -369,16 +367,16 @@ func TestCoDelLIFOHeadChangeWithEqualMaximumWaits(t *testing.T) {
 			at(ms)
 			switch ms {
 			case 92:
-				d.Release(Ticket{})
-				d.Release(Ticket{}) // 2 of 4 free: not enough for the head
+				d.Release(backend.Ticket{})
+				d.Release(backend.Ticket{}) // 2 of 4 free: not enough for the head
 			case 85:
-				heavy = park(d, context.Background(), Arrival{Cost: 4}) // FIFO head of priority 0
+				heavy = park(d, context.Background(), backend.Arrival{Cost: 4}) // FIFO head of priority 0
 			case 90:
-				light = park(d, context.Background(), Arrival{Cost: 1}) // the newest of priority 0
+				light = park(d, context.Background(), backend.Arrival{Cost: 1}) // the newest of priority 0
 			default:
 				// Lower-priority fillers keep the queue from emptying; each
 				// times out after 30 ms.
-				fillers = append(fillers, park(d, context.Background(), Arrival{Priority: -1}))
+				fillers = append(fillers, park(d, context.Background(), backend.Arrival{Priority: -1}))
 			}
 		}
 		at(100) // the queue has not emptied for 100 ms: it stands, LIFO
@@ -403,7 +401,7 @@ func TestCoDelLIFOHeadChangeWithEqualMaximumWaits(t *testing.T) {
 	})
 }
 
-// Limits.Validate checks CoDel, naming the Limits field; Start fills in the
+// Start checks CoDel, naming the Limits field; Start fills in the
 // defaults of a CoDel given to it directly.
 func TestCoDelLimitsValidate(t *testing.T) {
 	for _, tc := range []struct {
@@ -420,9 +418,9 @@ func TestCoDelLimitsValidate(t *testing.T) {
 		{CoDel{Target: math.MaxInt64, Interval: math.MaxInt64}, ""},
 	} {
 		t.Run(fmt.Sprint(tc.codel), func(t *testing.T) {
-			l := Limits{MaxConcurrent: 1, MaxQueue: 1, CoDel: &tc.codel}
-			err := l.Validate()
-			d := NewMemoryBackend().(*dispatcher)
+			l := withCoDel(backend.Limits{MaxConcurrent: 1, MaxQueue: 1}, &tc.codel)
+			err := checkLimits(l, codelOf(l), "Limits")
+			d := newMemoryBackend()
 			startErr := d.Start(l)
 			if startErr == nil {
 				defer d.Close()
@@ -438,4 +436,18 @@ func TestCoDelLimitsValidate(t *testing.T) {
 			assert.Equal(t, &codel{long: int64(want.Interval), short: int64(want.Target), interval: int64(want.Interval)}, d.codel)
 		})
 	}
+}
+
+// withCoDel is l with the CoDel setting c as given (nil: off); a zero c
+// means its defaults, as in a Config.
+func withCoDel(l backend.Limits, c *CoDel) backend.Limits {
+	if c == nil {
+		return l
+	}
+	cd := *c
+	if cd == (CoDel{}) {
+		cd = cd.withDefaults()
+	}
+	l.CoDelTarget, l.CoDelInterval, l.CoDelLIFO = cd.Target, cd.Interval, cd.LIFO
+	return l
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
 // A waiter that CoDel drops is a queue timeout in every respect: the status
@@ -91,7 +93,7 @@ func TestCoDelDropIsAQueueTimeout(t *testing.T) {
 // Validate refuses a CoDel that cannot work, naming the field; NewQueue
 // returns the same error. A usable one reaches Backend.Start with its
 // defaults filled in, as a copy: changing the Config's afterwards changes
-// nothing. Without CoDel, Limits.CoDel is nil.
+// nothing. Without CoDel, the CoDel fields of Limits are zero.
 func TestCoDelConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -112,7 +114,7 @@ func TestCoDelConfig(t *testing.T) {
 			"ginqueue: Config.CoDel.Target must not exceed Config.CoDel.Interval, got 1s and 100ms (the default for zero)", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &limitsRecorder{Backend: ginqueue.NewMemoryBackend()}
+			b := &limitsRecorder{Backend: inmem.New()}
 			cfg := ginqueue.Config{MaxConcurrent: 1, MaxQueue: 1, CoDel: tc.codel, Backend: b}
 			q, err := ginqueue.NewQueue(cfg)
 			if tc.err != "" {
@@ -122,12 +124,20 @@ func TestCoDelConfig(t *testing.T) {
 			}
 			require.NoError(t, err)
 			defer q.Close()
-			assert.Equal(t, tc.want, b.limits.CoDel)
+			assert.Equal(t, tc.want, limitsCoDel(b.limits))
 			if tc.codel != nil {
-				assert.NotSame(t, tc.codel, b.limits.CoDel, "the Backend gets a copy")
 				tc.codel.Target = time.Hour
-				assert.Equal(t, tc.want, b.limits.CoDel)
+				assert.Equal(t, tc.want, limitsCoDel(b.limits), "the Backend keeps what it was given")
 			}
 		})
 	}
+}
+
+// limitsCoDel is the CoDel setting l carries, nil when it is off.
+func limitsCoDel(l backend.Limits) *ginqueue.CoDel {
+	if l == (backend.Limits{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout,
+		MaxQueuePerFlow: l.MaxQueuePerFlow, Weighted: l.Weighted}) {
+		return nil
+	}
+	return &ginqueue.CoDel{Target: l.CoDelTarget, Interval: l.CoDelInterval, LIFO: l.CoDelLIFO}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // Config describes one throttle. The zero value is not usable (MaxConcurrent
@@ -186,11 +187,11 @@ type Config struct {
 	CoDel *CoDel
 
 	// Backend decides which requests run and in what order. Nil means the
-	// in-memory Backend of this package (NewMemoryBackend), which limits one
-	// process. A shared Backend (see the redisqueue module) makes the slots
-	// and the queue global across every process that uses it with the same
-	// name.
-	Backend Backend
+	// in-memory Backend, which limits one process. A shared Backend (see
+	// the redisqueue module) makes the slots and the queue global across
+	// every process that uses it with the same name. Package backend says
+	// how to write one.
+	Backend backend.Backend
 }
 
 // DefaultConfig returns a Config with 100 concurrent requests, 1000 waiting
@@ -206,9 +207,8 @@ func DefaultConfig() Config {
 // Validate reports the first field of c that cannot work, naming the field
 // and its value. It returns nil for a usable Config.
 func (c Config) Validate() error {
-	l := c.limits()
-	l.CoDel = c.CoDel // as given, so that an error can tell a default from a value
-	if err := l.check("Config"); err != nil {
+	// CoDel as given, so that an error can tell a default from a value.
+	if err := checkLimits(c.limits(), c.CoDel, "Config"); err != nil {
 		return err
 	}
 	switch {
@@ -228,12 +228,12 @@ func (c Config) Validate() error {
 }
 
 // limits returns the part of c that a Backend needs.
-func (c Config) limits() Limits {
-	l := Limits{MaxConcurrent: c.MaxConcurrent, MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout,
+func (c Config) limits() backend.Limits {
+	l := backend.Limits{MaxConcurrent: c.MaxConcurrent, MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout,
 		MaxQueuePerFlow: c.MaxQueuePerFlow, Weighted: c.Cost != nil}
 	if c.CoDel != nil {
-		cd := c.CoDel.withDefaults() // a copy: the Config's can change afterwards
-		l.CoDel = &cd
+		cd := c.CoDel.withDefaults()
+		l.CoDelTarget, l.CoDelInterval, l.CoDelLIFO = cd.Target, cd.Interval, cd.LIFO
 	}
 	return l
 }

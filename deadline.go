@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // DeadlineHeader is a Config.Deadline that reads how long the client is
@@ -70,8 +71,8 @@ func parseWait(s string) (d time.Duration, ok bool) {
 // queue timeout, or queue full with RejectEarly, which answers at once what
 // would time out.
 var (
-	errPastDeadline      = fmt.Errorf("%w: the client's deadline had passed on arrival", ErrQueueTimeout)
-	errPastDeadlineEarly = fmt.Errorf("%w: the client's deadline had passed on arrival", ErrQueueFull)
+	errPastDeadline      = fmt.Errorf("%w: the client's deadline had passed on arrival", backend.ErrQueueTimeout)
+	errPastDeadlineEarly = fmt.Errorf("%w: the client's deadline had passed on arrival", backend.ErrQueueFull)
 )
 
 // bindDeadline gives c the request's deadline, the earlier of its request
@@ -96,7 +97,7 @@ func (q *Queue) bindDeadline(c *gin.Context) (*http.Request, context.CancelFunc,
 	if !time.Now().Before(dl) {
 		switch {
 		case q.closed.Load():
-			return nil, nil, ErrClosed
+			return nil, nil, backend.ErrClosed
 		case errors.Is(ctx.Err(), context.Canceled):
 			return nil, nil, ctx.Err()
 		case q.rejectEarly:

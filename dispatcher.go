@@ -7,6 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
 // dispatcher is the in-memory Backend (a FastBackend): a counting semaphore
@@ -88,7 +91,7 @@ type dispatcher struct {
 
 	// All fields below are guarded by mu. slowBit is set exactly when
 	// room.n > 0 || closed || idle != nil (changed together, under mu).
-	limits  Limits
+	limits  backend.Limits
 	room    *waitroom // the waiters; 0 <= room.n <= limits.MaxQueue
 	started bool
 	closed  bool
@@ -99,7 +102,7 @@ type dispatcher struct {
 	idle    chan struct{} // closed when running reaches 0; nil unless draining
 	waiters sync.Pool     // of *waiter; see newWaiter
 
-	// codel is Limits.CoDel compiled; nil when off, and then busySince is
+	// codel is the CoDel of Limits compiled; nil when off, and then busySince is
 	// neither written nor read. busySince is when the room last went from
 	// empty to not empty: while room.n > 0 the queue has not emptied since,
 	// and it stands from busySince + codel.interval on.
@@ -139,40 +142,36 @@ type dispatcher struct {
 	wakeFirst, wakeLast *waiter
 }
 
-// NewMemoryBackend returns the in-memory Backend that NewQueue uses when
-// Config.Backend is nil: one process, first in first out within a priority
-// and flow (unless CoDel.LIFO applies), no polling. It honours every Limits
-// field, and is a FastBackend and a LimitSetter; other Backends may use it
-// as a local fallback. It belongs to one Queue: a second Start fails. Close
-// and Drain work before Start too (after a NewQueue that refused its
-// Config), and one closed before it started refuses to Start.
-func NewMemoryBackend() Backend { return &dispatcher{room: newWaitroom()} }
-
 var (
-	_ FastBackend = (*dispatcher)(nil)
-	_ LimitSetter = (*dispatcher)(nil)
-	_ ShareSetter = (*dispatcher)(nil)
+	_ backend.FastPather  = (*dispatcher)(nil)
+	_ backend.FastBackend = (*dispatcher)(nil)
+	_ backend.LimitSetter = (*dispatcher)(nil)
+	_ inmem.Sharer        = (*dispatcher)(nil)
 )
 
+// FastPath implements backend.FastPather: the in-memory Backend is its own
+// fast path.
+func (d *dispatcher) FastPath() backend.FastBackend { return d }
+
 // Start implements Backend.
-func (d *dispatcher) Start(l Limits) error {
-	if err := l.Validate(); err != nil {
+func (d *dispatcher) Start(l backend.Limits) error {
+	if err := checkLimits(l, codelOf(l), "Limits"); err != nil {
 		return err
 	}
 	d.lock()
 	defer d.unlock()
 	if d.started {
-		return errors.New("ginqueue: this in-memory Backend already serves a Queue; give each Queue its own NewMemoryBackend()")
+		return errors.New("ginqueue: this in-memory Backend already serves a Queue; give each Queue its own")
 	}
 	if d.closed {
-		return errors.New("ginqueue: this in-memory Backend was closed before it started; make a new one with NewMemoryBackend()")
+		return errors.New("ginqueue: this in-memory Backend was closed before it started; make a new one")
 	}
 	d.started = true
 	d.limits = l
 	d.state.Store(uint64(l.MaxConcurrent) << limitShift)
 	d.epoch = time.Now()
-	if l.CoDel != nil {
-		d.codel = newCoDel(l.CoDel.withDefaults(), l.QueueTimeout)
+	if cd := codelOf(l); cd != nil {
+		d.codel = newCoDel(cd.withDefaults(), l.QueueTimeout)
 	}
 	if (l.QueueTimeout > 0 || d.codel != nil) && l.MaxQueue > 0 {
 		d.timer = time.AfterFunc(time.Hour, d.expire)
@@ -225,22 +224,22 @@ func (d *dispatcher) sendWakeUps() {
 // the head waiter's slots fit beside those still held. A Ticket keeps the
 // cost it was granted, and Release gives back exactly that.
 func (d *dispatcher) SetLimit(n int) error {
-	if err := CheckLimit(n); err != nil {
+	if err := backend.CheckLimit(n); err != nil {
 		return err
 	}
 	return d.setLimit(n)
 }
 
-// SetShare implements ShareSetter: SetLimit, for n from 0. With a limit of
+// SetShare implements inmem.Sharer: SetLimit, for n from 0. With a limit of
 // 0 no slot fits (see fits), so every arrival waits.
 func (d *dispatcher) SetShare(n int) error {
-	if n < 0 || n > MaxLimit {
-		return fmt.Errorf("ginqueue: share must be in [0, %d], got %d", MaxLimit, n)
+	if n < 0 || n > backend.MaxLimit {
+		return fmt.Errorf("ginqueue: share must be in [0, %d], got %d", backend.MaxLimit, n)
 	}
 	return d.setLimit(n)
 }
 
-// SetLease implements ShareSetter. A lease renewed grants the waiters its
+// SetLease implements inmem.Sharer. A lease renewed grants the waiters its
 // end held back.
 func (d *dispatcher) SetLease(until time.Time, fleet int) {
 	d.lock()
@@ -250,7 +249,7 @@ func (d *dispatcher) SetLease(until time.Time, fleet int) {
 		end = max(int64(until.Sub(d.epoch)), 1)
 	}
 	d.leaseEnd.Store(end)
-	d.clampTo.Store(int64(max(min(fleet, MaxLimit), 0)))
+	d.clampTo.Store(int64(max(min(fleet, backend.MaxLimit), 0)))
 	d.grantLocked()
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,7 +18,7 @@ import (
 // against parking waiters: the count never exceeds the limit and ends at 0.
 func TestStressKeepsInvariants(t *testing.T) {
 	const limit = 3
-	d := startDispatcher(t, Limits{MaxConcurrent: limit, MaxQueue: 8, QueueTimeout: 2 * time.Millisecond})
+	d := startDispatcher(t, backend.Limits{MaxConcurrent: limit, MaxQueue: 8, QueueTimeout: 2 * time.Millisecond})
 	var mu sync.Mutex
 	running, peak := 0, 0
 	var wg sync.WaitGroup
@@ -30,7 +31,7 @@ func TestStressKeepsInvariants(t *testing.T) {
 				if (i+j)%7 == 0 {
 					cancel()
 				}
-				_, err := d.Acquire(ctx, Arrival{})
+				_, err := d.Acquire(ctx, backend.Arrival{})
 				cancel()
 				if err != nil {
 					continue
@@ -43,7 +44,7 @@ func TestStressKeepsInvariants(t *testing.T) {
 				mu.Lock()
 				running--
 				mu.Unlock()
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 			}
 		}()
 	}
@@ -58,15 +59,15 @@ func TestStressKeepsInvariants(t *testing.T) {
 // Two goroutines share one slot with no timeout, in real time: a lost
 // wake-up would hang them.
 func TestPingPongNeverHangs(t *testing.T) {
-	d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2})
+	d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 2})
 	done := make(chan struct{}, 2)
 	for range 2 {
 		go func() {
 			for range 20_000 {
-				if _, err := d.Acquire(context.Background(), Arrival{}); err != nil {
+				if _, err := d.Acquire(context.Background(), backend.Arrival{}); err != nil {
 					break
 				}
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 			}
 			done <- struct{}{}
 		}()
@@ -87,14 +88,14 @@ func TestPingPongNeverHangs(t *testing.T) {
 func TestSetLimitWithCosts(t *testing.T) {
 	t.Run("lowered below the slots held", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			d := startDispatcher(t, Limits{MaxConcurrent: 8, MaxQueue: 4})
-			a, err := d.Acquire(context.Background(), Arrival{Cost: 4})
+			d := startDispatcher(t, backend.Limits{MaxConcurrent: 8, MaxQueue: 4})
+			a, err := d.Acquire(context.Background(), backend.Arrival{Cost: 4})
 			require.NoError(t, err)
-			b, err := d.Acquire(context.Background(), Arrival{Cost: 4})
+			b, err := d.Acquire(context.Background(), backend.Arrival{Cost: 4})
 			require.NoError(t, err)
 			require.NoError(t, d.SetLimit(2))
-			assert.Equal(t, BackendStats{Running: 8, Limit: 2, Served: 2}, d.Stats(), "preempted")
-			light := park(d, context.Background(), Arrival{Cost: 1})
+			assert.Equal(t, backend.Stats{Running: 8, Limit: 2, Served: 2}, d.Stats(), "preempted")
+			light := park(d, context.Background(), backend.Arrival{Cost: 1})
 			assert.Zero(t, d.TryAcquire())
 			d.Release(a) // 4 held, limit 2
 			synctest.Wait()
@@ -103,16 +104,16 @@ func TestSetLimitWithCosts(t *testing.T) {
 			d.Release(b)
 			r := <-light
 			require.NoError(t, r.err)
-			assert.Equal(t, BackendStats{Running: 1, Limit: 2, Served: 3}, d.Stats())
+			assert.Equal(t, backend.Stats{Running: 1, Limit: 2, Served: 3}, d.Stats())
 			d.Release(r.t)
 		})
 	})
 	t.Run("a waiter granted under a lowered limit", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			d := startDispatcher(t, Limits{MaxConcurrent: 8, MaxQueue: 4})
-			held, err := d.Acquire(context.Background(), Arrival{Cost: 6})
+			d := startDispatcher(t, backend.Limits{MaxConcurrent: 8, MaxQueue: 4})
+			held, err := d.Acquire(context.Background(), backend.Arrival{Cost: 6})
 			require.NoError(t, err)
-			heavy := park(d, context.Background(), Arrival{Cost: 8})
+			heavy := park(d, context.Background(), backend.Arrival{Cost: 8})
 			require.NoError(t, d.SetLimit(4))
 			synctest.Wait()
 			assert.True(t, pending(heavy))
@@ -122,7 +123,7 @@ func TestSetLimitWithCosts(t *testing.T) {
 			assert.Equal(t, 4, r.t.Cost, "clamped to the limit at the grant")
 			require.NoError(t, d.SetLimit(8))
 			d.Release(r.t)
-			assert.Equal(t, BackendStats{Limit: 8, Served: 2}, d.Stats())
+			assert.Equal(t, backend.Stats{Limit: 8, Served: 2}, d.Stats())
 		})
 	})
 	for _, tt := range []struct {
@@ -134,15 +135,15 @@ func TestSetLimitWithCosts(t *testing.T) {
 		{"released after the limit rose", 2, 10, 5, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := startDispatcher(t, Limits{MaxConcurrent: tt.from})
-			tk, err := d.Acquire(context.Background(), Arrival{Cost: tt.cost})
+			d := startDispatcher(t, backend.Limits{MaxConcurrent: tt.from})
+			tk, err := d.Acquire(context.Background(), backend.Arrival{Cost: tt.cost})
 			require.NoError(t, err)
 			assert.Equal(t, tt.got, tk.Cost)
 			require.NoError(t, d.SetLimit(tt.to))
 			d.Release(tk)
 			run, limit := d.slots()
 			assert.Equal(t, [2]int64{0, int64(tt.to)}, [2]int64{run, limit}, "Release gave back other than what was granted")
-			assert.Equal(t, BackendStats{Limit: tt.to, Served: 1}, d.Stats())
+			assert.Equal(t, backend.Stats{Limit: tt.to, Served: 1}, d.Stats())
 		})
 	}
 }

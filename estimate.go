@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // Estimates of the wait ahead: RejectEarly's refusal and the Retry-After
@@ -14,15 +16,15 @@ import (
 // serviceEvery: one in this many requests served at once is timed.
 const serviceEvery = 16
 
-// load reads the Backend's slots and queue now (Running, Queued and Limit
-// of Counts), cheaply for the in-memory one (no split by priority, no
+// load reads the Backend's slots and queue now (Running, Queued and Limit),
+// cheaply for the in-memory one (no split by priority, no
 // allocation).
-func (q *Queue) load() Counts {
+func (q *Queue) load() backend.Stats {
 	if q.fast != nil {
 		return q.fast.Counts()
 	}
 	b := q.backend.Stats()
-	return Counts{Running: b.Running, Queued: b.Queued, Limit: b.Limit}
+	return backend.Stats{Running: b.Running, Queued: b.Queued, Limit: b.Limit}
 }
 
 // progress is how many requests were served without waiting (by the fast
@@ -36,7 +38,7 @@ func (q *Queue) progress() (fast, finished uint64) {
 }
 
 // errRejectedEarly is ErrQueueFull for RejectEarly.
-var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout or the client's deadline", ErrQueueFull)
+var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout or the client's deadline", backend.ErrQueueFull)
 
 // maxAhead is RejectEarly's bound, as Arrival.MaxAhead, for slots of the
 // given limit and an arrival that may wait left (see timeLeft): an arrival
@@ -73,7 +75,7 @@ func (q *Queue) maxAhead(limit int, left time.Duration) int {
 // FastBackend, from its Stats b: the waiters of a's priority or higher. An
 // arrival that finds a free slot and nobody waiting would not wait, so no
 // bound refuses it (Arrival.MaxAhead's rule).
-func (q *Queue) tooFarBack(a Arrival, left time.Duration, b BackendStats) bool {
+func (q *Queue) tooFarBack(a backend.Arrival, left time.Duration, b backend.Stats) bool {
 	if b.Queued == 0 && b.Running < b.Limit {
 		return false
 	}
@@ -84,7 +86,7 @@ func (q *Queue) tooFarBack(a Arrival, left time.Duration, b BackendStats) bool {
 // aheadIn is the number of waiters of a Backend other than the in-memory
 // one that would be served before a: those of a's priority or higher (the
 // in-memory one also counts the turns of flows exactly).
-func aheadIn(b BackendStats, a Arrival) int {
+func aheadIn(b backend.Stats, a backend.Arrival) int {
 	if b.QueuedByPriority == nil {
 		return b.Queued
 	}

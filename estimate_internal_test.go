@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -19,16 +20,16 @@ import (
 // The waiters served before an arrival, for another Backend: its priority
 // and higher, or everyone when the Backend gives no split.
 func TestAheadInOtherBackends(t *testing.T) {
-	split := BackendStats{Queued: 6, QueuedByPriority: []PriorityCount{{Priority: 5, Queued: 1}, {Priority: 0, Queued: 2}, {Priority: -3, Queued: 3}}}
+	split := backend.Stats{Queued: 6, QueuedByPriority: []backend.PriorityCount{{Priority: 5, Queued: 1}, {Priority: 0, Queued: 2}, {Priority: -3, Queued: 3}}}
 	for _, tc := range []struct {
-		b    BackendStats
+		b    backend.Stats
 		prio int
 		want int
 	}{
 		{split, 9, 0}, {split, 5, 1}, {split, 1, 1}, {split, 0, 3}, {split, -3, 6}, {split, math.MinInt, 6},
-		{BackendStats{Queued: 4}, 7, 4},
+		{backend.Stats{Queued: 4}, 7, 4},
 	} {
-		assert.Equal(t, tc.want, aheadIn(tc.b, Arrival{Priority: tc.prio}), "priority %d of %+v", tc.prio, tc.b)
+		assert.Equal(t, tc.want, aheadIn(tc.b, backend.Arrival{Priority: tc.prio}), "priority %d of %+v", tc.prio, tc.b)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
 // drainOf returns how long q's queue takes to empty from now, in fake time.
@@ -473,7 +475,7 @@ func TestRejectEarlyUnderLIFOCountsTheNewestFirst(t *testing.T) {
 func TestRejectEarlyOnAPlainBackend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 8, QueueTimeout: 250 * time.Millisecond,
-			RejectEarly: true, Backend: plainBackend{ginqueue.NewMemoryBackend()}})
+			RejectEarly: true, Backend: plainBackend{inmem.New()}})
 		r := newEngine(q.Handler(), sleeper(100*time.Millisecond))
 		out := make(chan result, 8)
 		burst(r, 1, 0, out) // times the handler: 100 ms
@@ -627,9 +629,9 @@ func TestRejectEarlyLetsAHigherPriorityRunOnFreeSlots(t *testing.T) {
 // all and runs if a slot is free; a context's deadline counts too. The same
 // with a Backend that is not a FastBackend (the rule read from Stats).
 func TestDeadlineRejectEarly(t *testing.T) {
-	backends := map[string]func() ginqueue.Backend{
-		"memory": ginqueue.NewMemoryBackend,
-		"plain":  func() ginqueue.Backend { return plainBackend{ginqueue.NewMemoryBackend()} },
+	backends := map[string]func() backend.Backend{
+		"memory": inmem.New,
+		"plain":  func() backend.Backend { return plainBackend{inmem.New()} },
 	}
 	for name, backend := range backends {
 		t.Run(name, func(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // FuzzConfigValidate: any Config either validates, and then builds a Queue
@@ -79,8 +81,8 @@ func FuzzSchedule(f *testing.F) {
 type fuzzArrival struct {
 	prio      int
 	flow      string
-	cost      int    // asked for: 0 means 1
-	ticket    Ticket // once granted
+	cost      int            // asked for: 0 means 1
+	ticket    backend.Ticket // once granted
 	at        time.Duration
 	cancel    context.CancelFunc
 	outcome   error // nil while waiting or holding
@@ -90,7 +92,7 @@ type fuzzArrival struct {
 }
 
 func playSchedule(t *testing.T, data []byte) {
-	l := Limits{
+	l := backend.Limits{
 		MaxConcurrent:   1 + int(data[0]%4),
 		MaxQueue:        int(data[1] % 6),
 		MaxQueuePerFlow: 0,
@@ -105,14 +107,14 @@ func playSchedule(t *testing.T, data []byte) {
 		l.QueueTimeout = 0
 	}
 	weighted := data[0]&0x40 != 0
-	d := NewMemoryBackend().(*dispatcher)
+	d := newMemoryBackend()
 	if err := d.Start(l); err != nil {
 		t.Fatalf("start %+v: %v", l, err)
 	}
 	t0 := time.Now()
 	type outcome struct {
 		id  int
-		t   Ticket
+		t   backend.Ticket
 		err error
 		at  time.Duration
 	}
@@ -135,7 +137,7 @@ func playSchedule(t *testing.T, data []byte) {
 					}
 				} else {
 					a.done, a.outcome = true, r.err
-					if errors.Is(r.err, ErrQueueTimeout) && r.at-a.at != l.QueueTimeout {
+					if errors.Is(r.err, backend.ErrQueueTimeout) && r.at-a.at != l.QueueTimeout {
 						t.Fatalf("arrival %d timed out after %v, not %v", r.id, r.at-a.at, l.QueueTimeout)
 					}
 				}
@@ -203,7 +205,7 @@ func playSchedule(t *testing.T, data []byte) {
 			id := len(arrivals)
 			arrivals = append(arrivals, a)
 			go func() {
-				tk, err := d.Acquire(ctx, Arrival{Priority: a.prio, Flow: a.flow, Cost: a.cost})
+				tk, err := d.Acquire(ctx, backend.Arrival{Priority: a.prio, Flow: a.flow, Cost: a.cost})
 				results <- outcome{id, tk, err, time.Since(t0)}
 			}()
 		case 2: // a holder finishes
@@ -278,15 +280,15 @@ func FuzzCoDel(f *testing.F) {
 	f.Add(int64(math.MinInt64), int64(math.MinInt64), int64(math.MinInt64), false, []byte{0}) // refused
 	f.Fuzz(func(t *testing.T, target, interval, timeout int64, lifo bool, data []byte) {
 		cd := CoDel{Target: time.Duration(target), Interval: time.Duration(interval), LIFO: lifo}
-		l := Limits{MaxConcurrent: 1, MaxQueue: 6, QueueTimeout: time.Duration(timeout), CoDel: &cd}
+		l := withCoDel(backend.Limits{MaxConcurrent: 1, MaxQueue: 6, QueueTimeout: time.Duration(timeout)}, &cd)
 		if len(data) > 0 {
 			l.MaxConcurrent += int(data[0] % 3)
 		}
-		if err := l.Validate(); err != nil {
+		if err := checkLimits(l, codelOf(l), "Limits"); err != nil {
 			if !strings.HasPrefix(err.Error(), "ginqueue: Limits.") {
 				t.Fatalf("error does not name a Limits field: %v", err)
 			}
-			if err2 := NewMemoryBackend().Start(l); err2 == nil || err2.Error() != err.Error() {
+			if err2 := newMemoryBackend().Start(l); err2 == nil || err2.Error() != err.Error() {
 				t.Fatalf("Start disagrees with Validate: %v vs %v", err2, err)
 			}
 			return
@@ -295,12 +297,12 @@ func FuzzCoDel(f *testing.F) {
 	})
 }
 
-func playCoDel(t *testing.T, l Limits, data []byte) {
-	d := NewMemoryBackend().(*dispatcher)
+func playCoDel(t *testing.T, l backend.Limits, data []byte) {
+	d := newMemoryBackend()
 	if err := d.Start(l); err != nil {
 		t.Fatalf("start %+v: %v", l, err)
 	}
-	c := newCoDel(l.CoDel.withDefaults(), l.QueueTimeout)
+	c := newCoDel(codelOf(l).withDefaults(), l.QueueTimeout)
 	long, short := time.Duration(c.long), time.Duration(c.short)
 	type arrival struct {
 		prio       int
@@ -324,7 +326,7 @@ func playCoDel(t *testing.T, l Limits, data []byte) {
 					if r.waited >= long {
 						t.Fatalf("arrival %d granted after %v, past the long maximum wait %v", i, r.waited, long)
 					}
-				case errors.Is(r.err, ErrQueueTimeout):
+				case errors.Is(r.err, backend.ErrQueueTimeout):
 					a.done = true
 					if r.waited < short || r.waited > long {
 						t.Fatalf("arrival %d timed out after %v, outside [%v, %v]", i, r.waited, short, long)
@@ -354,7 +356,7 @@ func playCoDel(t *testing.T, l Limits, data []byte) {
 		for k := range arrivals {
 			if a := arrivals[(i+k)%len(arrivals)]; a.hold {
 				a.hold, a.done = false, true
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 				return true
 			}
 		}
@@ -366,7 +368,7 @@ func playCoDel(t *testing.T, l Limits, data []byte) {
 		case 0: // an arrival
 			ctx, cancel := context.WithCancel(context.Background())
 			a := &arrival{prio: int(arg % 2), flow: string(rune('a' + arg>>1%2)), cancel: cancel}
-			a.out = park(d, ctx, Arrival{Priority: a.prio, Flow: a.flow})
+			a.out = park(d, ctx, backend.Arrival{Priority: a.prio, Flow: a.flow})
 			arrivals = append(arrivals, a)
 		case 1: // a holder finishes
 			release(int(arg))
@@ -391,7 +393,7 @@ func playCoDel(t *testing.T, l Limits, data []byte) {
 		if !a.done {
 			t.Fatalf("arrival %d has no outcome", i)
 		}
-		if a.granted == 0 || l.CoDel.LIFO {
+		if a.granted == 0 || l.CoDelLIFO {
 			continue
 		}
 		k := fmt.Sprint(a.prio, a.flow)
@@ -406,7 +408,7 @@ func playCoDel(t *testing.T, l Limits, data []byte) {
 // The configurations FuzzAdaptive draws from: each index byte picks one.
 var (
 	fuzzMinLimits  = []int{0, 1, 2, 3, 10}
-	fuzzSpans      = []int{0, 1, 3, 50, 990} // MaxLimit is MinLimit plus this; 0 and 0 mean 1000
+	fuzzSpans      = []int{0, 1, 3, 50, 990} // backend.MaxLimit is MinLimit plus this; 0 and 0 mean 1000
 	fuzzWindows    = []int{0, 1, 3, 10, 100}
 	fuzzTolerances = []float64{0, 1, 1.05, 1.5, 3, 1e6}
 	fuzzBackoffs   = []float64{0, 0.5, 0.99}

@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // Queue is one throttle: a set of slots and the queue in front of them. Its
 // Handler may guard several route groups, which then share one limit. A
 // Queue is safe for concurrent use. Build it with NewQueue.
 type Queue struct {
-	backend      Backend
-	fast         FastBackend // backend, when it has a fast path
+	backend      backend.Backend
+	fast         backend.FastBackend // backend, when it has a fast path
 	skip         func(*gin.Context) bool
 	cost         func(*gin.Context) int       // nil: every request holds one slot
 	deadline     func(*gin.Context) time.Time // nil: no client deadlines
@@ -82,7 +83,7 @@ func NewQueue(cfg Config) (*Queue, error) {
 	}
 	b := cfg.Backend
 	if b == nil {
-		b = NewMemoryBackend()
+		b = newMemoryBackend()
 	}
 	if err := b.Start(cfg.limits()); err != nil {
 		return nil, err
@@ -107,18 +108,17 @@ func NewQueue(cfg Config) (*Queue, error) {
 		timeout:      cfg.QueueTimeout,
 		timeoutCode:  cmp.Or(cfg.QueueTimeoutStatus, http.StatusRequestTimeout),
 	}
-	q.fast, _ = b.(FastBackend)
-	if p, ok := b.(FastPather); ok {
+	if p, ok := b.(backend.FastPather); ok {
 		q.fast = p.FastPath()
 	}
 	now := time.Now()
 	q.drain.rate(now, 0) // the base of the first drain rate
 	q.waits.start(now)
 	if cfg.Adaptive != nil {
-		ls, ok := b.(LimitSetter)
+		ls, ok := b.(backend.LimitSetter)
 		if !ok {
 			_ = b.Close()
-			return nil, fmt.Errorf("ginqueue: Config.Adaptive needs a Backend that implements LimitSetter; %T does not", b)
+			return nil, fmt.Errorf("ginqueue: Config.Adaptive needs a Backend that implements backend.LimitSetter; %T does not", b)
 		}
 		// The demand on the limit: the slots in use and the requests waiting
 		// for one. Running alone, read at the instant a window ends, can be
@@ -171,7 +171,7 @@ func (q *Queue) serve(c *gin.Context) {
 	}
 	if n == 0 {
 		if q.closed.Load() {
-			q.reject(c, ErrClosed, waited{cost: cost})
+			q.reject(c, backend.ErrClosed, waited{cost: cost})
 			return
 		}
 		a := q.arrival(c, cost) // only a request that may wait pays for its priority and flow
@@ -241,7 +241,7 @@ func (q *Queue) addServerTiming(c *gin.Context, wait time.Duration) {
 // grant), how long it waited, and for Decision its priority and the
 // requests waiting when it arrived.
 type waited struct {
-	t        Ticket
+	t        backend.Ticket
 	wait     time.Duration
 	priority int
 	queued   int
@@ -251,7 +251,7 @@ type waited struct {
 // done ends a served request that is timed, or has a hook or an adaptive
 // limit: the handler time becomes a sample, the slots are released, then
 // OnOutcome runs, so a hook that panics cannot keep them.
-func (q *Queue) done(c *gin.Context, ctx context.Context, t Ticket, wait time.Duration, gen uint64, start time.Time, of int) {
+func (q *Queue) done(c *gin.Context, ctx context.Context, t backend.Ticket, wait time.Duration, gen uint64, start time.Time, of int) {
 	if !start.IsZero() {
 		took := time.Since(start)
 		if q.adaptive != nil {
@@ -273,7 +273,7 @@ func (q *Queue) done(c *gin.Context, ctx context.Context, t Ticket, wait time.Du
 // finish ends a served request whose handler chain has returned: it counts
 // the request as abandoned if its context, as the Queue passed it on, has
 // ended by now, and gives t's slots back.
-func (q *Queue) finish(ctx context.Context, t Ticket) {
+func (q *Queue) finish(ctx context.Context, t backend.Ticket) {
 	if ctx.Err() != nil {
 		q.abandoned.Add(1)
 	}
@@ -282,7 +282,7 @@ func (q *Queue) finish(ctx context.Context, t Ticket) {
 
 // release gives t's slots back, counting the request for a Backend that
 // does not.
-func (q *Queue) release(t Ticket) {
+func (q *Queue) release(t backend.Ticket) {
 	if q.fast == nil {
 		q.finished.Add(1)
 	}
@@ -292,7 +292,7 @@ func (q *Queue) release(t Ticket) {
 // wait gets a's slots for c from the Backend when the fast path could not
 // (or, for a cost above 1, was not tried). Only a request that may have to
 // wait pays for its clock.
-func (q *Queue) wait(c *gin.Context, a Arrival) (waited, error) {
+func (q *Queue) wait(c *gin.Context, a backend.Arrival) (waited, error) {
 	start := time.Now()
 	ctx := c.Request.Context()
 	w := waited{priority: a.Priority, cost: a.Cost}
@@ -311,7 +311,7 @@ func (q *Queue) wait(c *gin.Context, a Arrival) (waited, error) {
 		a.MaxAhead = q.maxAhead(n.Limit, left) // applied as the arrival takes its place
 		w.t, err = q.fast.Acquire(ctx, a)
 	} else {
-		var b BackendStats // read once, for RejectEarly and Decision.Queued
+		var b backend.Stats // read once, for RejectEarly and Decision.Queued
 		if q.rejectEarly || q.onDecision != nil {
 			b = q.backend.Stats()
 			w.queued = b.Queued
@@ -332,8 +332,8 @@ func (q *Queue) wait(c *gin.Context, a Arrival) (waited, error) {
 }
 
 // arrival describes c, asking for cost slots, for the Backend.
-func (q *Queue) arrival(c *gin.Context, cost int) Arrival {
-	a := Arrival{Cost: cost}
+func (q *Queue) arrival(c *gin.Context, cost int) backend.Arrival {
+	a := backend.Arrival{Cost: cost}
 	if q.priority != nil {
 		a.Priority = ask(q, c, q.priority)
 	}
@@ -367,7 +367,7 @@ func ask[T any](q *Queue, c *gin.Context, f func(*gin.Context) T) T {
 // MinLimit and MaxLimit. It returns CheckLimit's error for an n out of
 // range, or an error for a Backend that is not a LimitSetter.
 func (q *Queue) SetLimit(n int) error {
-	ls, ok := q.backend.(LimitSetter)
+	ls, ok := q.backend.(backend.LimitSetter)
 	if !ok {
 		return fmt.Errorf("ginqueue: SetLimit: the Backend %T cannot change its limit", q.backend)
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
 // Behaviour 2: waiters are woken strictly in arrival order.
@@ -239,7 +241,7 @@ func TestShutdownHonoursContext(t *testing.T) {
 }
 
 // failingClose is a Backend whose Close fails.
-type failingClose struct{ ginqueue.Backend }
+type failingClose struct{ backend.Backend }
 
 var errCloseFailed = errors.New("stub: close failed")
 
@@ -255,7 +257,7 @@ func TestShutdownClosesBeforeItReturns(t *testing.T) {
 	for range 200 {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, Backend: failingClose{ginqueue.NewMemoryBackend()}})
+		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 1, Backend: failingClose{inmem.New()}})
 		require.ErrorIs(t, q.Shutdown(ctx), errCloseFailed)
 
 		q = mustQueue(t, ginqueue.Config{MaxConcurrent: 4})
@@ -386,8 +388,8 @@ func TestSetLimit(t *testing.T) {
 		require.NoError(t, q.SetLimit(4))
 		synctest.Wait()
 		assert.ElementsMatch(t, []int{1, 2, 3}, []int{<-g.started, <-g.started, <-g.started}, "three woken at once")
-		assert.Equal(t, ginqueue.Stats{Running: 4, Queued: 1, Limit: 4, Served: 4,
-			QueuedByPriority: []ginqueue.PriorityCount{{0, 1}}}, q.Stats())
+		assert.Equal(t, ginqueue.Stats{Stats: backend.Stats{Running: 4, Queued: 1, Limit: 4, Served: 4,
+			QueuedByPriority: []backend.PriorityCount{{Priority: 0, Queued: 1}}, Held: 4, Fast: 1}}, q.Stats())
 
 		require.NoError(t, q.SetLimit(2))
 		assert.Equal(t, 4, q.Stats().Running, "nobody is preempted")
@@ -544,7 +546,7 @@ func TestSeedScenario(t *testing.T) {
 		assert.InEpsilon(t, 1200*time.Millisecond, st.WaitP99, 0.1)
 		assert.InDelta(t, 13/1.5, st.DrainRate, 1e-9, "13 finished in 1.5 s")
 		st.WaitP50, st.WaitP90, st.WaitP99, st.DrainRate = 0, 0, 0, 0
-		assert.Equal(t, ginqueue.Stats{Limit: 3, Served: 13, QueueFull: 2}, st)
+		assert.Equal(t, ginqueue.Stats{Stats: backend.Stats{Limit: 3, Served: 13, Fast: 3, Finished: 13}, QueueFull: 2}, st)
 	})
 }
 

@@ -9,12 +9,13 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/stretchr/testify/require"
 )
 
-func startDispatcher(t *testing.T, l Limits) *dispatcher {
+func startDispatcher(t *testing.T, l backend.Limits) *dispatcher {
 	t.Helper()
-	d := NewMemoryBackend().(*dispatcher)
+	d := newMemoryBackend()
 	require.NoError(t, d.Start(l))
 	t.Cleanup(func() { _ = d.Close() })
 	return d
@@ -25,7 +26,7 @@ func startDispatcher(t *testing.T, l Limits) *dispatcher {
 func acquireAsync(d *dispatcher, ctx context.Context) <-chan error {
 	errc := make(chan error, 1)
 	go func() {
-		_, err := d.Acquire(ctx, Arrival{})
+		_, err := d.Acquire(ctx, backend.Arrival{})
 		errc <- err
 	}()
 	return errc
@@ -33,7 +34,7 @@ func acquireAsync(d *dispatcher, ctx context.Context) <-chan error {
 
 // parked is what one Acquire came back with, and after how long.
 type parked struct {
-	t      Ticket
+	t      backend.Ticket
 	err    error
 	waited time.Duration
 }
@@ -41,7 +42,7 @@ type parked struct {
 // park runs an Acquire of a in its own goroutine and waits until it has
 // parked or returned, so arrivals have a known order; its result comes back
 // on the channel.
-func park(d *dispatcher, ctx context.Context, a Arrival) <-chan parked {
+func park(d *dispatcher, ctx context.Context, a backend.Arrival) <-chan parked {
 	out := make(chan parked, 1)
 	t0 := time.Now()
 	go func() {

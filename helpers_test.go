@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 func TestMain(m *testing.M) {
@@ -193,15 +194,15 @@ func counted(st ginqueue.Stats) map[ginqueue.Outcome]uint64 {
 }
 
 // plainBackend hides every method but the Backend's.
-type plainBackend struct{ ginqueue.Backend }
+type plainBackend struct{ backend.Backend }
 
 // limitsRecorder is a Backend that records the Limits it was started with.
 type limitsRecorder struct {
-	ginqueue.Backend
-	limits ginqueue.Limits
+	backend.Backend
+	limits backend.Limits
 }
 
-func (b *limitsRecorder) Start(l ginqueue.Limits) error { b.limits = l; return b.Backend.Start(l) }
+func (b *limitsRecorder) Start(l backend.Limits) error { b.limits = l; return b.Backend.Start(l) }
 
 // slotMeter is a handler's own count of the slots in use: each request adds
 // its cost on entry and takes it off before it returns (so before its slots

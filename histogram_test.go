@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
 // The wait histogram counts every served request, those that ran at once in
@@ -68,7 +70,7 @@ func TestWaitBucketsIsACopy(t *testing.T) {
 
 // refusingFast is a FastBackend whose TryAcquire always refuses, as when a
 // slot frees between the Queue's fast path and its Acquire.
-type refusingFast struct{ ginqueue.FastBackend }
+type refusingFast struct{ backend.FastBackend }
 
 func (refusingFast) TryAcquire() uint64 { return 0 }
 
@@ -78,7 +80,7 @@ func (refusingFast) TryAcquire() uint64 { return 0 }
 func TestAcquireAtOnceCountsOnceInTheHistogram(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := mustQueue(t, ginqueue.Config{MaxConcurrent: 2, MaxQueue: 4, QueueTimeout: time.Minute,
-			Backend: refusingFast{ginqueue.NewMemoryBackend().(ginqueue.FastBackend)}})
+			Backend: refusingFast{inmem.New().(backend.FastBackend)}})
 		r := newEngine(q.Handler(), sleeper(time.Millisecond))
 		for range 3 {
 			w := httptest.NewRecorder()

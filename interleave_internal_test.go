@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // The lock-free steps of the dispatcher (the fast path, Release, parking,
@@ -30,7 +32,7 @@ type actor struct {
 
 type scenario struct {
 	name   string
-	limits Limits
+	limits backend.Limits
 	setup  func(d *dispatcher) // runs before the actors, without pauses
 	actors []actor
 	fresh  func() []actor // if set, the actors, made anew for every order
@@ -93,7 +95,7 @@ func (s *sched) pause(k step) {
 // and a description of the first violation, if any.
 func playOrder(t *testing.T, sc scenario, prefix []int) (choices, options []int, trace []string, bad string) {
 	synctest.Test(t, func(t *testing.T) {
-		d := NewMemoryBackend().(*dispatcher)
+		d := newMemoryBackend()
 		if err := d.Start(sc.limits); err != nil {
 			bad = err.Error()
 			return
@@ -266,10 +268,10 @@ var stepNames = map[step]string{
 var (
 	fastArrival = actor{"fast", func(d *dispatcher) string { return fmt.Sprint(d.TryAcquire() != 0) }}
 	slowArrival = actor{"slow", func(d *dispatcher) string {
-		_, err := d.acquireSlow(context.Background(), Arrival{})
+		_, err := d.acquireSlow(context.Background(), backend.Arrival{})
 		return fmt.Sprint(err)
 	}}
-	release = actor{"release", func(d *dispatcher) string { d.Release(Ticket{}); return "released" }}
+	release = actor{"release", func(d *dispatcher) string { d.Release(backend.Ticket{}); return "released" }}
 )
 
 // hangUp is a waiter whose client hangs up (the cancel actor) at any point
@@ -277,7 +279,7 @@ var (
 func hangUp() (waiter, cancel actor) {
 	ctx, stop := context.WithCancel(context.Background())
 	waiter = actor{"waiter", func(d *dispatcher) string {
-		_, err := d.acquireSlow(ctx, Arrival{})
+		_, err := d.acquireSlow(ctx, backend.Arrival{})
 		return fmt.Sprint(err)
 	}}
 	return waiter, actor{"hang-up", func(*dispatcher) string { stop(); return "" }}
@@ -359,7 +361,7 @@ func holdN(n int) func(d *dispatcher) {
 // then the slow path); its outcome names the slots it was granted.
 func weighted(cost int) actor {
 	return actor{"cost" + strconv.Itoa(cost), func(d *dispatcher) string {
-		return slotsOf(d.Acquire(context.Background(), Arrival{Cost: cost}))
+		return slotsOf(d.Acquire(context.Background(), backend.Arrival{Cost: cost}))
 	}}
 }
 
@@ -367,12 +369,12 @@ func weighted(cost int) actor {
 // orders, where the lock-free attempt adds nothing to the scenario).
 func slowWeighted(cost int) actor {
 	return actor{"slow" + strconv.Itoa(cost), func(d *dispatcher) string {
-		return slotsOf(d.acquireSlow(context.Background(), Arrival{Cost: cost}))
+		return slotsOf(d.acquireSlow(context.Background(), backend.Arrival{Cost: cost}))
 	}}
 }
 
 // slotsOf is the outcome of a weighted arrival.
-func slotsOf(t Ticket, err error) string {
+func slotsOf(t backend.Ticket, err error) string {
 	if err != nil {
 		return fmt.Sprint(err)
 	}
@@ -382,7 +384,7 @@ func slotsOf(t Ticket, err error) string {
 // releaseN releases a Ticket of n slots.
 func releaseN(n int) actor {
 	return actor{"release" + strconv.Itoa(n), func(d *dispatcher) string {
-		d.Release(Ticket{Cost: n})
+		d.Release(backend.Ticket{Cost: n})
 		return "released " + strconv.Itoa(n)
 	}}
 }
@@ -391,7 +393,7 @@ func releaseN(n int) actor {
 func hangUpN(cost int) (waiter, cancel actor) {
 	ctx, stop := context.WithCancel(context.Background())
 	waiter = actor{"waiter" + strconv.Itoa(cost), func(d *dispatcher) string {
-		return slotsOf(d.acquireSlow(ctx, Arrival{Cost: cost}))
+		return slotsOf(d.acquireSlow(ctx, backend.Arrival{Cost: cost}))
 	}}
 	return waiter, actor{"hang-up", func(*dispatcher) string { stop(); return "" }}
 }
@@ -435,7 +437,7 @@ func TestInterleavings(t *testing.T) {
 			// parking: whatever the order, at most one slot is held, and
 			// the freed slot reaches the parked waiter.
 			name:   "release, fast arrival and parking arrival",
-			limits: Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits: backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:  holdOne,
 			actors: []actor{fastArrival, slowArrival, release},
 			final: func(d *dispatcher, out []string) error {
@@ -451,14 +453,14 @@ func TestInterleavings(t *testing.T) {
 			// A lowered limit holds from the moment SetLimit returns: a
 			// fast path that read the old limit must not get in after it.
 			name:         "fast arrival and a lowered limit",
-			limits:       Limits{MaxConcurrent: 2, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 2, MaxQueue: 1},
 			setup:        holdOne,
 			actors:       []actor{fastArrival, setLimit(1)},
 			minSchedules: 30,
 		},
 		{
 			name:         "fast arrival, release and a lowered limit",
-			limits:       Limits{MaxConcurrent: 2, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 2, MaxQueue: 1},
 			setup:        func(d *dispatcher) { holdOne(d); holdOne(d) },
 			actors:       []actor{fastArrival, setLimit(1), release},
 			minSchedules: 500,
@@ -466,7 +468,7 @@ func TestInterleavings(t *testing.T) {
 		{
 			// Raising the limit wakes the parked waiter at once.
 			name:   "raised limit, parking arrival and fast arrival",
-			limits: Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits: backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:  holdOne,
 			actors: []actor{slowArrival, setLimit(2), fastArrival},
 			final: func(d *dispatcher, out []string) error {
@@ -481,7 +483,7 @@ func TestInterleavings(t *testing.T) {
 			// Two holders release while an arrival parks: it gets a slot,
 			// and one stays free.
 			name:   "two releases and a parking arrival",
-			limits: Limits{MaxConcurrent: 2, MaxQueue: 2},
+			limits: backend.Limits{MaxConcurrent: 2, MaxQueue: 2},
 			setup:  func(d *dispatcher) { holdOne(d); holdOne(d) },
 			actors: []actor{slowArrival, release, release},
 			final: func(d *dispatcher, out []string) error {
@@ -498,7 +500,7 @@ func TestInterleavings(t *testing.T) {
 			// are exactly those of the actors that say they hold one; a
 			// grant that meets the hang-up is given back, never lost.
 			name:   "hang-up and release",
-			limits: Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits: backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:  holdOne,
 			fresh: func() []actor {
 				waiter, cancel := hangUp()
@@ -514,7 +516,7 @@ func TestInterleavings(t *testing.T) {
 		},
 		{
 			name:         "close racing a release and a fast arrival",
-			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:        holdOne,
 			actors:       []actor{fastArrival, release, closeActor},
 			final:        held(1),
@@ -522,7 +524,7 @@ func TestInterleavings(t *testing.T) {
 		},
 		{
 			name:         "close racing a parking arrival and a release",
-			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:        holdOne,
 			actors:       []actor{slowArrival, release, closeActor},
 			final:        held(1),
@@ -530,7 +532,7 @@ func TestInterleavings(t *testing.T) {
 		},
 		{
 			name:         "drain racing a release and a fast arrival",
-			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:        holdOne,
 			actors:       []actor{drainActor, release, fastArrival},
 			final:        drained(1),
@@ -538,7 +540,7 @@ func TestInterleavings(t *testing.T) {
 		},
 		{
 			name:         "a lowered limit racing a parking arrival and a release",
-			limits:       Limits{MaxConcurrent: 2, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 2, MaxQueue: 1},
 			setup:        func(d *dispatcher) { holdOne(d); holdOne(d) },
 			actors:       []actor{slowArrival, setLimit(1), release},
 			final:        held(2),
@@ -550,7 +552,7 @@ func TestInterleavings(t *testing.T) {
 		// frees its second slot grants it.
 		{
 			name:         "a cost-2 waiter at the head, a fast arrival and a release",
-			limits:       Limits{MaxConcurrent: 2, MaxQueue: 2},
+			limits:       backend.Limits{MaxConcurrent: 2, MaxQueue: 2},
 			setup:        holdOne,
 			actors:       []actor{slowWeighted(2), fastArrival, release},
 			final:        heldSlots(1),
@@ -561,7 +563,7 @@ func TestInterleavings(t *testing.T) {
 			// arrival gets one, the fast one the other unless it came
 			// while the first was parked.
 			name:         "release of a cost-2 holder, a parking arrival and a fast arrival",
-			limits:       Limits{MaxConcurrent: 2, MaxQueue: 2},
+			limits:       backend.Limits{MaxConcurrent: 2, MaxQueue: 2},
 			setup:        holdN(2),
 			actors:       []actor{slowArrival, fastArrival, releaseN(2)},
 			final:        heldSlots(2),
@@ -571,7 +573,7 @@ func TestInterleavings(t *testing.T) {
 			// A cost-2 holder hands both slots to a cost-2 waiter, while a
 			// cost-1 arrival tries the fast path.
 			name:         "release of a cost-2 holder to a cost-2 waiter and a fast arrival",
-			limits:       Limits{MaxConcurrent: 2, MaxQueue: 2},
+			limits:       backend.Limits{MaxConcurrent: 2, MaxQueue: 2},
 			setup:        holdN(2),
 			actors:       []actor{weighted(2), fastArrival, releaseN(2)},
 			final:        heldSlots(2),
@@ -582,7 +584,7 @@ func TestInterleavings(t *testing.T) {
 			// behind it with a slot free: that waiter is granted (the
 			// final check: nobody parked whose slots are free).
 			name:   "a cost-2 head hangs up before a cost-1 waiter",
-			limits: Limits{MaxConcurrent: 2, MaxQueue: 2},
+			limits: backend.Limits{MaxConcurrent: 2, MaxQueue: 2},
 			setup:  holdOne,
 			fresh: func() []actor {
 				waiter, cancel := hangUpN(2)
@@ -595,7 +597,7 @@ func TestInterleavings(t *testing.T) {
 			// A cost-3 waiter and a lowered limit: it is granted 3 or,
 			// once the limit is 2, 2, never past the limit.
 			name:         "a cost-3 waiter, a lowered limit and a release",
-			limits:       Limits{MaxConcurrent: 3, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 3, MaxQueue: 1},
 			setup:        holdOne,
 			actors:       []actor{slowWeighted(3), setLimit(2), release},
 			final:        heldSlots(1),
@@ -605,7 +607,7 @@ func TestInterleavings(t *testing.T) {
 			// A cost-2 holder releases after the limit dropped to 1: both
 			// slots come back, not one.
 			name:         "release of a cost-2 holder after a lowered limit, and a fast arrival",
-			limits:       Limits{MaxConcurrent: 2, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 2, MaxQueue: 1},
 			setup:        holdN(2),
 			actors:       []actor{setLimit(1), releaseN(2), fastArrival},
 			final:        heldSlots(2),
@@ -640,7 +642,7 @@ func statsActor(most int, prios ...int) actor {
 // atPriority is a parking arrival of priority p.
 func atPriority(p int) actor {
 	return actor{"prio" + strconv.Itoa(p), func(d *dispatcher) string {
-		_, err := d.acquireSlow(context.Background(), Arrival{Priority: p})
+		_, err := d.acquireSlow(context.Background(), backend.Arrival{Priority: p})
 		return fmt.Sprint(err)
 	}}
 }
@@ -663,7 +665,7 @@ func noBad(next func(d *dispatcher, out []string) error) func(d *dispatcher, out
 // a mutex, which synctest.Wait does not count as blocked.
 func parkOne(d *dispatcher) {
 	holdOne(d)
-	go func() { _, _ = d.acquireSlow(context.Background(), Arrival{}) }()
+	go func() { _, _ = d.acquireSlow(context.Background(), backend.Arrival{}) }()
 	synctest.Wait()
 }
 
@@ -685,7 +687,7 @@ func TestInterleavingsOfStats(t *testing.T) {
 	for _, sc := range []scenario{
 		{
 			name:         "stats and a parking arrival",
-			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:        holdOne,
 			actors:       []actor{statsActor(1, 0), slowArrival},
 			final:        slotsHeld(1, 1),
@@ -693,7 +695,7 @@ func TestInterleavingsOfStats(t *testing.T) {
 		},
 		{
 			name:         "stats and a release handing the slot to a waiter",
-			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:        parkOne,
 			actors:       []actor{statsActor(1, 0), release},
 			final:        slotsHeld(1, 0),
@@ -706,7 +708,7 @@ func TestInterleavingsOfStats(t *testing.T) {
 			// controller lets nobody block on it); the orders of the rest
 			// are the scenarios above and TestInterleavings'.
 			name:         "stats and two parking arrivals",
-			limits:       Limits{MaxConcurrent: 1, MaxQueue: 2},
+			limits:       backend.Limits{MaxConcurrent: 1, MaxQueue: 2},
 			setup:        holdOne,
 			actors:       []actor{statsActor(2, 0), slowArrival, slowArrival},
 			final:        slotsHeld(1, 2),
@@ -715,7 +717,7 @@ func TestInterleavingsOfStats(t *testing.T) {
 		},
 		{
 			name:         "stats and an eviction by priority",
-			limits:       Limits{MaxConcurrent: 1, MaxQueue: 1},
+			limits:       backend.Limits{MaxConcurrent: 1, MaxQueue: 1},
 			setup:        parkOne,
 			actors:       []actor{statsActor(1, 0, 5), atPriority(5)},
 			final:        slotsHeld(1, 1),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // Outcomes and the responses they get: the status, the hook and the headers
@@ -175,11 +176,11 @@ func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
 // ErrQueueTimeout or the request's own context makes a queue timeout.
 func outcomeOf(ctx context.Context, err error) Outcome {
 	switch {
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, backend.ErrClosed):
 		return OutcomeClosed
-	case errors.Is(err, ErrQueueFull):
+	case errors.Is(err, backend.ErrQueueFull):
 		return OutcomeQueueFull
-	case errors.Is(err, ErrQueueTimeout):
+	case errors.Is(err, backend.ErrQueueTimeout):
 		return OutcomeQueueTimeout
 	}
 	switch cerr := ctx.Err(); {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // A rejection hook starts from the default response: one that writes
@@ -261,14 +262,14 @@ type stubBackend struct {
 	acquire func(ctx context.Context) error
 }
 
-func (b *stubBackend) Start(ginqueue.Limits) error { return nil }
-func (b *stubBackend) Acquire(ctx context.Context, _ ginqueue.Arrival) (ginqueue.Ticket, error) {
-	return ginqueue.Ticket{}, b.acquire(ctx)
+func (b *stubBackend) Start(backend.Limits) error { return nil }
+func (b *stubBackend) Acquire(ctx context.Context, _ backend.Arrival) (backend.Ticket, error) {
+	return backend.Ticket{}, b.acquire(ctx)
 }
-func (b *stubBackend) Release(ginqueue.Ticket)      {}
-func (b *stubBackend) Stats() ginqueue.BackendStats { return ginqueue.BackendStats{Limit: 1} }
-func (b *stubBackend) Drain(context.Context) error  { return nil }
-func (b *stubBackend) Close() error                 { return nil }
+func (b *stubBackend) Release(backend.Ticket)      {}
+func (b *stubBackend) Stats() backend.Stats        { return backend.Stats{Limit: 1} }
+func (b *stubBackend) Drain(context.Context) error { return nil }
+func (b *stubBackend) Close() error                { return nil }
 
 // unavailable is what a remote backend answers when it cannot reach its
 // store: it says queue full and wraps the cause, here its own call's
@@ -276,7 +277,7 @@ func (b *stubBackend) Close() error                 { return nil }
 type unavailable struct{ cause error }
 
 func (e unavailable) Error() string   { return "stub: store unavailable: " + e.cause.Error() }
-func (e unavailable) Unwrap() []error { return []error{ginqueue.ErrQueueFull, e.cause} }
+func (e unavailable) Unwrap() []error { return []error{backend.ErrQueueFull, e.cause} }
 
 // What the Backend says wins over any cause its error wraps; only the
 // request's own context or ErrQueueTimeout makes a queue timeout. A backend
@@ -306,7 +307,7 @@ func TestBackendErrorOutcomes(t *testing.T) {
 			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
 		{"queue full and the call's deadline, two %w", alive,
 			func(context.Context) error {
-				return fmt.Errorf("%w (%w)", context.DeadlineExceeded, ginqueue.ErrQueueFull)
+				return fmt.Errorf("%w (%w)", context.DeadlineExceeded, backend.ErrQueueFull)
 			},
 			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
 		{"unavailable wrapping the call's deadline, request alive", alive,
@@ -319,13 +320,13 @@ func TestBackendErrorOutcomes(t *testing.T) {
 			func(context.Context) error { return errDown },
 			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
 		{"closed wrapping the call's deadline", alive,
-			func(context.Context) error { return fmt.Errorf("%w: %w", ginqueue.ErrClosed, context.DeadlineExceeded) },
+			func(context.Context) error { return fmt.Errorf("%w: %w", backend.ErrClosed, context.DeadlineExceeded) },
 			http.StatusServiceUnavailable, ginqueue.OutcomeClosed},
 		{"closed wrapping queue full", alive,
-			func(context.Context) error { return fmt.Errorf("%w: %w", ginqueue.ErrClosed, ginqueue.ErrQueueFull) },
+			func(context.Context) error { return fmt.Errorf("%w: %w", backend.ErrClosed, backend.ErrQueueFull) },
 			http.StatusServiceUnavailable, ginqueue.OutcomeClosed},
 		{"queue timeout", alive,
-			func(context.Context) error { return fmt.Errorf("stub: %w", ginqueue.ErrQueueTimeout) },
+			func(context.Context) error { return fmt.Errorf("stub: %w", backend.ErrQueueTimeout) },
 			http.StatusRequestTimeout, ginqueue.OutcomeQueueTimeout},
 		{"request canceled", canceled,
 			func(ctx context.Context) error { return ctx.Err() },
@@ -343,7 +344,7 @@ func TestBackendErrorOutcomes(t *testing.T) {
 			func(context.Context) error { return errDown },
 			http.StatusRequestTimeout, ginqueue.OutcomeQueueTimeout},
 		{"request deadline passed, the backend says queue full", expired,
-			func(context.Context) error { return ginqueue.ErrQueueFull },
+			func(context.Context) error { return backend.ErrQueueFull },
 			http.StatusServiceUnavailable, ginqueue.OutcomeQueueFull},
 	}
 	for _, tt := range tests {

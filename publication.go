@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // The publication of the wait room that Stats reads without the mutex.
@@ -22,7 +24,7 @@ type roomPub struct {
 	levels atomic.Int64
 	prio   [pubLevels]atomic.Int64
 	count  [pubLevels]atomic.Int64
-	many   atomic.Pointer[[]PriorityCount]
+	many   atomic.Pointer[[]backend.PriorityCount]
 }
 
 // pubLevels is how many priorities a publication holds without allocating.
@@ -72,19 +74,19 @@ func store(a *atomic.Int64, v int64) {
 }
 
 // sortByPriority sorts a split highest priority first.
-func sortByPriority(split []PriorityCount) {
-	slices.SortFunc(split, func(a, b PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) })
+func sortByPriority(split []backend.PriorityCount) {
+	slices.SortFunc(split, func(a, b backend.PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) })
 }
 
 // Stats implements Backend. It never waits for mu: the counts come from
 // atomics, and Queued, OldestWait and the split by priority from the last
 // publication of the room (see dispatcher.pubs), one consistent view as of
 // the last section under mu.
-func (d *dispatcher) Stats() BackendStats {
+func (d *dispatcher) Stats() backend.Stats {
 	c, served := d.counts()
-	st := BackendStats{Running: c.Running, Limit: c.Limit, Served: served}
-	var split [pubLevels]PriorityCount
-	var many *[]PriorityCount
+	st := backend.Stats{Running: c.Running, Limit: c.Limit, Served: served}
+	var split [pubLevels]backend.PriorityCount
+	var many *[]backend.PriorityCount
 	var queued, oldest, levels int64
 	for try := 1; ; try++ {
 		seq := d.pubSeq.Load()
@@ -97,7 +99,7 @@ func (d *dispatcher) Stats() BackendStats {
 			many = p.many.Load()
 		} else {
 			for i := range min(levels, pubLevels) {
-				split[i] = PriorityCount{Priority: int(p.prio[i].Load()), Queued: int(p.count[i].Load())}
+				split[i] = backend.PriorityCount{Priority: int(p.prio[i].Load()), Queued: int(p.count[i].Load())}
 			}
 		}
 		if d.at(stepStatsSeq); d.pubSeq.Load() == seq {

@@ -10,18 +10,19 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // Stats never waits for the dispatcher's lock.
 func TestStatsDoesNotWaitForTheLock(t *testing.T) {
-	d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
-	_, err := d.Acquire(context.Background(), Arrival{Priority: 3})
+	d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 1})
+	_, err := d.Acquire(context.Background(), backend.Arrival{Priority: 3})
 	require.NoError(t, err)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	done := make(chan BackendStats, 1)
+	done := make(chan backend.Stats, 1)
 	go func() { done <- d.Stats() }()
 	select {
 	case st := <-done:
@@ -36,12 +37,12 @@ func TestStatsDoesNotWaitForTheLock(t *testing.T) {
 // before it came.
 func TestStatsSeeTheQueueWhileTheLockIsHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2})
-		_, err := d.Acquire(context.Background(), Arrival{})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 2})
+		_, err := d.Acquire(context.Background(), backend.Arrival{})
 		require.NoError(t, err)
 		waiter := make(chan error, 1)
 		go func() {
-			_, err := d.Acquire(context.Background(), Arrival{Priority: 3})
+			_, err := d.Acquire(context.Background(), backend.Arrival{Priority: 3})
 			waiter <- err
 		}()
 		synctest.Wait()
@@ -50,11 +51,11 @@ func TestStatsSeeTheQueueWhileTheLockIsHeld(t *testing.T) {
 		st := d.Stats()
 		d.mu.Unlock()
 		assert.Equal(t, 1, st.Queued)
-		assert.Equal(t, []PriorityCount{{Priority: 3, Queued: 1}}, st.QueuedByPriority)
+		assert.Equal(t, []backend.PriorityCount{{Priority: 3, Queued: 1}}, st.QueuedByPriority)
 		assert.Equal(t, time.Second, st.OldestWait)
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 		require.NoError(t, <-waiter)
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 	})
 }
 
@@ -71,7 +72,7 @@ func TestStatsStayFreshUnderContention(t *testing.T) {
 }
 
 func statsUnderContention(t *testing.T, prios int) {
-	d := startDispatcher(t, Limits{MaxConcurrent: 2, MaxQueue: 64, QueueTimeout: time.Second})
+	d := startDispatcher(t, backend.Limits{MaxConcurrent: 2, MaxQueue: 64, QueueTimeout: time.Second})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 100 {
@@ -82,7 +83,7 @@ func statsUnderContention(t *testing.T, prios int) {
 					return
 				default:
 				}
-				if tk, err := d.Acquire(context.Background(), Arrival{Priority: i % prios}); err == nil {
+				if tk, err := d.Acquire(context.Background(), backend.Arrival{Priority: i % prios}); err == nil {
 					d.Release(tk)
 				}
 			}

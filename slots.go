@@ -1,6 +1,10 @@
 package ginqueue
 
-import "runtime"
+import (
+	"runtime"
+
+	"github.com/ginqueue/ginqueue/backend"
+)
 
 // The slot word and the fast path: every admission decision is one atomic
 // step on dispatcher.state, and a request that finds a slot free and nobody
@@ -11,7 +15,7 @@ const (
 	slowBit    uint64 = 1 << 63
 	runMask    uint64 = 1<<32 - 1
 	limitShift        = 32
-	limitMask  uint64 = 1<<31 - 1 // after the shift; MaxLimit fits
+	limitMask  uint64 = 1<<31 - 1 // after the shift; backend.MaxLimit fits
 )
 
 // running and limitOf read the fields of a state word.
@@ -87,17 +91,17 @@ func (d *dispatcher) served(n uint64) {
 // Counts implements FastBackend. Running is the slots granted less those
 // released, read in that order, so it is never negative, and never above the
 // served count while every cost is 1 (see dispatcher.heavyServed).
-func (d *dispatcher) Counts() Counts {
+func (d *dispatcher) Counts() backend.Stats {
 	c, _ := d.counts()
 	return c
 }
 
 // counts is Counts and the served count, from one read of each counter.
-func (d *dispatcher) counts() (c Counts, served uint64) {
+func (d *dispatcher) counts() (c backend.Stats, served uint64) {
 	heavy := d.heavyServed.Load() // before slowServed: see served
 	fast, slow := d.fastServed.Load(), d.slowServed.Load()
 	finished, heavyDone := d.finished.Load(), d.heavyFinished.Load()
-	return Counts{
+	return backend.Stats{
 		Running:  int(max(int64(fast+slow+heavy-finished-heavyDone), 0)),
 		Queued:   int(d.pubs[d.pubSeq.Load()%2].queued.Load()),
 		Limit:    int(limitOf(d.state.Load())),
@@ -109,7 +113,7 @@ func (d *dispatcher) counts() (c Counts, served uint64) {
 
 // Release implements Backend: it gives back t.Cost slots (one for a Ticket
 // of cost 0 or 1), those granted, whatever the limit is now.
-func (d *dispatcher) Release(t Ticket) {
+func (d *dispatcher) Release(t backend.Ticket) {
 	n := uint64(1)
 	if t.Cost > 1 {
 		n = uint64(t.Cost)

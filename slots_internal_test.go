@@ -9,6 +9,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,8 +18,8 @@ import (
 // to the head waiter: an arrival on the fast path must not take it.
 func TestFastPathNeverOvertakesWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
-		_, err := d.Acquire(context.Background(), Arrival{})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 1})
+		_, err := d.Acquire(context.Background(), backend.Arrival{})
 		require.NoError(t, err)
 		waiter := acquireAsync(d, context.Background())
 		synctest.Wait()
@@ -30,14 +31,14 @@ func TestFastPathNeverOvertakesWaiter(t *testing.T) {
 		d.grantLocked() // the second half
 		d.unlock()
 		assert.NoError(t, <-waiter)
-		assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+		assert.Equal(t, backend.Stats{Running: 1, Limit: 1, Served: 2}, d.Stats())
 	})
 }
 
 // The fields of the state word stay apart at the bounds: a limit of 1<<30
 // with a thousand holders, lowered to 1 and raised back.
 func TestStateWordAtTheBounds(t *testing.T) {
-	d := startDispatcher(t, Limits{MaxConcurrent: MaxLimit, MaxQueue: MaxLimit, QueueTimeout: 1})
+	d := startDispatcher(t, backend.Limits{MaxConcurrent: backend.MaxLimit, MaxQueue: backend.MaxLimit, QueueTimeout: 1})
 	for range 1000 {
 		require.NotZero(t, d.TryAcquire(), "fast path refused below the limit")
 	}
@@ -45,14 +46,14 @@ func TestStateWordAtTheBounds(t *testing.T) {
 	run, limit := d.slots()
 	assert.Equal(t, [2]int64{1000, 1}, [2]int64{run, limit})
 	assert.Zero(t, d.TryAcquire(), "admitted past a lowered limit")
-	require.NoError(t, d.SetLimit(MaxLimit))
-	assert.Error(t, d.SetLimit(MaxLimit+1))
+	require.NoError(t, d.SetLimit(backend.MaxLimit))
+	assert.Error(t, d.SetLimit(backend.MaxLimit+1))
 	for range 1000 {
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 	}
 	run, limit = d.slots()
-	assert.Equal(t, [2]int64{0, MaxLimit}, [2]int64{run, limit})
-	assert.Equal(t, BackendStats{Limit: MaxLimit, Served: 1000}, d.Stats())
+	assert.Equal(t, [2]int64{0, backend.MaxLimit}, [2]int64{run, limit})
+	assert.Equal(t, backend.Stats{Limit: backend.MaxLimit, Served: 1000}, d.Stats())
 }
 
 // A cost below 1 is 1; one above the limit is the limit, at the grant, on the
@@ -73,11 +74,11 @@ func TestCostIsClampedAtTheGrant(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 4})
-				tk, err := d.Acquire(context.Background(), Arrival{Cost: tt.cost})
+				d := startDispatcher(t, backend.Limits{MaxConcurrent: 4, MaxQueue: 4})
+				tk, err := d.Acquire(context.Background(), backend.Arrival{Cost: tt.cost})
 				require.NoError(t, err)
 				assert.Equal(t, tt.want, max(tk.Cost, 1), "granted at once")
-				assert.Equal(t, BackendStats{Running: tt.want, Limit: 4, Served: 1}, d.Stats())
+				assert.Equal(t, backend.Stats{Running: tt.want, Limit: 4, Served: 1}, d.Stats())
 				d.Release(tk)
 				run, _ := d.slots()
 				assert.Zero(t, run, "Release gave back what was granted")
@@ -85,15 +86,15 @@ func TestCostIsClampedAtTheGrant(t *testing.T) {
 				// The same cost when a slot is held: it waits for its clamped
 				// slots (and is granted them once they are free).
 				require.NotZero(t, d.TryAcquire())
-				got := park(d, context.Background(), Arrival{Cost: tt.cost})
+				got := park(d, context.Background(), backend.Arrival{Cost: tt.cost})
 				assert.Equal(t, tt.want == 4, pending(got), "waits only if it needs every slot")
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 				r := <-got
 				require.NoError(t, r.err)
 				assert.Equal(t, tt.want, max(r.t.Cost, 1))
 				assert.Equal(t, tt.want, d.Stats().Running)
 				d.Release(r.t)
-				assert.Equal(t, BackendStats{Limit: 4, Served: 3}, d.Stats())
+				assert.Equal(t, backend.Stats{Limit: 4, Served: 3}, d.Stats())
 			})
 		})
 	}
@@ -103,27 +104,27 @@ func TestCostIsClampedAtTheGrant(t *testing.T) {
 // Served, Fast and Finished.
 func TestStatsCountSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 6, MaxQueue: 4})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 6, MaxQueue: 4})
 		require.NotZero(t, d.TryAcquire())
 		require.NotZero(t, d.TryAcquire())
-		three, err := d.Acquire(context.Background(), Arrival{Cost: 3})
+		three, err := d.Acquire(context.Background(), backend.Arrival{Cost: 3})
 		require.NoError(t, err)
-		heavy := park(d, context.Background(), Arrival{Cost: 4})
+		heavy := park(d, context.Background(), backend.Arrival{Cost: 4})
 		assert.Equal(t, 5, d.Stats().Running)
 		assert.Equal(t, 1, d.Stats().Queued)
 		assert.Equal(t, uint64(3), d.Stats().Served)
-		assert.Equal(t, Counts{Running: 5, Queued: 1, Limit: 6, Fast: 2, Held: 5}, d.Counts())
+		assert.Equal(t, backend.Stats{Running: 5, Queued: 1, Limit: 6, Fast: 2, Held: 5}, d.Counts())
 
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 		d.Release(three)
 		r := <-heavy
 		require.NoError(t, r.err)
-		assert.Equal(t, BackendStats{Running: 5, Limit: 6, Served: 4}, d.Stats())
-		assert.Equal(t, Counts{Running: 5, Limit: 6, Fast: 2, Finished: 2, Held: 5}, d.Counts())
-		d.Release(Ticket{})
+		assert.Equal(t, backend.Stats{Running: 5, Limit: 6, Served: 4}, d.Stats())
+		assert.Equal(t, backend.Stats{Running: 5, Limit: 6, Fast: 2, Finished: 2, Held: 5}, d.Counts())
+		d.Release(backend.Ticket{})
 		d.Release(r.t)
-		assert.Equal(t, BackendStats{Limit: 6, Served: 4}, d.Stats())
-		assert.Equal(t, Counts{Limit: 6, Fast: 2, Finished: 4}, d.Counts())
+		assert.Equal(t, backend.Stats{Limit: 6, Served: 4}, d.Stats())
+		assert.Equal(t, backend.Stats{Limit: 6, Fast: 2, Finished: 4}, d.Counts())
 	})
 }
 
@@ -132,25 +133,25 @@ func TestStatsCountSlots(t *testing.T) {
 // nobody (no waiter, or a heavy head whose slots are not all free) does not.
 func TestReleaseYieldsToTheWaiterItGranted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 2, MaxQueue: 4, Weighted: true})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 2, MaxQueue: 4, Weighted: true})
 		var yields atomic.Int64
 		d.step = func(s step) {
 			if s == stepYield {
 				yields.Add(1)
 			}
 		}
-		a, err := d.Acquire(context.Background(), Arrival{})
+		a, err := d.Acquire(context.Background(), backend.Arrival{})
 		require.NoError(t, err)
-		b, err := d.Acquire(context.Background(), Arrival{})
+		b, err := d.Acquire(context.Background(), backend.Arrival{})
 		require.NoError(t, err)
 		d.Release(b)
 		assert.Zero(t, yields.Load(), "nobody waited: no yield")
-		b, err = d.Acquire(context.Background(), Arrival{})
+		b, err = d.Acquire(context.Background(), backend.Arrival{})
 		require.NoError(t, err)
 
 		heavy := make(chan error, 1)
 		go func() {
-			tk, err := d.Acquire(context.Background(), Arrival{Cost: 2})
+			tk, err := d.Acquire(context.Background(), backend.Arrival{Cost: 2})
 			if err == nil {
 				d.Release(tk)
 			}

@@ -7,25 +7,19 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // What a Queue reports: Stats, its JSON and the status handler.
 
-// Stats is a snapshot of a Queue. Running and Limit count slots, everything
-// else requests. Counters only grow, from the Queue's creation. Without
-// Config.Cost, Served is never below Running; with it, Running is never
-// above the slots granted to the requests counted in Served. Queued,
-// QueuedByPriority and OldestWait come from one view of the queue, so the
-// split adds up to Queued. docs/observability.md describes every field.
+// Stats is a snapshot of a Queue: the Backend's figures (backend.Stats,
+// whose fields read as Stats's own: Running, Queued, Limit, Served, ...)
+// and the Queue's counters of the other outcomes and its waits. Running and
+// Limit count slots, everything else requests. Counters only grow, from the
+// Queue's creation. docs/observability.md describes every field.
 type Stats struct {
-	Running int // slots held by running requests now (Config.Cost each, else 1)
-	Queued  int // requests waiting now
-	Limit   int // slots in all
-	// QueuedByPriority splits Queued by priority, highest first; nil when
-	// nobody waits.
-	QueuedByPriority []PriorityCount
+	backend.Stats
 
-	Served       uint64 // requests granted their slots (counted then, not when they finish)
 	QueueFull    uint64 // requests answered queue full
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
@@ -33,37 +27,21 @@ type Stats struct {
 	// Panicked counts the requests whose Skip, Deadline, Cost, Priority or
 	// FlowKey panicked (OutcomePanic); gin.Recovery answered them.
 	Panicked uint64
-	// Abandoned counts the served requests whose request context, as the
-	// Queue passed it on, had ended by the time their handler chain
-	// returned: the client hung up, or its deadline passed (Config.Deadline,
-	// or a timeout middleware in front). Their answers most likely reached
-	// nobody. It is part of Served, not an outcome of its own.
+	// Abandoned counts the served requests whose request context had ended
+	// by the time their handler chain returned: their answers most likely
+	// reached nobody. It is part of Served, not an outcome of its own.
 	Abandoned uint64
 
-	// OldestWait is how long the oldest waiter has waited so far; zero when
-	// nobody waits.
-	OldestWait time.Duration
 	// WaitP50, WaitP90 and WaitP99 are percentiles of the queue waits of the
 	// requests served in the last minute, those that ran at once counting as
 	// zero; on a log scale, within about 10%.
 	WaitP50, WaitP90, WaitP99 time.Duration
 	// DrainRate is how many requests finished per second, over about the
-	// last ten seconds (or since the previous look, when nobody looked for
-	// longer); zero until one has finished. Retry-After and RejectEarly do
-	// not use it.
+	// last ten seconds; zero until one has finished.
 	DrainRate float64
 	// NoLoadLatency is the handler time the adaptive limit measured with
 	// few requests in flight; zero without Config.Adaptive or until measured.
 	NoLoadLatency time.Duration
-
-	// Unavailable is the Backend's BackendStats.Unavailable: set while it
-	// cannot reach the store it shares with other replicas and applies its
-	// fallback policy; always false for the in-memory Backend.
-	Unavailable bool
-	// Outages is the Backend's BackendStats.Outages: how many times it
-	// turned Unavailable since it started; always zero for the in-memory
-	// Backend.
-	Outages uint64
 }
 
 // Stats returns a snapshot of the Queue's slots, queue, counters and waits.
@@ -75,10 +53,12 @@ type Stats struct {
 func (q *Queue) Stats() Stats {
 	st, b := q.cut()
 	now := time.Now()
-	st.Running, st.Queued, st.Limit = b.Running, b.Queued, b.Limit
-	st.QueuedByPriority, st.OldestWait = b.QueuedByPriority, b.OldestWait
-	st.Served, st.Unavailable, st.Outages = b.Served, b.Unavailable, b.Outages
+	st.Stats = b
 	fast, finished := q.progress()
+	st.Fast, st.Finished, st.Held = fast, finished, b.Running
+	if q.fast != nil {
+		st.Held = q.fast.Counts().Held
+	}
 	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, fast)
 	st.DrainRate, _ = q.drain.rate(now, finished)
 	if q.adaptive != nil {
@@ -98,7 +78,7 @@ const cutTries = 64
 // After cutTries reads that disagree, the last is used: read in the
 // reverse of the order one request moves the counters (Abandoned before
 // Served), it keeps Abandoned at most Served.
-func (q *Queue) cut() (Stats, BackendStats) {
+func (q *Queue) cut() (Stats, backend.Stats) {
 	t := q.tally()
 	for try := 1; ; try++ {
 		b := q.backend.Stats()
@@ -186,7 +166,10 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		NoLoadLatency    float64      `json:"no_load_latency_seconds"`
 		Unavailable      bool         `json:"unavailable"`
 		Outages          uint64       `json:"outages"`
+		Held             int          `json:"held"`
+		Fast             uint64       `json:"fast"`
+		Finished         uint64       `json:"finished"`
 	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed, s.Panicked, s.Abandoned,
 		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate,
-		s.NoLoadLatency.Seconds(), s.Unavailable, s.Outages})
+		s.NoLoadLatency.Seconds(), s.Unavailable, s.Outages, s.Held, s.Fast, s.Finished})
 }

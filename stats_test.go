@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
 // Stats reports the age of the oldest waiter, and StatusHandler serves Stats
@@ -263,11 +265,11 @@ func TestStatsAreOneCutUnderLoad(t *testing.T) {
 // counts, once: what any Backend's Stats allows when its goroutine is
 // descheduled, or waits on a lock, between the Queue's counters and its own.
 type statsDuring struct {
-	ginqueue.Backend
+	backend.Backend
 	during func()
 }
 
-func (b *statsDuring) Stats() ginqueue.BackendStats {
+func (b *statsDuring) Stats() backend.Stats {
 	if f := b.during; f != nil {
 		b.during = nil
 		f()
@@ -293,7 +295,7 @@ func lateThenPlain(q *ginqueue.Queue) (r *gin.Engine, late, plain *http.Request)
 // state the Queue never had): the Queue's counters are read again after
 // the Backend's.
 func TestStatsCutBesideABackendRead(t *testing.T) {
-	b := &statsDuring{Backend: ginqueue.NewMemoryBackend()}
+	b := &statsDuring{Backend: inmem.New()}
 	q := deadlineQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second, Backend: b})
 	r, late, plain := lateThenPlain(q)
 	var codes []int

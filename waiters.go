@@ -3,6 +3,8 @@ package ginqueue
 import (
 	"context"
 	"time"
+
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // Waiters: a request that cannot take its slots at once parks on a waiter,
@@ -53,9 +55,9 @@ type waiter struct {
 // A slot it takes at once counts as a grant through Acquire, never as a
 // fast one (Counts.Fast): the caller records the wait of what Acquire
 // grants, so a fast count too would count the request twice.
-func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
+func (d *dispatcher) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	if n := d.tryAcquireN(max(a.Cost, 1)); n != 0 {
-		return Ticket{Cost: int(n)}, nil
+		return backend.Ticket{Cost: int(n)}, nil
 	}
 	return d.acquireSlow(ctx, a)
 }
@@ -63,12 +65,12 @@ func (d *dispatcher) Acquire(ctx context.Context, a Arrival) (Ticket, error) {
 // acquireSlow is Acquire when the fast path failed: take the slots under mu
 // if they are free and nobody waits, else wait for them, unless a.MaxAhead
 // refuses.
-func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error) {
+func (d *dispatcher) acquireSlow(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	cost := max(a.Cost, 1)
 	d.lock()
 	if d.closed {
 		d.unlock()
-		return Ticket{}, ErrClosed
+		return backend.Ticket{}, backend.ErrClosed
 	}
 	for d.room.n == 0 {
 		d.at(stepSlowLoad)
@@ -88,7 +90,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 			d.state.Add(n)
 			d.unlock()
 			d.served(n)
-			return Ticket{Cost: int(n)}, nil
+			return backend.Ticket{Cost: int(n)}, nil
 		}
 		break
 	}
@@ -96,13 +98,13 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 		// The client left before it could queue: take no place, and take
 		// none from anybody else.
 		d.unlock()
-		return Ticket{}, err
+		return backend.Ticket{}, err
 	}
 	if a.MaxAhead != 0 && d.tooFarBack(a, cost) {
 		// Checked with the place taken, under one lock: a flood of
 		// arrivals cannot all see the same short queue.
 		d.unlock()
-		return Ticket{}, errRejectedEarly
+		return backend.Ticket{}, errRejectedEarly
 	}
 	// With a waiter of cost above 1 in the room, free slots can wait for
 	// it at the head: this arrival (or the eviction that makes its place)
@@ -110,7 +112,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	heavy := d.room.heavy > 0
 	if !d.makeRoom(a) {
 		d.unlock()
-		return Ticket{}, ErrQueueFull
+		return backend.Ticket{}, backend.ErrQueueFull
 	}
 	w := d.newWaiter(ctx, cost)
 	d.push(w, a)
@@ -150,7 +152,7 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	defer d.unlock()
 	err := ctx.Err()
 	if err == nil {
-		err = ErrQueueTimeout // its cutoff passed
+		err = backend.ErrQueueTimeout // its cutoff passed
 	}
 	switch w.state {
 	case waiting:
@@ -180,14 +182,14 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a Arrival) (Ticket, error)
 	}
 	w.ctx = nil
 	d.waiters.Put(w)
-	return Ticket{}, err
+	return backend.Ticket{}, err
 }
 
 // woken is the result of a waiter whose wake-up has been received: its
 // Ticket if granted (counted as served), else its error; w goes back to the
 // pool.
-func (d *dispatcher) woken(w *waiter) (Ticket, error) {
-	var t Ticket
+func (d *dispatcher) woken(w *waiter) (backend.Ticket, error) {
+	var t backend.Ticket
 	err := w.err()
 	if err == nil {
 		t.Cost = w.cost
@@ -204,7 +206,7 @@ func (d *dispatcher) woken(w *waiter) (Ticket, error) {
 // One that would be granted at once, first in line with its slots free (a
 // higher priority than a heavy head that waits for slots, say), is never
 // refused. Requires d.mu.
-func (d *dispatcher) tooFarBack(a Arrival, cost int) bool {
+func (d *dispatcher) tooFarBack(a backend.Arrival, cost int) bool {
 	lifo := false
 	if c := d.codel; c != nil && c.lifo {
 		lifo = d.standing(d.now())
@@ -257,13 +259,13 @@ func (w *waiter) err() error {
 	case granted:
 		return nil
 	case timedOut:
-		return ErrQueueTimeout
+		return backend.ErrQueueTimeout
 	case evicted:
-		return ErrQueueFull
+		return backend.ErrQueueFull
 	case gone:
 		return w.ctx.Err()
 	default:
-		return ErrClosed
+		return backend.ErrClosed
 	}
 }
 
@@ -376,7 +378,7 @@ func (d *dispatcher) take(lifo bool) *waiter {
 // makeRoom reports whether a place can be found for a, giving it the place
 // of the newest waiter of the lowest priority below a's if the queue is
 // full. Requires d.mu.
-func (d *dispatcher) makeRoom(a Arrival) bool {
+func (d *dispatcher) makeRoom(a backend.Arrival) bool {
 	if d.limits.MaxQueuePerFlow > 0 && d.room.flowLen(a.Priority, a.Flow) >= d.limits.MaxQueuePerFlow {
 		return false
 	}
@@ -392,7 +394,7 @@ func (d *dispatcher) makeRoom(a Arrival) bool {
 }
 
 // push queues w and arms the timer if it was idle. Requires d.mu.
-func (d *dispatcher) push(w *waiter, a Arrival) {
+func (d *dispatcher) push(w *waiter, a backend.Arrival) {
 	if d.codel != nil && d.room.n == 0 {
 		d.busySince = w.arrived
 	}

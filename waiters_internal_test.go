@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,8 +24,8 @@ func TestGrantRacingHangUpHandsSlotOn(t *testing.T) {
 		name := map[bool]string{true: "hang-up seen first", false: "grant seen first"}[cancelFirst]
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2})
-				_, err := d.Acquire(context.Background(), Arrival{})
+				d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 2})
+				_, err := d.Acquire(context.Background(), backend.Arrival{})
 				require.NoError(t, err)
 				ctx, cancel := context.WithCancel(context.Background())
 				first := acquireAsync(d, ctx)
@@ -52,19 +53,19 @@ func TestGrantRacingHangUpHandsSlotOn(t *testing.T) {
 				if !cancelFirst {
 					// It saw its grant: it runs, the second still waits.
 					require.NoError(t, err)
-					assert.Equal(t, BackendStats{Running: 1, Queued: 1, Limit: 1, Served: 2,
-						QueuedByPriority: []PriorityCount{{Priority: 0, Queued: 1}}}, d.Stats())
-					d.Release(Ticket{})
+					assert.Equal(t, backend.Stats{Running: 1, Queued: 1, Limit: 1, Served: 2,
+						QueuedByPriority: []backend.PriorityCount{{Priority: 0, Queued: 1}}}, d.Stats())
+					d.Release(backend.Ticket{})
 					require.NoError(t, <-second)
-					assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 3}, d.Stats())
+					assert.Equal(t, backend.Stats{Running: 1, Limit: 1, Served: 3}, d.Stats())
 				} else {
 					// Gone before the grant: it is not served, and the slot
 					// went to the next waiter.
 					assert.ErrorIs(t, err, context.Canceled)
 					require.NoError(t, <-second, "the slot must reach the next waiter")
-					assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+					assert.Equal(t, backend.Stats{Running: 1, Limit: 1, Served: 2}, d.Stats())
 				}
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 				assert.Equal(t, 0, d.Stats().Running)
 			})
 		})
@@ -76,13 +77,13 @@ func TestGrantRacingHangUpHandsSlotOn(t *testing.T) {
 // lock, and the arrival must then take the slot instead of parking for ever.
 func TestReleaseBetweenFastPathAndParking(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 1})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 1})
 		require.NotZero(t, d.TryAcquire())
 		require.Zero(t, d.TryAcquire())
-		d.Release(Ticket{}) // slowBit is clear: the fast release path
+		d.Release(backend.Ticket{}) // slowBit is clear: the fast release path
 		done := make(chan error, 1)
 		go func() {
-			_, err := d.acquireSlow(context.Background(), Arrival{})
+			_, err := d.acquireSlow(context.Background(), backend.Arrival{})
 			done <- err
 		}()
 		synctest.Wait()
@@ -92,7 +93,7 @@ func TestReleaseBetweenFastPathAndParking(t *testing.T) {
 		default:
 			t.Fatal("parked with a free slot")
 		}
-		assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+		assert.Equal(t, backend.Stats{Running: 1, Limit: 1, Served: 2}, d.Stats())
 	})
 }
 
@@ -103,7 +104,7 @@ func TestGoneWaiterKeepsItsCause(t *testing.T) {
 	for _, fate := range []waiterState{evicted, closedOut, timedOut, granted} {
 		t.Run(map[waiterState]string{evicted: "evicted", closedOut: "closed", timedOut: "timed out", granted: "granted"}[fate], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 2})
+				d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 2})
 				require.NotZero(t, d.TryAcquire())
 				ctx, cancel := context.WithCancel(context.Background())
 				gone := acquireAsync(d, ctx)
@@ -126,13 +127,13 @@ func TestGoneWaiterKeepsItsCause(t *testing.T) {
 				assert.ErrorIs(t, <-gone, context.Canceled)
 				if fate == granted {
 					assert.NoError(t, <-next, "the slot went past the gone waiter")
-					assert.Equal(t, BackendStats{Running: 1, Limit: 1, Served: 2}, d.Stats())
-					d.Release(Ticket{})
+					assert.Equal(t, backend.Stats{Running: 1, Limit: 1, Served: 2}, d.Stats())
+					d.Release(backend.Ticket{})
 				} else {
-					d.Release(Ticket{})
+					d.Release(backend.Ticket{})
 					assert.NoError(t, <-next)
 				}
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 			})
 		})
 	}
@@ -144,24 +145,24 @@ func TestGoneWaiterKeepsItsCause(t *testing.T) {
 // then those behind it.
 func TestHeadOfLineHolds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 8})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 4, MaxQueue: 8})
 		require.NotZero(t, d.TryAcquire())
 		require.NotZero(t, d.TryAcquire())
-		heavy := park(d, context.Background(), Arrival{Cost: 4})
+		heavy := park(d, context.Background(), backend.Arrival{Cost: 4})
 		require.True(t, pending(heavy))
 		assert.Zero(t, d.TryAcquire(), "the fast path passed a heavy waiter")
-		light := park(d, context.Background(), Arrival{Cost: 1})
-		other := park(d, context.Background(), Arrival{Cost: 1, Flow: "other"}) // a flow of its own joins behind the head
+		light := park(d, context.Background(), backend.Arrival{Cost: 1})
+		other := park(d, context.Background(), backend.Arrival{Cost: 1, Flow: "other"}) // a flow of its own joins behind the head
 		assert.Equal(t, 3, d.Stats().Queued)
 
-		d.Release(Ticket{}) // 3 of 4 free: not enough for the head
+		d.Release(backend.Ticket{}) // 3 of 4 free: not enough for the head
 		synctest.Wait()
 		assert.True(t, pending(heavy))
 		assert.True(t, pending(light), "a cost-1 waiter overtook the head")
 		assert.True(t, pending(other), "a cost-1 waiter of another flow overtook the head")
 		assert.Zero(t, d.TryAcquire())
 
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 		h := <-heavy
 		require.NoError(t, h.err)
 		assert.Equal(t, 4, h.t.Cost)
@@ -171,9 +172,9 @@ func TestHeadOfLineHolds(t *testing.T) {
 		d.Release(h.t)
 		require.NoError(t, (<-light).err)
 		require.NoError(t, (<-other).err)
-		assert.Equal(t, BackendStats{Running: 2, Limit: 4, Served: 5}, d.Stats())
-		d.Release(Ticket{Cost: 1})
-		d.Release(Ticket{Cost: 1})
+		assert.Equal(t, backend.Stats{Running: 2, Limit: 4, Served: 5}, d.Stats())
+		d.Release(backend.Ticket{Cost: 1})
+		d.Release(backend.Ticket{Cost: 1})
 	})
 }
 
@@ -183,73 +184,73 @@ func TestHeadOfLineHolds(t *testing.T) {
 func TestALeavingHeadLetsTheLineMove(t *testing.T) {
 	// blocked is a dispatcher of limit 4 with 2 slots held, a cost-4 head
 	// and, for most cases, a cost-1 waiter behind it.
-	blocked := func(t *testing.T, l Limits, ctx context.Context, behind bool) (d *dispatcher, heavy, light <-chan parked) {
+	blocked := func(t *testing.T, l backend.Limits, ctx context.Context, behind bool) (d *dispatcher, heavy, light <-chan parked) {
 		d = startDispatcher(t, l)
 		require.NotZero(t, d.TryAcquire())
 		require.NotZero(t, d.TryAcquire())
-		heavy = park(d, ctx, Arrival{Cost: 4})
+		heavy = park(d, ctx, backend.Arrival{Cost: 4})
 		require.True(t, pending(heavy))
 		if behind {
 			time.Sleep(time.Second) // the heavy waiter's deadline comes first
-			light = park(d, context.Background(), Arrival{Cost: 1})
+			light = park(d, context.Background(), backend.Arrival{Cost: 1})
 			require.True(t, pending(light))
 		}
 		return d, heavy, light
 	}
 	t.Run("a higher priority", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			d, heavy, light := blocked(t, Limits{MaxConcurrent: 4, MaxQueue: 4}, context.Background(), true)
-			high := park(d, context.Background(), Arrival{Cost: 1, Priority: 1})
+			d, heavy, light := blocked(t, backend.Limits{MaxConcurrent: 4, MaxQueue: 4}, context.Background(), true)
+			high := park(d, context.Background(), backend.Arrival{Cost: 1, Priority: 1})
 			require.False(t, pending(high), "a higher priority waited behind the free slots")
 			assert.NoError(t, (<-high).err)
 			assert.True(t, pending(light), "the same priority passed the head")
 			assert.Equal(t, 3, d.Stats().Running)
 			for range 3 {
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 			}
 			assert.NoError(t, (<-heavy).err)
-			d.Release(Ticket{Cost: 4})
+			d.Release(backend.Ticket{Cost: 4})
 			assert.NoError(t, (<-light).err)
-			d.Release(Ticket{})
+			d.Release(backend.Ticket{})
 		})
 	})
 	t.Run("the head hangs up", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
-			d, heavy, light := blocked(t, Limits{MaxConcurrent: 4, MaxQueue: 4}, ctx, true)
+			d, heavy, light := blocked(t, backend.Limits{MaxConcurrent: 4, MaxQueue: 4}, ctx, true)
 			cancel()
 			synctest.Wait()
 			assert.ErrorIs(t, (<-heavy).err, context.Canceled)
 			require.False(t, pending(light), "the free slots waited for a head that left")
 			assert.NoError(t, (<-light).err)
-			assert.Equal(t, BackendStats{Running: 3, Limit: 4, Served: 3}, d.Stats())
+			assert.Equal(t, backend.Stats{Running: 3, Limit: 4, Served: 3}, d.Stats())
 			for range 3 {
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 			}
 		})
 	})
 	t.Run("the head times out", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			d, heavy, light := blocked(t, Limits{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: 5 * time.Second}, context.Background(), true)
+			d, heavy, light := blocked(t, backend.Limits{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: 5 * time.Second}, context.Background(), true)
 			time.Sleep(4 * time.Second) // the head's deadline passes, not the other's
 			synctest.Wait()
-			assert.ErrorIs(t, (<-heavy).err, ErrQueueTimeout)
+			assert.ErrorIs(t, (<-heavy).err, backend.ErrQueueTimeout)
 			require.False(t, pending(light), "the free slots waited for a head that timed out")
 			assert.NoError(t, (<-light).err)
 			for range 3 {
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 			}
 		})
 	})
 	t.Run("the head is evicted", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			d, heavy, _ := blocked(t, Limits{MaxConcurrent: 4, MaxQueue: 1}, context.Background(), false)
-			high := park(d, context.Background(), Arrival{Cost: 1, Priority: 1})
-			assert.ErrorIs(t, (<-heavy).err, ErrQueueFull)
+			d, heavy, _ := blocked(t, backend.Limits{MaxConcurrent: 4, MaxQueue: 1}, context.Background(), false)
+			high := park(d, context.Background(), backend.Arrival{Cost: 1, Priority: 1})
+			assert.ErrorIs(t, (<-heavy).err, backend.ErrQueueFull)
 			require.False(t, pending(high), "the arrival that took the head's place waited behind free slots")
 			assert.NoError(t, (<-high).err)
 			for range 3 {
-				d.Release(Ticket{})
+				d.Release(backend.Ticket{})
 			}
 		})
 	})
@@ -260,29 +261,29 @@ func TestALeavingHeadLetsTheLineMove(t *testing.T) {
 // bound; a free slot is taken whatever it says. Refusals take no place.
 func TestMaxAhead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 8})
-		_, err := d.Acquire(context.Background(), Arrival{MaxAhead: -1})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 8})
+		_, err := d.Acquire(context.Background(), backend.Arrival{MaxAhead: -1})
 		require.NoError(t, err, "a free slot is taken whatever MaxAhead says")
 		wait := func(maxAhead int) <-chan error {
 			errc := make(chan error, 1)
 			go func() {
-				_, err := d.Acquire(context.Background(), Arrival{MaxAhead: maxAhead})
+				_, err := d.Acquire(context.Background(), backend.Arrival{MaxAhead: maxAhead})
 				errc <- err
 			}()
 			synctest.Wait()
 			return errc
 		}
-		first := wait(1)                           // 0 ahead < 1: waits
-		assert.ErrorIs(t, <-wait(1), ErrQueueFull) // 1 ahead
-		assert.ErrorIs(t, <-wait(-1), ErrQueueFull)
+		first := wait(1)                                   // 0 ahead < 1: waits
+		assert.ErrorIs(t, <-wait(1), backend.ErrQueueFull) // 1 ahead
+		assert.ErrorIs(t, <-wait(-1), backend.ErrQueueFull)
 		second := wait(2) // 1 ahead < 2: waits
 		third := wait(0)  // no bound: waits
 		assert.Equal(t, 3, d.Stats().Queued, "refusals took no place")
 		for _, w := range []<-chan error{first, second, third} {
-			d.Release(Ticket{})
+			d.Release(backend.Ticket{})
 			assert.NoError(t, <-w)
 		}
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
 	})
 }
 
@@ -294,21 +295,21 @@ func TestMaxAhead(t *testing.T) {
 // time over the limit.
 func TestMaxAheadLetsAnArrivalGrantedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 4, MaxQueue: 8, Weighted: true})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 4, MaxQueue: 8, Weighted: true})
 		require.NotZero(t, d.TryAcquire())
 		require.NotZero(t, d.TryAcquire())
-		heavy := park(d, context.Background(), Arrival{Cost: 4})
+		heavy := park(d, context.Background(), backend.Arrival{Cost: 4})
 		require.True(t, pending(heavy))
 		run, _ := d.slots()
 		require.EqualValues(t, 2, run, "two slots free, held for the head")
 
-		tk, err := d.Acquire(context.Background(), Arrival{Priority: 1, Cost: 1, MaxAhead: -1})
+		tk, err := d.Acquire(context.Background(), backend.Arrival{Priority: 1, Cost: 1, MaxAhead: -1})
 		assert.NoError(t, err, "a higher priority arrival that finds a free slot is refused as if it had to wait")
 		if err == nil {
 			d.Release(tk)
 		}
-		d.Release(Ticket{})
-		d.Release(Ticket{})
+		d.Release(backend.Ticket{})
+		d.Release(backend.Ticket{})
 		r := <-heavy
 		require.NoError(t, r.err)
 		d.Release(r.t)
@@ -323,7 +324,7 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 	for _, passedOver := range []int{3, 100} {
 		t.Run(fmt.Sprintf("%d passed over", passedOver), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 128, QueueTimeout: time.Minute})
+				d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 128, QueueTimeout: time.Minute})
 				var recording atomic.Bool
 				// Appended under d.mu: the grant, and the fate of each
 				// waiter as its wake-up is sent.
@@ -338,7 +339,7 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 							timedOut: "wake timed out", gone: "wake gone"}[d.wakeFirst.state])
 					}
 				}
-				_, err := d.Acquire(context.Background(), Arrival{}) // the slot, released by hand below
+				_, err := d.Acquire(context.Background(), backend.Arrival{}) // the slot, released by hand below
 				require.NoError(t, err)
 				var late []<-chan error
 				var hangUps []context.CancelFunc
@@ -352,7 +353,7 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 					defer cancel()
 					errc := make(chan error, 1)
 					go func() {
-						_, err := d.Acquire(ctx, Arrival{MinTimeLeft: 150 * time.Millisecond})
+						_, err := d.Acquire(ctx, backend.Arrival{MinTimeLeft: 150 * time.Millisecond})
 						errc <- err
 					}()
 					late = append(late, errc)
@@ -379,7 +380,7 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 					if i%2 == 1 {
 						assert.ErrorIs(t, <-errc, context.Canceled, "waiter %d", i)
 					} else {
-						assert.ErrorIs(t, <-errc, ErrQueueTimeout, "waiter %d", i)
+						assert.ErrorIs(t, <-errc, backend.ErrQueueTimeout, "waiter %d", i)
 					}
 				}
 				require.Len(t, steps, passedOver+2)
@@ -397,15 +398,15 @@ func TestPassedOverAreWokenAfterTheGrant(t *testing.T) {
 // release or arrival comes then, and the light waiter is granted.
 func TestHeavyHeadPastItsCutoffGivesUpTheLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 2, MaxQueue: 4, Weighted: true})
-		held, err := d.Acquire(context.Background(), Arrival{})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 2, MaxQueue: 4, Weighted: true})
+		held, err := d.Acquire(context.Background(), backend.Arrival{})
 		require.NoError(t, err)
 		defer d.Release(held)
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		heavy := park(d, ctx, Arrival{Cost: 2, MinTimeLeft: 500 * time.Millisecond}) // cutoff at 500ms
-		light := park(d, context.Background(), Arrival{})                            // behind it; one slot is free
+		heavy := park(d, ctx, backend.Arrival{Cost: 2, MinTimeLeft: 500 * time.Millisecond}) // cutoff at 500ms
+		light := park(d, context.Background(), backend.Arrival{})                            // behind it; one slot is free
 		require.True(t, pending(heavy))
 		require.True(t, pending(light))
 
@@ -414,7 +415,7 @@ func TestHeavyHeadPastItsCutoffGivesUpTheLine(t *testing.T) {
 		assert.False(t, pending(light), "a slot is free and the head past its cutoff holds the line for nobody")
 		require.False(t, pending(heavy), "the head past its cutoff is answered then, not at its deadline")
 		p := <-heavy
-		assert.ErrorIs(t, p.err, ErrQueueTimeout)
+		assert.ErrorIs(t, p.err, backend.ErrQueueTimeout)
 		if l := <-light; l.err == nil {
 			d.Release(l.t)
 		}
@@ -426,15 +427,15 @@ func TestHeavyHeadPastItsCutoffGivesUpTheLine(t *testing.T) {
 // which waiter gets the freed slot does not depend on who noticed first.
 func TestPassedOverWaiterLeavesItsFlowsTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := startDispatcher(t, Limits{MaxConcurrent: 1, MaxQueue: 4})
-		held, err := d.Acquire(context.Background(), Arrival{})
+		d := startDispatcher(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 4})
+		held, err := d.Acquire(context.Background(), backend.Arrival{})
 		require.NoError(t, err)
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		a1 := park(d, ctx, Arrival{Flow: "a", MinTimeLeft: 500 * time.Millisecond}) // cutoff at 500ms
-		a2 := park(d, context.Background(), Arrival{Flow: "a"})
-		b1 := park(d, context.Background(), Arrival{Flow: "b"})
+		a1 := park(d, ctx, backend.Arrival{Flow: "a", MinTimeLeft: 500 * time.Millisecond}) // cutoff at 500ms
+		a2 := park(d, context.Background(), backend.Arrival{Flow: "a"})
+		b1 := park(d, context.Background(), backend.Arrival{Flow: "b"})
 
 		time.Sleep(600 * time.Millisecond)
 		d.Release(held) // a1 is passed over (408): whose turn is the slot?

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // A client that left before it could queue takes nobody's place: a full
@@ -71,10 +72,10 @@ func TestFullQueueEvictsLowestNewest(t *testing.T) {
 		sendAt(r, 5, 2, "", out) // evicts 3, the newest of priority 0
 		res = <-out
 		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable}, res)
-		assert.Equal(t, []ginqueue.PriorityCount{{2, 1}, {1, 1}, {0, 1}}, q.Stats().QueuedByPriority)
+		assert.Equal(t, []backend.PriorityCount{{Priority: 2, Queued: 1}, {Priority: 1, Queued: 1}, {Priority: 0, Queued: 1}}, q.Stats().QueuedByPriority)
 		sendAt(r, 6, 1, "", out) // evicts 2: the queue length stays, its split does not
 		assert.Equal(t, 2, (<-out).id)
-		assert.Equal(t, []ginqueue.PriorityCount{{2, 1}, {1, 2}}, q.Stats().QueuedByPriority)
+		assert.Equal(t, []backend.PriorityCount{{Priority: 2, Queued: 1}, {Priority: 1, Queued: 2}}, q.Stats().QueuedByPriority)
 		sendAt(r, 7, 1, "", out) // nobody below priority 1 is left: refused
 		assert.Equal(t, result{id: 7, code: http.StatusServiceUnavailable}, <-out)
 

@@ -3,6 +3,8 @@ package ginqueue
 import (
 	"hash/maphash"
 	"strconv"
+
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // waitroom holds the waiters of a dispatcher and decides who is next.
@@ -295,13 +297,13 @@ func (r *waitroom) ahead(prio int, key string, lifo bool) int {
 
 // byPriority lists the number of waiters per priority, in no order (the
 // caller sorts it, outside the lock).
-func (r *waitroom) byPriority() []PriorityCount {
+func (r *waitroom) byPriority() []backend.PriorityCount {
 	if r.n == 0 {
 		return nil
 	}
-	out := make([]PriorityCount, 0, len(r.levels))
+	out := make([]backend.PriorityCount, 0, len(r.levels))
 	for _, l := range r.levels {
-		out = append(out, PriorityCount{Priority: l.prio, Queued: l.n})
+		out = append(out, backend.PriorityCount{Priority: l.prio, Queued: l.n})
 	}
 	return out
 }

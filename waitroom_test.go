@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // 1 slot held, 50 low-priority waiters, then 1 high: the high one runs next,
@@ -32,7 +33,7 @@ func TestHigherPriorityRunsFirst(t *testing.T) {
 			sendAt(r, id, 0, "", out)
 		}
 		sendAt(r, 99, 5, "", out)
-		assert.Equal(t, []ginqueue.PriorityCount{{Priority: 5, Queued: 1}, {Priority: 0, Queued: 50}}, q.Stats().QueuedByPriority)
+		assert.Equal(t, []backend.PriorityCount{{Priority: 5, Queued: 1}, {Priority: 0, Queued: 50}}, q.Stats().QueuedByPriority)
 		assert.Equal(t, 0, <-g.started)
 		want := append([]int{99}, seq(1, 50)...)
 		for _, id := range want {
@@ -118,7 +119,7 @@ func TestOutcomesAtEveryPriority(t *testing.T) {
 			out <- result{id: 3, code: w.Code}
 		}()
 		synctest.Wait()
-		assert.Equal(t, []ginqueue.PriorityCount{{7, 1}, {3, 1}, {-3, 1}}, q.Stats().QueuedByPriority)
+		assert.Equal(t, []backend.PriorityCount{{Priority: 7, Queued: 1}, {Priority: 3, Queued: 1}, {Priority: -3, Queued: 1}}, q.Stats().QueuedByPriority)
 		cancel()
 		assert.Equal(t, result{id: 3, code: ginqueue.StatusClientClosedRequest}, <-out)
 		time.Sleep(500 * time.Millisecond)
@@ -137,7 +138,7 @@ func TestOutcomesAtEveryPriority(t *testing.T) {
 		g.open(1)
 		assert.Equal(t, http.StatusOK, (<-out).code)
 		st := q.Stats()
-		assert.Equal(t, ginqueue.Stats{Limit: 1, Served: 1, QueueTimeout: 2, Canceled: 1, Closed: 1, DrainRate: 1}, st)
+		assert.Equal(t, ginqueue.Stats{Stats: backend.Stats{Limit: 1, Served: 1, Fast: 1, Finished: 1}, QueueTimeout: 2, Canceled: 1, Closed: 1, DrainRate: 1}, st)
 	})
 }
 
@@ -180,7 +181,7 @@ func TestExtremeInputs(t *testing.T) {
 		assert.Equal(t, result{id: 3, code: http.StatusServiceUnavailable}, <-out)
 		send(4, "max", "\xff\xfe\xfd")
 		send(5, "", "b")
-		assert.Equal(t, []ginqueue.PriorityCount{{math.MaxInt, 1}, {0, 1}, {math.MinInt, 2}}, q.Stats().QueuedByPriority)
+		assert.Equal(t, []backend.PriorityCount{{Priority: math.MaxInt, Queued: 1}, {Priority: 0, Queued: 1}, {Priority: math.MinInt, Queued: 2}}, q.Stats().QueuedByPriority)
 		assert.Equal(t, 0, <-g.started)
 		for _, id := range []int{4, 5, 1, 2} {
 			g.open(1)

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // ScopeName is the instrumentation scope of the Meter that Metrics takes
@@ -312,7 +313,7 @@ func (e *entry) observe(in *instruments, o metric.Observer) {
 
 // observePriorities reports the waiters of every priority seen so far, 0
 // for those that have none now.
-func (e *entry) observePriorities(in *instruments, o metric.Observer, split []ginqueue.PriorityCount) {
+func (e *entry) observePriorities(in *instruments, o metric.Observer, split []backend.PriorityCount) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, pc := range split {

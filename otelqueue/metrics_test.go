@@ -25,6 +25,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 	"github.com/ginqueue/ginqueue/otelqueue"
 )
 
@@ -451,17 +453,17 @@ func TestCollectionsDuringBurst(t *testing.T) {
 // blockingBackend is an in-memory Backend whose Stats, once armed, blocks
 // until released: a collection stuck in the middle.
 type blockingBackend struct {
-	ginqueue.Backend
+	backend.Backend
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
 func newBlockingBackend() *blockingBackend {
-	return &blockingBackend{Backend: ginqueue.NewMemoryBackend(), entered: make(chan struct{}), release: make(chan struct{})}
+	return &blockingBackend{Backend: inmem.New(), entered: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (b *blockingBackend) Stats() ginqueue.BackendStats {
+func (b *blockingBackend) Stats() backend.Stats {
 	if b.armed.CompareAndSwap(true, false) {
 		close(b.entered)
 		<-b.release
@@ -580,12 +582,12 @@ func TestNoopProvider(t *testing.T) {
 // storeBackend is an in-memory Backend that reports the state of a store
 // shared with other replicas, as redisqueue reports Redis.
 type storeBackend struct {
-	ginqueue.Backend
+	backend.Backend
 	unavailable atomic.Bool
 	outages     atomic.Uint64
 }
 
-func (b *storeBackend) Stats() ginqueue.BackendStats {
+func (b *storeBackend) Stats() backend.Stats {
 	st := b.Backend.Stats()
 	st.Unavailable, st.Outages = b.unavailable.Load(), b.outages.Load()
 	return st
@@ -595,7 +597,7 @@ func (b *storeBackend) Stats() ginqueue.BackendStats {
 // follows it and ginqueue.backend.outages counts the outages, never going
 // down.
 func TestBackendOutages(t *testing.T) {
-	b := &storeBackend{Backend: ginqueue.NewMemoryBackend()}
+	b := &storeBackend{Backend: inmem.New()}
 	reader := sdkmetric.NewManualReader()
 	newMetrics(t, reader, map[string]*ginqueue.Queue{"api": newQueue(t, ginqueue.Config{MaxConcurrent: 1, Backend: b})})
 	for i, down := range []bool{false, true, true, false, true, false, false, true} {
@@ -615,7 +617,7 @@ func TestBackendOutages(t *testing.T) {
 // Counters are reported up to math.MaxInt64, the most an Int64 counter
 // holds; below it, as they are.
 func TestCountBound(t *testing.T) {
-	b := &storeBackend{Backend: ginqueue.NewMemoryBackend()}
+	b := &storeBackend{Backend: inmem.New()}
 	reader := sdkmetric.NewManualReader()
 	newMetrics(t, reader, map[string]*ginqueue.Queue{"api": newQueue(t, ginqueue.Config{MaxConcurrent: 1, Backend: b})})
 	for _, tc := range []struct {

@@ -18,6 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 	"github.com/ginqueue/ginqueue/promqueue"
 )
 
@@ -379,16 +381,16 @@ func TestConcurrentScrapes(t *testing.T) {
 // storeBackend is an in-memory Backend that reports the state of a store
 // shared with other replicas, as redisqueue reports Redis.
 type storeBackend struct {
-	ginqueue.Backend
+	backend.Backend
 	unavailable atomic.Bool
 	outages     atomic.Uint64
 }
 
 func newStoreBackend() *storeBackend {
-	return &storeBackend{Backend: ginqueue.NewMemoryBackend()}
+	return &storeBackend{Backend: inmem.New()}
 }
 
-func (b *storeBackend) Stats() ginqueue.BackendStats {
+func (b *storeBackend) Stats() backend.Stats {
 	st := b.Backend.Stats()
 	st.Unavailable, st.Outages = b.unavailable.Load(), b.outages.Load()
 	return st
@@ -402,7 +404,7 @@ func TestBackendUnavailable(t *testing.T) {
 	down.outages.Store(3)
 	for _, tc := range []struct {
 		name                 string
-		backend              ginqueue.Backend // nil: the in-memory Backend
+		backend              backend.Backend // nil: the in-memory Backend
 		unavailable, outages int
 	}{
 		{"in-memory", nil, 0, 0},

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // waiter is one lease id waiting in the Redis queue for a grant.
@@ -37,20 +37,20 @@ const (
 	abandoned            // its request left; a leave is under way
 )
 
-// Acquire implements ginqueue.Backend. It returns ginqueue.ErrQueueFull
+// Acquire implements backend.Backend. It returns backend.ErrQueueFull
 // (for a waiter whose place in the full global queue an arrival of higher
-// priority took, an error wrapping it), ginqueue.ErrQueueTimeout (after
-// Limits.QueueTimeout, measured here), ginqueue.ErrClosed, ctx.Err() when
+// priority took, an error wrapping it), backend.ErrQueueTimeout (after
+// Limits.QueueTimeout, measured here), backend.ErrClosed, ctx.Err() when
 // ctx ends first, or while Redis is down what OnRedisDown says: a local
 // grant (FailOpen) or an error wrapping ErrUnavailable and
-// ginqueue.ErrQueueFull (FailClosed). A request never waits longer than
+// backend.ErrQueueFull (FailClosed). A request never waits longer than
 // QueueTimeout plus one CallTimeout.
 //
 // With Limits.Weighted the request asks for a.Cost slots (below 1, one);
 // Redis grants them, clamped to the fleet's limit at that moment, once they
 // are free and no waiter ahead of it in the global order waits, and the
 // Ticket's Cost says how many it got.
-func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (b *Backend) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	if b.sh != nil {
 		return b.sh.acquire(ctx, a)
 	}
@@ -59,23 +59,23 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		deadline = time.Now().Add(b.limits.QueueTimeout)
 	}
 	if err := ctx.Err(); err != nil {
-		return ginqueue.Ticket{}, err
+		return backend.Ticket{}, err
 	}
 	prio := prioKey(a.Priority)
 	cost := 1
 	if b.limits.Weighted {
-		cost = min(max(a.Cost, 1), ginqueue.MaxLimit)
+		cost = min(max(a.Cost, 1), backend.MaxLimit)
 	}
 	for {
 		b.mu.Lock()
 		switch {
 		case b.closed || !b.started:
 			b.mu.Unlock()
-			return ginqueue.Ticket{}, ginqueue.ErrClosed
+			return backend.Ticket{}, backend.ErrClosed
 		case b.conflict != nil:
 			err := b.conflict
 			b.mu.Unlock()
-			return ginqueue.Ticket{}, fmt.Errorf("%w (%w)", err, ginqueue.ErrQueueFull)
+			return backend.Ticket{}, fmt.Errorf("%w (%w)", err, backend.ErrQueueFull)
 		case b.down.Load():
 			b.probeLocked()
 			b.mu.Unlock()
@@ -104,7 +104,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 			b.mu.Unlock()
 			if closed {
 				// Close answered it, and ended the call.
-				return ginqueue.Ticket{}, ginqueue.ErrClosed
+				return backend.Ticket{}, backend.ErrClosed
 			}
 			// This request gets OnRedisDown now; the replica turns to it
 			// only after Options.FailureThreshold failures in a row.
@@ -140,7 +140,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 		b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots
 		b.mu.Unlock()
 		if outcome == -1 {
-			return ginqueue.Ticket{}, ginqueue.ErrQueueFull
+			return backend.Ticket{}, backend.ErrQueueFull
 		}
 		if closed {
 			b.leave(w.id, w.cost)
@@ -152,7 +152,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 				// finished: the slots go to the next waiter (never counted
 				// as served).
 				b.release(t)
-				return ginqueue.Ticket{}, errTooLate
+				return backend.Ticket{}, errTooLate
 			}
 			if err == nil {
 				b.served.Add(1)
@@ -173,7 +173,7 @@ func (b *Backend) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tic
 
 // errTooLate is ErrQueueTimeout for a waiter granted with less time left
 // before its deadline than Arrival.MinTimeLeft.
-var errTooLate = fmt.Errorf("%w: granted with less time left than the request needs", ginqueue.ErrQueueTimeout)
+var errTooLate = fmt.Errorf("%w: granted with less time left than the request needs", backend.ErrQueueTimeout)
 
 // tooLate reports whether a request whose context is ctx, granted now, has
 // less than need left before its deadline (Arrival.MinTimeLeft); false
@@ -202,7 +202,7 @@ func (b *Backend) acquireReply(res any) (outcome, slots, fleet int64, err error)
 
 // wait waits for w's grant. again reports that Acquire must go on: with
 // err == nil to enqueue again, with err != nil to apply OnRedisDown.
-func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downCh <-chan struct{}) (t ginqueue.Ticket, err error, again bool) {
+func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downCh <-chan struct{}) (t backend.Ticket, err error, again bool) {
 	var expired <-chan time.Time
 	if !deadline.IsZero() {
 		tm := time.NewTimer(time.Until(deadline))
@@ -215,9 +215,9 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 		if !b.abandon(w) {
 			// Granted in the same instant as the hang-up: nobody will run on
 			// the slot, so give it back (it was never counted as served).
-			b.release(ginqueue.Ticket{ID: w.id})
+			b.release(backend.Ticket{ID: w.id})
 		}
-		return ginqueue.Ticket{}, ctx.Err(), false
+		return backend.Ticket{}, ctx.Err(), false
 	case <-expired:
 		if !b.abandon(w) {
 			// Granted in the same instant as the deadline: serve it.
@@ -227,14 +227,14 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 			// Redis stopped answering while it waited (a pause, a failover
 			// not yet marked down): that, not the queue, is why no grant
 			// came. FailClosed answers it as unavailable.
-			return ginqueue.Ticket{}, &unavailableError{cause: errors.New("no answer from Redis while the request waited")}, false
+			return backend.Ticket{}, &unavailableError{cause: errors.New("no answer from Redis while the request waited")}, false
 		}
-		return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+		return backend.Ticket{}, backend.ErrQueueTimeout, false
 	case <-downCh:
 		if !b.abandon(w) {
 			return b.ticket(w), nil, false
 		}
-		return ginqueue.Ticket{}, errors.New("safety-net call failed"), true
+		return backend.Ticket{}, errors.New("safety-net call failed"), true
 	}
 	// ready is closed, so w.state is final and safe to read.
 	switch w.state {
@@ -242,18 +242,18 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 		return b.ticket(w), nil, false
 	case lost:
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
-			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+			return backend.Ticket{}, backend.ErrQueueTimeout, false
 		}
-		return ginqueue.Ticket{}, nil, true
+		return backend.Ticket{}, nil, true
 	case evictedOut:
-		return ginqueue.Ticket{}, errEvicted, false
+		return backend.Ticket{}, errEvicted, false
 	}
-	return ginqueue.Ticket{}, ginqueue.ErrClosed, false
+	return backend.Ticket{}, backend.ErrClosed, false
 }
 
 // ticket is the Ticket of w, granted.
-func (b *Backend) ticket(w *waiter) ginqueue.Ticket {
-	return ginqueue.Ticket{ID: w.id, Cost: max(w.granted, 1)}
+func (b *Backend) ticket(w *waiter) backend.Ticket {
+	return backend.Ticket{ID: w.id, Cost: max(w.granted, 1)}
 }
 
 // grantLocked hands w its w.granted slots (zero: one). Requires b.mu and

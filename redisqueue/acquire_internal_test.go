@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // A grant that lands in the same instant as its waiter's hang-up is given
 // back: the Backend must not go on counting a slot nobody holds (Shutdown
 // would wait for it, and the lease would be refreshed for ever).
 func TestGrantRacingHangUpIsGivenBack(t *testing.T) {
-	b, _ := internalBackend(t, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 1})
+	b, _ := internalBackend(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	leaked := 0
@@ -24,7 +24,7 @@ func TestGrantRacingHangUpIsGivenBack(t *testing.T) {
 		b.mu.Unlock()
 		_, err, _ := b.wait(ctx, w, time.Time{}, nil)
 		if err == nil {
-			b.Release(ginqueue.Ticket{ID: w.id}) // it saw its grant: it ran
+			b.Release(backend.Ticket{ID: w.id}) // it saw its grant: it ran
 			continue
 		}
 		b.mu.Lock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -80,14 +81,14 @@ func TestGlobalOrderAcrossReplicas(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			bs := startBackends(t, 3, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
+			bs := startBackends(t, 3, backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
 			release := holdAll(t, bs[0], 1)
 			order := make(chan int, len(tt.arrivals))
 			errs := make(chan error, len(tt.arrivals))
 			for i, a := range tt.arrivals {
 				b := bs[a.replica]
 				go func() {
-					tk, err := b.Acquire(context.Background(), ginqueue.Arrival{Priority: a.prio})
+					tk, err := b.Acquire(context.Background(), backend.Arrival{Priority: a.prio})
 					if err != nil {
 						errs <- err
 						return
@@ -160,15 +161,15 @@ func TestGlobalQueueBoundGivesExact503s(t *testing.T) {
 func TestWaiterOutcomes(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 5, QueueTimeout: 200 * time.Millisecond}
+	l := backend.Limits{MaxConcurrent: 1, MaxQueue: 5, QueueTimeout: 200 * time.Millisecond}
 
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, 2, l, redisqueue.Options{})
 		defer holdAll(t, bs[0], 1)()
 		start := time.Now()
-		_, err := bs[1].Acquire(context.Background(), ginqueue.Arrival{})
-		if d := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || d < l.QueueTimeout || d > l.QueueTimeout+redisqueue.DefaultCallTimeout {
+		_, err := bs[1].Acquire(context.Background(), backend.Arrival{})
+		if d := time.Since(start); !errors.Is(err, backend.ErrQueueTimeout) || d < l.QueueTimeout || d > l.QueueTimeout+redisqueue.DefaultCallTimeout {
 			t.Fatalf("got %v after %v, want ErrQueueTimeout after %v", err, d, l.QueueTimeout)
 		}
 		waitQueued(t, bs[0], 0)
@@ -179,7 +180,7 @@ func TestWaiterOutcomes(t *testing.T) {
 		defer holdAll(t, bs[0], 1)()
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
-		go func() { _, err := bs[1].Acquire(ctx, ginqueue.Arrival{}); errc <- err }()
+		go func() { _, err := bs[1].Acquire(ctx, backend.Arrival{}); errc <- err }()
 		waitQueued(t, bs[0], 1)
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -189,16 +190,16 @@ func TestWaiterOutcomes(t *testing.T) {
 	})
 	t.Run("close", func(t *testing.T) {
 		t.Parallel()
-		bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 5}, redisqueue.Options{})
+		bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 5}, redisqueue.Options{})
 		defer holdAll(t, bs[0], 1)()
 		errc := make(chan error, 1)
-		go func() { _, err := bs[1].Acquire(context.Background(), ginqueue.Arrival{}); errc <- err }()
+		go func() { _, err := bs[1].Acquire(context.Background(), backend.Arrival{}); errc <- err }()
 		waitQueued(t, bs[0], 1)
 		_ = bs[1].Close()
-		if err := <-errc; !errors.Is(err, ginqueue.ErrClosed) {
+		if err := <-errc; !errors.Is(err, backend.ErrClosed) {
 			t.Fatalf("got %v, want ErrClosed", err)
 		}
-		if _, err := bs[1].Acquire(context.Background(), ginqueue.Arrival{}); !errors.Is(err, ginqueue.ErrClosed) {
+		if _, err := bs[1].Acquire(context.Background(), backend.Arrival{}); !errors.Is(err, backend.ErrClosed) {
 			t.Fatalf("after Close: got %v, want ErrClosed", err)
 		}
 		waitQueued(t, bs[0], 0)
@@ -230,13 +231,13 @@ func TestFullQueueEvictsLowestNewestAcrossReplicas(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: tt.maxQueue, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
+			bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: tt.maxQueue, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
 			release := holdAll(t, bs[0], 1)
 			n := len(tt.queue)
 			out := make(chan outcome, n+1) // refusals
 			order := make(chan int, n+1)   // grants, sent before the release
 			acquire := func(b *redisqueue.Backend, i, prio int) {
-				tk, err := b.Acquire(context.Background(), ginqueue.Arrival{Priority: prio})
+				tk, err := b.Acquire(context.Background(), backend.Arrival{Priority: prio})
 				if err != nil {
 					out <- outcome{i, err}
 					return
@@ -255,7 +256,7 @@ func TestFullQueueEvictsLowestNewestAcrossReplicas(t *testing.T) {
 			}
 			select {
 			case o := <-out:
-				if o.i != want || !errors.Is(o.err, ginqueue.ErrQueueFull) {
+				if o.i != want || !errors.Is(o.err, backend.ErrQueueFull) {
 					t.Fatalf("arrival %d got %v; want arrival %d to get queue full", o.i, o.err, want)
 				}
 			case <-time.After(5 * time.Second):
@@ -292,16 +293,16 @@ func TestWaiterTimedOutWhileRedisPausedIsUnavailable(t *testing.T) {
 		o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
 			TickInterval: 100 * time.Millisecond, OnRedisDown: policy,
 			FailureThreshold: 59} // the most LeaseTTL allows: never marked down in this test, the pause is short of it
-		l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 300 * time.Millisecond}
+		l := backend.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 300 * time.Millisecond}
 		b := startBackends2(t, srv.addr(), l, o)
 		ctx := context.Background()
-		holder, err := b.Acquire(ctx, ginqueue.Arrival{})
+		holder, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		errc := make(chan error, 1)
 		go func() {
-			_, err := b.Acquire(ctx, ginqueue.Arrival{})
+			_, err := b.Acquire(ctx, backend.Arrival{})
 			errc <- err
 		}()
 		waitQueued(t, b, 1)
@@ -312,11 +313,11 @@ func TestWaiterTimedOutWhileRedisPausedIsUnavailable(t *testing.T) {
 		err = <-errc
 		switch policy {
 		case redisqueue.FailClosed:
-			if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, ginqueue.ErrQueueFull) || errors.Is(err, ginqueue.ErrQueueTimeout) {
+			if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, backend.ErrQueueFull) || errors.Is(err, backend.ErrQueueTimeout) {
 				t.Errorf("FailClosed: the waiter got %v, want an error wrapping ErrUnavailable and ErrQueueFull", err)
 			}
 		case redisqueue.FailOpen:
-			if !errors.Is(err, ginqueue.ErrQueueTimeout) {
+			if !errors.Is(err, backend.ErrQueueTimeout) {
 				t.Errorf("FailOpen: the waiter got %v, want ErrQueueTimeout", err)
 			}
 		}
@@ -337,24 +338,24 @@ func TestWaiterExpiresJustAfterFreeze(t *testing.T) {
 	timeouts := 0
 	for i := range runs {
 		o := redisqueue.Options{Name: newName(t), OnRedisDown: redisqueue.FailClosed}
-		l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Second}
+		l := backend.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Second}
 		b := startBackends2(t, srv.addr(), l, o)
 		ctx := context.Background()
-		holder, err := b.Acquire(ctx, ginqueue.Arrival{})
+		holder, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		errc := make(chan error, 1)
 		start := time.Now()
 		go func() {
-			_, err := b.Acquire(ctx, ginqueue.Arrival{})
+			_, err := b.Acquire(ctx, backend.Arrival{})
 			errc <- err
 		}()
 		waitQueued(t, b, 1)
 		time.Sleep(time.Until(start.Add(900 * time.Millisecond)))
 		_ = srv.cmd.Process.Signal(syscall.SIGSTOP)
 		err = <-errc
-		if errors.Is(err, ginqueue.ErrQueueTimeout) {
+		if errors.Is(err, backend.ErrQueueTimeout) {
 			timeouts++
 		}
 		t.Logf("run %d: the waiter got %v after %v", i, err, time.Since(start).Round(time.Millisecond))
@@ -375,13 +376,13 @@ func TestEvictionThatEmptiesTheQueueKeepsTheTTLs(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	o := redisqueue.Options{Name: newName(t), TickInterval: time.Minute, LeaseTTL: 3 * time.Minute}
-	b := startBackends(t, 1, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute}, o)[0]
+	b := startBackends(t, 1, backend.Limits{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute}, o)[0]
 	defer holdAll(t, b, 1)()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errs := make(chan error, 2)
 	acquire := func(prio int) {
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{Priority: prio})
+		tk, err := b.Acquire(ctx, backend.Arrival{Priority: prio})
 		if err == nil {
 			b.Release(tk)
 		}
@@ -390,7 +391,7 @@ func TestEvictionThatEmptiesTheQueueKeepsTheTTLs(t *testing.T) {
 	go acquire(0)
 	waitQueued(t, b, 1)
 	go acquire(1) // evicts the first: the queue is empty for an instant
-	if err := <-errs; !errors.Is(err, ginqueue.ErrQueueFull) {
+	if err := <-errs; !errors.Is(err, backend.ErrQueueFull) {
 		t.Fatalf("the waiter of lower priority got %v, want evicted (queue full)", err)
 	}
 	waitQueued(t, b, 1)
@@ -409,12 +410,12 @@ func TestMinTimeLeftInBothModes(t *testing.T) {
 	needRedis(t)
 	for _, mode := range []redisqueue.Mode{redisqueue.GlobalQueue, redisqueue.Shares} {
 		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			b := startBackends(t, 1, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second},
+			b := startBackends(t, 1, backend.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second},
 				redisqueue.Options{Mode: mode})[0]
 			eventually(t, 2*time.Second, "no slot", func() bool { return b.Stats().Limit == 1 })
 			short, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 			defer cancel()
-			first, err := b.Acquire(short, ginqueue.Arrival{MinTimeLeft: time.Second})
+			first, err := b.Acquire(short, backend.Arrival{MinTimeLeft: time.Second})
 			if err != nil {
 				t.Fatalf("a free slot: its time left is not looked at, but: %v", err)
 			}
@@ -424,16 +425,16 @@ func TestMinTimeLeftInBothModes(t *testing.T) {
 			defer cancelLate()
 			lateErr := make(chan error, 1)
 			go func() {
-				_, err := b.Acquire(late, ginqueue.Arrival{MinTimeLeft: 400 * time.Millisecond})
+				_, err := b.Acquire(late, backend.Arrival{MinTimeLeft: 400 * time.Millisecond})
 				lateErr <- err
 			}()
 			waitFor := func(n int) {
 				eventually(t, 2*time.Second, "waiters did not queue", func() bool { return b.Stats().Queued == n })
 			}
 			waitFor(1)
-			next := make(chan ginqueue.Ticket, 1)
+			next := make(chan backend.Ticket, 1)
 			go func() {
-				tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+				tk, err := b.Acquire(context.Background(), backend.Arrival{})
 				if err == nil {
 					next <- tk
 				}
@@ -443,7 +444,7 @@ func TestMinTimeLeftInBothModes(t *testing.T) {
 			b.Release(first)
 			select {
 			case err := <-lateErr:
-				if !errors.Is(err, ginqueue.ErrQueueTimeout) {
+				if !errors.Is(err, backend.ErrQueueTimeout) {
 					t.Errorf("the late waiter: %v, want a queue timeout", err)
 				}
 			case <-time.After(2 * time.Second):

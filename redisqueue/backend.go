@@ -11,11 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 	"github.com/redis/go-redis/v9"
 )
 
-// Backend is a ginqueue.Backend whose limit is shared through Redis by every
+// Backend is a backend.Backend whose limit is shared through Redis by every
 // Backend of the same Name: in GlobalQueue mode its slots and queue live in
 // Redis; in Shares mode it admits in memory within a share of the limit it
 // leases from Redis (Options.Mode). Build it with New (the zero value is not
@@ -41,7 +42,7 @@ type Backend struct {
 	list    string   // this replica's notice list
 
 	// Fixed by Start.
-	limits ginqueue.Limits
+	limits backend.Limits
 	decl   string // the limits as declared to other replicas
 	base   []any  // ARGV[1..5] of every script
 
@@ -231,26 +232,26 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	return b, nil
 }
 
-var _ ginqueue.Backend = (*Backend)(nil)
+var _ backend.Backend = (*Backend)(nil)
 
-// Start implements ginqueue.Backend. It declares l to the other replicas of
+// Start implements backend.Backend. It declares l to the other replicas of
 // the Name and returns an error wrapping ErrConflict if a live one declared
 // other MaxConcurrent or MaxQueue (in Shares mode: other MaxConcurrent), or
 // runs in the other Mode. If Redis does not answer, Start succeeds and
 // OnRedisDown applies until it does; the declaration is then checked when
 // Redis answers. Start may be called once. In GlobalQueue mode it refuses
-// l.CoDel (Config.CoDel) and l.MaxQueuePerFlow, which no replica can honour
+// CoDel (Config.CoDel) and l.MaxQueuePerFlow, which no replica can honour
 // for the fleet (the README says why); in Shares mode every Limits field
 // works, on each replica. With l.Weighted (ginqueue.Config.Cost) each
 // request holds its Arrival.Cost in slots of the fleet's limit.
-func (b *Backend) Start(l ginqueue.Limits) error {
-	if err := l.Validate(); err != nil {
+func (b *Backend) Start(l backend.Limits) error {
+	if err := inmem.Check(l); err != nil {
 		return err
 	}
 	if b.sh != nil {
 		return b.sh.start(l)
 	}
-	if l.CoDel != nil {
+	if l.CoDelTarget != 0 || l.CoDelInterval != 0 || l.CoDelLIFO {
 		return errCoDel
 	}
 	if l.MaxQueuePerFlow > 0 {
@@ -270,7 +271,7 @@ func (b *Backend) Start(l ginqueue.Limits) error {
 }
 
 // declare records the limits Start was given, once.
-func (b *Backend) declare(l ginqueue.Limits) error {
+func (b *Backend) declare(l backend.Limits) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.started || b.closed {
@@ -297,7 +298,7 @@ func (b *Backend) refuseStart() {
 	close(b.mainDn)
 }
 
-// Drain implements ginqueue.Backend: it returns once every slot granted here
+// Drain implements backend.Backend: it returns once every slot granted here
 // (by Redis or by the FailOpen fallback) was released and every release
 // reached Redis (or was given up after Close), or with ctx.Err().
 func (b *Backend) Drain(ctx context.Context) error {
@@ -323,10 +324,10 @@ func (b *Backend) Drain(ctx context.Context) error {
 	}
 }
 
-// Close implements ginqueue.Backend. Waiters get ginqueue.ErrClosed and
+// Close implements backend.Backend. Waiters get backend.ErrClosed and
 // their queue places are given back, the FailOpen fallback's waiters too; a
 // request whose acquire call is on its way gets it when the call returns
-// (within CallTimeout); new arrivals get ginqueue.ErrClosed. Running
+// (within CallTimeout); new arrivals get backend.ErrClosed. Running
 // requests, on slots from Redis or from the fallback, keep their slots (and
 // leases) until they Release. Close returns once the reader has stopped
 // (and a request's probe of a Redis marked down, if one is in flight: at

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -49,12 +49,12 @@ func TestCloseRacingAnAcquireInFlightLeavesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Start(ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}); err != nil {
+		if err := b.Start(backend.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
 		go func() {
-			tk, err := b.Acquire(context.Background(), ginqueue.Arrival{Cost: cost})
+			tk, err := b.Acquire(context.Background(), backend.Arrival{Cost: cost})
 			if err == nil {
 				b.Release(tk)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -182,18 +183,18 @@ func TestCloseStopsEveryGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 2}); err != nil {
+	if err := b.Start(backend.Limits{MaxConcurrent: 1, MaxQueue: 2}); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+	tk, err := b.Acquire(context.Background(), backend.Arrival{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
-	go func() { _, err := b.Acquire(context.Background(), ginqueue.Arrival{}); errc <- err }()
+	go func() { _, err := b.Acquire(context.Background(), backend.Arrival{}); errc <- err }()
 	waitQueued(t, b, 1)
 	_ = b.Close()
-	if err := <-errc; !errors.Is(err, ginqueue.ErrClosed) {
+	if err := <-errc; !errors.Is(err, backend.ErrClosed) {
 		t.Fatalf("waiter got %v, want ErrClosed", err)
 	}
 	b.Release(tk)
@@ -216,8 +217,8 @@ func TestCloseDuringAnAcquireCallIsClosed(t *testing.T) {
 	srv := startRedis(t)
 	o := fallbackOptions(t)
 	o.CallTimeout, o.OnRedisDown = 500*time.Millisecond, redisqueue.FailClosed
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
-	if tk, err := b.Acquire(context.Background(), ginqueue.Arrival{}); err != nil { // warm the connection
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
+	if tk, err := b.Acquire(context.Background(), backend.Arrival{}); err != nil { // warm the connection
 		t.Fatal(err)
 	} else {
 		b.Release(tk)
@@ -225,7 +226,7 @@ func TestCloseDuringAnAcquireCallIsClosed(t *testing.T) {
 	pause(t, srv, time.Second)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+		_, err := b.Acquire(context.Background(), backend.Arrival{})
 		errc <- err
 	}()
 	time.Sleep(50 * time.Millisecond) // the call is on its way
@@ -233,7 +234,7 @@ func TestCloseDuringAnAcquireCallIsClosed(t *testing.T) {
 	go func() { _ = b.Close() }()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, ginqueue.ErrClosed) || errors.Is(err, ginqueue.ErrQueueFull) {
+		if !errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrQueueFull) {
 			t.Errorf("Acquire answered %v at Close, want ErrClosed", err)
 		}
 		if d := time.Since(closed); d > o.CallTimeout {

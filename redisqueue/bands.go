@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // maxBands is how many priority bands a replica reports: lower ones are
@@ -44,7 +44,7 @@ func (b *bands) granted(p, cost int) {
 // report returns need split into bands, "band:slots,..." from the highest
 // ("-" for none), for a replica that runs running slots and whose waiters
 // ask for waiting slots, split by priority as byPrio.
-func (b *bands) report(running, waiting, need int, byPrio []ginqueue.PriorityCount) string {
+func (b *bands) report(running, waiting, need int, byPrio []backend.PriorityCount) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	m := map[int]int{}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -359,7 +360,7 @@ type countLocal struct {
 	n *atomic.Int64
 }
 
-func (b countLocal) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (b countLocal) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	t, err := b.Backend.Acquire(ctx, a)
 	if err == nil && redisqueue.GrantedLocally(t) {
 		b.n.Add(1)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -56,8 +56,8 @@ func (s doomedSpec) options() redisqueue.Options {
 	return redisqueue.Options{Name: s.Name, TickInterval: s.Tick, CallTimeout: s.Call, LeaseTTL: s.Lease, Mode: s.Mode}
 }
 
-func (s doomedSpec) limits() ginqueue.Limits {
-	return ginqueue.Limits{MaxConcurrent: s.Limit, MaxQueue: 4 * (s.Limit + s.Waiters), QueueTimeout: time.Minute}
+func (s doomedSpec) limits() backend.Limits {
+	return backend.Limits{MaxConcurrent: s.Limit, MaxQueue: 4 * (s.Limit + s.Waiters), QueueTimeout: time.Minute}
 }
 
 // doomedMain is the doomed replica's process.
@@ -77,13 +77,13 @@ func doomedMain() int {
 	}
 	ctx := context.Background()
 	for range s.Limit {
-		if _, err := b.Acquire(ctx, ginqueue.Arrival{}); err != nil {
+		if _, err := b.Acquire(ctx, backend.Arrival{}); err != nil {
 			fmt.Println("error", err)
 			return 1
 		}
 	}
 	for range s.Waiters {
-		go func() { _, _ = b.Acquire(ctx, ginqueue.Arrival{}) }()
+		go func() { _, _ = b.Acquire(ctx, backend.Arrival{}) }()
 	}
 	for b.Stats().Queued < s.Waiters {
 		time.Sleep(5 * time.Millisecond)
@@ -163,7 +163,7 @@ func runDeadReplicaWithWaiters(t *testing.T, s doomedSpec, survivorClient redis.
 	hold := make(chan struct{})
 	for range s.Limit {
 		wg.Go(func() {
-			tk, err := survivor.Acquire(ctx, ginqueue.Arrival{})
+			tk, err := survivor.Acquire(ctx, backend.Arrival{})
 			out <- res{time.Now(), err}
 			if err != nil {
 				return
@@ -247,19 +247,19 @@ func TestKeysExpireWithTheLastReplica(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, Weighted: true}); err != nil {
+		if err := b.Start(backend.Limits{MaxConcurrent: 1, MaxQueue: 4, Weighted: true}); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.SetLimit(2); err != nil {
 			t.Fatal(err)
 		}
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 2})
+		tk, err := b.Acquire(ctx, backend.Arrival{Cost: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan ginqueue.Ticket)
+		done := make(chan backend.Ticket)
 		go func() {
-			t2, _ := b.Acquire(ctx, ginqueue.Arrival{Cost: 2})
+			t2, _ := b.Acquire(ctx, backend.Arrival{Cost: 2})
 			done <- t2
 		}()
 		waitQueued(t, b, 1)

@@ -1,4 +1,4 @@
-// Package redisqueue is a ginqueue.Backend on Redis: every replica of a
+// Package redisqueue is a backend.Backend on Redis: every replica of a
 // service that builds a Backend with the same Options.Name and the same Redis
 // shares one MaxConcurrent, one MaxQueue and one global order of grants
 // (higher Arrival.Priority first, then arrival order).

@@ -4,23 +4,23 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // ErrUnavailable is wrapped by the error Acquire returns under FailClosed
-// while Redis cannot be reached. That error also wraps ginqueue.ErrQueueFull,
+// while Redis cannot be reached. That error also wraps backend.ErrQueueFull,
 // so a Queue answers it as queue full (503 with Retry-After).
 var ErrUnavailable = errors.New("redisqueue: redis unavailable")
 
 // ErrConflict is wrapped by the error that Start (and so ginqueue.NewQueue)
 // returns when a live replica of the same Name declared other limits; Acquire
-// returns it too, wrapping ginqueue.ErrQueueFull, when the conflict is found
+// returns it too, wrapping backend.ErrQueueFull, when the conflict is found
 // only after Redis came back.
 var ErrConflict = errors.New("redisqueue: limits disagree with another replica")
 
 // errEvicted is what a waiter gets when an arrival of higher priority took
 // its place in the full global queue: a Queue answers it as queue full.
-var errEvicted = fmt.Errorf("redisqueue: an arrival of higher priority took this place in the full queue: %w", ginqueue.ErrQueueFull)
+var errEvicted = fmt.Errorf("redisqueue: an arrival of higher priority took this place in the full queue: %w", backend.ErrQueueFull)
 
 // unavailableError is what FailClosed answers: ErrUnavailable, queue full,
 // and the cause.
@@ -31,7 +31,7 @@ func (e *unavailableError) Error() string {
 }
 
 func (e *unavailableError) Unwrap() []error {
-	return []error{ErrUnavailable, ginqueue.ErrQueueFull, e.cause}
+	return []error{ErrUnavailable, backend.ErrQueueFull, e.cause}
 }
 
 // errCoDel refuses Config.CoDel. Its maximum wait hangs on when the queue last

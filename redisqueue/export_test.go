@@ -1,11 +1,11 @@
 package redisqueue
 
-import "github.com/ginqueue/ginqueue"
+import "github.com/ginqueue/ginqueue/backend"
 
 // GrantedLocally reports whether t was granted by the FailOpen fallback
 // rather than by Redis: the topology tests tell a policy answer from a
 // grant with it.
-func GrantedLocally(t ginqueue.Ticket) bool { return t.ID&localBit != 0 }
+func GrantedLocally(t backend.Ticket) bool { return t.ID&localBit != 0 }
 
 // Rank is b's rank among the live replicas by id, as of its last sync: the
 // replica of rank i%n has the i-th share of a limit split n ways.

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
 // localBit marks the ID of a Ticket granted by the local fallback
@@ -18,8 +19,8 @@ const localBit = 1 << 63
 // fallbackBackend is what the FailOpen fallback needs of the in-memory
 // Backend.
 type fallbackBackend interface {
-	ginqueue.FastBackend
-	ginqueue.LimitSetter
+	backend.FastBackend
+	backend.LimitSetter
 }
 
 // localHold is a request running on the FailOpen fallback's slots.
@@ -39,15 +40,15 @@ func (b *Backend) openFallbackLocked() {
 		if queue == 0 {
 			queue = (b.limits.MaxQueue + n - 1) / n
 		}
-		fb := ginqueue.NewMemoryBackend().(fallbackBackend)
+		fb := inmem.New().(fallbackBackend)
 		// Deadlines are enforced by fallback, so that the whole wait, Redis
 		// part included, stays within QueueTimeout.
-		_ = fb.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: queue, Weighted: b.limits.Weighted})
+		_ = fb.Start(backend.Limits{MaxConcurrent: 1, MaxQueue: queue, Weighted: b.limits.Weighted})
 		fb.TryAcquire() // the blocker, for good
 		b.fb = fb
 	}
 	b.fbAllowance = b.allowanceLocked()
-	_ = b.fb.SetLimit(min(b.fbAllowance, ginqueue.MaxLimit-1) + 1)
+	_ = b.fb.SetLimit(min(b.fbAllowance, backend.MaxLimit-1) + 1)
 	b.downCtx, b.downCancel = context.WithCancel(context.Background())
 	b.reserveLocked()
 }
@@ -102,14 +103,14 @@ func (b *Backend) reserveLocked() {
 // waiting in the fallback when Redis was marked up, or the call failed
 // without Redis being marked down (then after a pause: the maintainer's
 // probe tells within a call timeout).
-func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline time.Time, cause error) (_ ginqueue.Ticket, _ error, again bool) {
+func (b *Backend) fallback(ctx context.Context, a backend.Arrival, deadline time.Time, cause error) (_ backend.Ticket, _ error, again bool) {
 	if b.opts.OnRedisDown == FailClosed {
-		return ginqueue.Ticket{}, &unavailableError{cause: cause}, false
+		return backend.Ticket{}, &unavailableError{cause: cause}, false
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return ginqueue.Ticket{}, ginqueue.ErrClosed, false
+		return backend.Ticket{}, backend.ErrClosed, false
 	}
 	if !b.down.Load() {
 		// One failed call: until the replica marks Redis down (or finds
@@ -125,11 +126,11 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 		}
 		select {
 		case <-ctx.Done():
-			return ginqueue.Ticket{}, ctx.Err(), false
+			return backend.Ticket{}, ctx.Err(), false
 		case <-expired:
-			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+			return backend.Ticket{}, backend.ErrQueueTimeout, false
 		case <-t.C:
-			return ginqueue.Ticket{}, errRetry, true
+			return backend.Ticket{}, errRetry, true
 		}
 	}
 	fb, dctx, allowance := b.fb, b.downCtx, b.fbAllowance
@@ -146,20 +147,20 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 	if cost := min(max(a.Cost, 1), int(b.limit.Load())); allowance < 1 || b.limits.Weighted && cost > allowance {
 		// It could never run within this replica's allowance: say so now
 		// rather than at its QueueTimeout.
-		return ginqueue.Ticket{}, &unavailableError{cause: fmt.Errorf(
+		return backend.Ticket{}, &unavailableError{cause: fmt.Errorf(
 			"a request of %d slots while this replica may run %d on its own until Redis answers", cost, allowance)}, false
 	}
 	t, err := fb.Acquire(lctx, a)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return ginqueue.Ticket{}, ctx.Err(), false
-		case dctx.Err() != nil && (deadline.IsZero() || time.Now().Before(deadline)) && !errors.Is(err, ginqueue.ErrClosed):
-			return ginqueue.Ticket{}, errRetry, true // Redis is back
+			return backend.Ticket{}, ctx.Err(), false
+		case dctx.Err() != nil && (deadline.IsZero() || time.Now().Before(deadline)) && !errors.Is(err, backend.ErrClosed):
+			return backend.Ticket{}, errRetry, true // Redis is back
 		case lctx.Err() != nil:
-			return ginqueue.Ticket{}, ginqueue.ErrQueueTimeout, false
+			return backend.Ticket{}, backend.ErrQueueTimeout, false
 		}
-		return ginqueue.Ticket{}, err, false
+		return backend.Ticket{}, err, false
 	}
 	slots := max(t.Cost, 1)
 	id := b.nextID.Add(1)
@@ -169,14 +170,14 @@ func (b *Backend) fallback(ctx context.Context, a ginqueue.Arrival, deadline tim
 		// replica's own grants may have gone, so this one goes to Redis.
 		b.mu.Unlock()
 		fb.Release(t)
-		return ginqueue.Ticket{}, errRetry, true
+		return backend.Ticket{}, errRetry, true
 	}
 	b.localHeld[id] = &localHold{slots: slots}
 	b.localSlots += slots
 	b.mu.Unlock()
 	b.served.Add(1)
 	b.servedSlots.Add(uint64(slots))
-	return ginqueue.Ticket{ID: localBit | id, Cost: t.Cost}, nil, false
+	return backend.Ticket{ID: localBit | id, Cost: t.Cost}, nil, false
 }
 
 // errRetry is fallback's answer when the request is to go through Redis

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,8 +28,8 @@ func TestDrainAfterTwoOutages(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}, fallbackOptions(t))
-	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2, MaxQueue: 4}, fallbackOptions(t))
+	tk, err := b.Acquire(context.Background(), backend.Arrival{})
 	if err != nil || redisqueue.GrantedLocally(tk) {
 		t.Fatalf("before the outages: %v", err)
 	}
@@ -123,18 +124,18 @@ func TestClosedReplicaKeepsALocalGrantsLease(t *testing.T) {
 	srv := startRedis(t)
 	o := fallbackOptions(t)
 	o.LeaseTTL = time.Second
-	l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4}
+	l := backend.Limits{MaxConcurrent: 1, MaxQueue: 4}
 	oa := o
 	oa.LocalLimit = 1
 	a := startBackends2(t, srv.addr(), l, oa)
 	other := startBackends2(t, srv.addr(), l, o)
 	ctx := context.Background()
 	pause(t, srv, 400*time.Millisecond)
-	var x ginqueue.Ticket
+	var x backend.Ticket
 	eventually(t, time.Second, "no local grant during the pause", func() bool {
 		c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		tk, err := a.Acquire(c, ginqueue.Arrival{})
+		tk, err := a.Acquire(c, backend.Arrival{})
 		if err == nil && !redisqueue.GrantedLocally(tk) {
 			a.Release(tk)
 			return false
@@ -151,13 +152,13 @@ func TestClosedReplicaKeepsALocalGrantsLease(t *testing.T) {
 	time.Sleep(2 * o.LeaseTTL)
 	c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if tk, err := other.Acquire(c, ginqueue.Arrival{}); err == nil {
+	if tk, err := other.Acquire(c, backend.Arrival{}); err == nil {
 		t.Fatalf("granted beside the closed replica's running request (locally %v): 2 over a limit of 1",
 			redisqueue.GrantedLocally(tk))
 	}
 	a.Release(x)
 	<-closeDone
-	tk, err := other.Acquire(ctx, ginqueue.Arrival{})
+	tk, err := other.Acquire(ctx, backend.Arrival{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,12 +172,12 @@ func TestSecondOutageKeepsTheLimit(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 8}, fallbackOptions(t))
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2, MaxQueue: 8}, fallbackOptions(t))
 	ctx := context.Background()
 	srv.stop()
-	var first []ginqueue.Ticket
+	var first []backend.Ticket
 	for len(first) < 2 {
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil || !redisqueue.GrantedLocally(tk) {
 			t.Fatalf("during the first outage: %v, locally %v", err, redisqueue.GrantedLocally(tk))
 		}
@@ -188,12 +189,12 @@ func TestSecondOutageKeepsTheLimit(t *testing.T) {
 		return err == nil && s.Running == 2 && !b.Stats().Unavailable
 	})
 	srv.stop()
-	got := make(chan ginqueue.Ticket, 2)
+	got := make(chan backend.Ticket, 2)
 	for range 2 {
 		go func() {
 			c, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			if tk, err := b.Acquire(c, ginqueue.Arrival{}); err == nil {
+			if tk, err := b.Acquire(c, backend.Arrival{}); err == nil {
 				got <- tk
 			}
 		}()
@@ -233,13 +234,13 @@ func TestWeightedAboveTheAllowanceIsRefusedWhileDown(t *testing.T) {
 	srv := startRedis(t)
 	o := fallbackOptions(t)
 	o.LocalLimit = 1
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
 	srv.stop()
 	ctx := context.Background()
 	var err error
 	for range 5 { // until Redis is marked down
-		var tk ginqueue.Ticket
-		if tk, err = b.Acquire(ctx, ginqueue.Arrival{Cost: 3}); err == nil {
+		var tk backend.Ticket
+		if tk, err = b.Acquire(ctx, backend.Arrival{Cost: 3}); err == nil {
 			b.Release(tk)
 			t.Fatalf("a request of cost 3 granted %d slots while this replica may run 1 on its own", tk.Cost)
 		}
@@ -248,11 +249,11 @@ func TestWeightedAboveTheAllowanceIsRefusedWhileDown(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	_, err = b.Acquire(ctx, ginqueue.Arrival{Cost: 3})
-	if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, ginqueue.ErrQueueFull) || time.Since(start) > 50*time.Millisecond {
+	_, err = b.Acquire(ctx, backend.Arrival{Cost: 3})
+	if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, backend.ErrQueueFull) || time.Since(start) > 50*time.Millisecond {
 		t.Fatalf("cost 3 above an allowance of 1: %v after %v, want ErrUnavailable and ErrQueueFull at once", err, time.Since(start))
 	}
-	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+	tk, err := b.Acquire(ctx, backend.Arrival{Cost: 1})
 	if err != nil || !redisqueue.GrantedLocally(tk) {
 		t.Fatalf("cost 1 within the allowance: %v", err)
 	}
@@ -273,7 +274,7 @@ func TestFailOpenLocalLimitsAddUpToTheFleets(t *testing.T) {
 	srv := startRedis(t)
 	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 600 * time.Millisecond,
 		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
-	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 30, QueueTimeout: 10 * time.Second}
+	l := backend.Limits{MaxConcurrent: 4, MaxQueue: 30, QueueTimeout: 10 * time.Second}
 	var bs []*redisqueue.Backend
 	for range 3 {
 		bs = append(bs, startBackends2(t, srv.addr(), l, o))
@@ -290,17 +291,17 @@ func TestFailOpenLocalLimitsAddUpToTheFleets(t *testing.T) {
 			break
 		}
 	}
-	redisHeld, err := bs[0].Acquire(ctx, ginqueue.Arrival{})
+	redisHeld, err := bs[0].Acquire(ctx, backend.Arrival{})
 	if err != nil || redisqueue.GrantedLocally(redisHeld) {
 		t.Fatalf("before the outage: %v, granted locally %v", err, redisqueue.GrantedLocally(redisHeld))
 	}
 	srv.stop()
 	// grab takes local slots on b until one does not come within 50 ms.
-	grab := func(b *redisqueue.Backend) []ginqueue.Ticket {
-		var ts []ginqueue.Ticket
+	grab := func(b *redisqueue.Backend) []backend.Ticket {
+		var ts []backend.Ticket
 		for {
 			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			tk, err := b.Acquire(c, ginqueue.Arrival{})
+			tk, err := b.Acquire(c, backend.Arrival{})
 			cancel()
 			if err != nil {
 				return ts
@@ -311,7 +312,7 @@ func TestFailOpenLocalLimitsAddUpToTheFleets(t *testing.T) {
 			ts = append(ts, tk)
 		}
 	}
-	var held [3][]ginqueue.Ticket
+	var held [3][]backend.Ticket
 	total := 0
 	for i, b := range bs {
 		held[i] = grab(b)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -185,7 +186,7 @@ func TestRedisFlushedWaitersEnqueueAgain(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	o := redisqueue.Options{Name: newName(t), LeaseTTL: time.Second, TickInterval: 50 * time.Millisecond}
-	l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 5 * time.Second}
+	l := backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 5 * time.Second}
 	var bs []*redisqueue.Backend
 	for range 2 {
 		b, err := redisqueue.New(newClient(t, srv.addr()), o)
@@ -198,7 +199,7 @@ func TestRedisFlushedWaitersEnqueueAgain(t *testing.T) {
 		t.Cleanup(func() { _ = b.Close() })
 		bs = append(bs, b)
 	}
-	holder, err := bs[0].Acquire(context.Background(), ginqueue.Arrival{})
+	holder, err := bs[0].Acquire(context.Background(), backend.Arrival{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestRedisFlushedWaitersEnqueueAgain(t *testing.T) {
 	errs := make(chan error, waiters)
 	for range waiters {
 		go func() {
-			tk, err := bs[1].Acquire(context.Background(), ginqueue.Arrival{})
+			tk, err := bs[1].Acquire(context.Background(), backend.Arrival{})
 			if err == nil {
 				served.Add(1)
 				bs[1].Release(tk)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -90,7 +90,7 @@ func (b *Backend) markUp() {
 	fb := b.fb
 	b.mu.Unlock()
 	for range free {
-		fb.Release(ginqueue.Ticket{})
+		fb.Release(backend.Ticket{})
 	}
 	if h := b.opts.OnStateChange; h != nil {
 		h(false, nil)

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 // Redis is marked down together with the FailOpen fallback's opening, under
 // mu: a request that sees it down under mu goes to the fallback, which must
 // be open by then (it would find no fallback at the first outage).
 func TestMarkedDownOnlyWithTheFallbackOpen(t *testing.T) {
-	b, _ := internalBackend(t, ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4})
+	b, _ := internalBackend(t, backend.Limits{MaxConcurrent: 2, MaxQueue: 4})
 	b.mu.Lock()
 	done := make(chan struct{})
 	go func() {

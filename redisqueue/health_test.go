@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -31,8 +32,8 @@ func TestRedisDownAtStart(t *testing.T) {
 			// cannot know what the others run, so FailOpen has no
 			// allowance either (it used to take the whole limit, and ran
 			// it beside a fleet that still did).
-			_, err = b.Acquire(context.Background(), ginqueue.Arrival{})
-			if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, ginqueue.ErrQueueFull) {
+			_, err = b.Acquire(context.Background(), backend.Arrival{})
+			if !errors.Is(err, redisqueue.ErrUnavailable) || !errors.Is(err, backend.ErrQueueFull) {
 				t.Fatalf("%v: got %v, want ErrUnavailable wrapping ErrQueueFull", policy, err)
 			}
 		})
@@ -51,12 +52,12 @@ func TestOneFailedCallDoesNotMarkRedisDown(t *testing.T) {
 	const callTimeout = 100 * time.Millisecond
 	o := redisqueue.Options{Name: newName(t), CallTimeout: callTimeout, LeaseTTL: 10 * time.Second,
 		TickInterval: 2 * time.Second, OnRedisDown: redisqueue.FailClosed}
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 2}, o)
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2, MaxQueue: 2}, o)
 	ctl := newClient(t, srv.addr())
 	ctx := context.Background()
 	acquire := func() (time.Duration, error) {
 		start := time.Now()
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err == nil {
 			b.Release(tk)
 		}
@@ -115,13 +116,13 @@ func TestOneStallOfManyCallsDoesNotMarkRedisDown(t *testing.T) {
 				downs <- err
 			}
 		}}
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: n, MaxQueue: n}, o)
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: n, MaxQueue: n}, o)
 	ctl := newClient(t, srv.addr())
 	ctx := context.Background()
 	// Warm n connections, so that the pause, not a dial, is what fails.
-	tks := make([]ginqueue.Ticket, n)
+	tks := make([]backend.Ticket, n)
 	for i := range tks {
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +139,7 @@ func TestOneStallOfManyCallsDoesNotMarkRedisDown(t *testing.T) {
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+			tk, err := b.Acquire(ctx, backend.Arrival{})
 			if err == nil {
 				b.Release(tk)
 			}
@@ -160,7 +161,7 @@ func TestOneStallOfManyCallsDoesNotMarkRedisDown(t *testing.T) {
 	if failed < 2 {
 		t.Fatalf("only %d of %d calls were caught in the stall, want them all", failed, n)
 	}
-	tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+	tk, err := b.Acquire(ctx, backend.Arrival{})
 	if err != nil {
 		t.Fatalf("after the stall: %v", err)
 	}
@@ -179,7 +180,7 @@ func TestOnStateChange(t *testing.T) {
 	}
 	changes := make(chan change, 8)
 	o.OnStateChange = func(down bool, err error) { changes <- change{down, err} }
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
 	outage(t, srv, b, 300*time.Millisecond)
 	if c := <-changes; !c.down || c.err == nil {
 		t.Errorf("first change %+v, want down with the error that tipped it", c)
@@ -206,8 +207,8 @@ func TestClosedWhileDownReportsRedisBack(t *testing.T) {
 	o := fallbackOptions(t)
 	ups := make(chan bool, 4)
 	o.OnStateChange = func(down bool, _ error) { ups <- down }
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
-	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2, MaxQueue: 4}, o)
+	tk, err := b.Acquire(context.Background(), backend.Arrival{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,12 +286,12 @@ func TestFirstGrantAfterAnOutage(t *testing.T) {
 							downAt.Store(time.Now().UnixNano())
 						}
 					}}
-				b := startBackends2(t, addr, ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 100, QueueTimeout: time.Second}, o)
+				b := startBackends2(t, addr, backend.Limits{MaxConcurrent: 4, MaxQueue: 100, QueueTimeout: time.Second}, o)
 				for i, d := range outages {
 					d += stagger
 					// Connections warm, and Redis marked up.
 					eventually(t, 2*time.Second, "no grant by Redis before the outage", func() bool {
-						tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+						tk, err := b.Acquire(context.Background(), backend.Arrival{})
 						if err == nil {
 							b.Release(tk)
 						}
@@ -374,7 +375,7 @@ func firstRedisGrant(b *redisqueue.Backend, end time.Time) (time.Time, error) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+			tk, err := b.Acquire(ctx, backend.Arrival{})
 			at := time.Now()
 			if err != nil {
 				return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -26,7 +27,7 @@ type replica struct {
 	q   *ginqueue.Queue
 	e   *gin.Engine
 	// timeouts counts the Acquire errors of b that wrap
-	// ginqueue.ErrQueueTimeout.
+	// backend.ErrQueueTimeout.
 	timeouts atomic.Int64
 }
 
@@ -36,9 +37,9 @@ type countTimeouts struct {
 	n *atomic.Int64
 }
 
-func (b countTimeouts) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (b countTimeouts) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	t, err := b.Backend.Acquire(ctx, a)
-	if errors.Is(err, ginqueue.ErrQueueTimeout) {
+	if errors.Is(err, backend.ErrQueueTimeout) {
 		b.n.Add(1)
 	}
 	return t, err
@@ -102,7 +103,7 @@ func globalIdle(b *redisqueue.Backend) bool {
 
 // startBackends builds n Backends of one Name, each with its own client,
 // started with l, and closes them at the end of the test.
-func startBackends(t *testing.T, n int, l ginqueue.Limits, o redisqueue.Options) []*redisqueue.Backend {
+func startBackends(t *testing.T, n int, l backend.Limits, o redisqueue.Options) []*redisqueue.Backend {
 	t.Helper()
 	if o.Name == "" {
 		o.Name = newName(t)
@@ -123,7 +124,7 @@ func startBackends(t *testing.T, n int, l ginqueue.Limits, o redisqueue.Options)
 }
 
 // startBackends2 is startBackends on the Redis at addr.
-func startBackends2(t *testing.T, addr string, l ginqueue.Limits, o redisqueue.Options) *redisqueue.Backend {
+func startBackends2(t *testing.T, addr string, l backend.Limits, o redisqueue.Options) *redisqueue.Backend {
 	t.Helper()
 	b, err := redisqueue.New(newClient(t, addr), o)
 	if err != nil {
@@ -140,9 +141,9 @@ func startBackends2(t *testing.T, addr string, l ginqueue.Limits, o redisqueue.O
 // returns their release.
 func holdAll(t *testing.T, b *redisqueue.Backend, n int) func() {
 	t.Helper()
-	var ts []ginqueue.Ticket
+	var ts []backend.Ticket
 	for range n {
-		tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+		tk, err := b.Acquire(context.Background(), backend.Arrival{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +171,7 @@ type holder struct {
 	release chan struct{}
 }
 
-func hold(b *redisqueue.Backend, a ginqueue.Arrival, i int, granted chan<- int, errs chan<- error) *holder {
+func hold(b *redisqueue.Backend, a backend.Arrival, i int, granted chan<- int, errs chan<- error) *holder {
 	h := &holder{release: make(chan struct{})}
 	go func() {
 		tk, err := b.Acquire(context.Background(), a)
@@ -203,11 +204,11 @@ func fleetIs(t *testing.T, b *redisqueue.Backend, running, queued int) {
 
 // held acquires cost slots on b at once (they are free) and checks the
 // Ticket.
-func held(t *testing.T, b *redisqueue.Backend, cost, slots int) ginqueue.Ticket {
+func held(t *testing.T, b *redisqueue.Backend, cost, slots int) backend.Ticket {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: cost})
+	tk, err := b.Acquire(ctx, backend.Arrival{Cost: cost})
 	if err != nil || tk.Cost != slots {
 		t.Fatalf("Acquire of cost %d: Ticket %+v, %v; want %d slots", cost, tk, err, slots)
 	}

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
-var _ ginqueue.LimitSetter = (*Backend)(nil)
+var _ backend.LimitSetter = (*Backend)(nil)
 
-// SetLimit implements ginqueue.LimitSetter for the whole fleet: it sets the
+// SetLimit implements backend.LimitSetter for the whole fleet: it sets the
 // limit of every replica of the Name at once, in Redis. Raising it grants
 // waiters at once, in the global order, wherever their replica is; lowering
 // it preempts nobody, and nobody is admitted until fewer than n slots are
@@ -17,16 +17,16 @@ var _ ginqueue.LimitSetter = (*Backend)(nil)
 // loses its data; it does not change what a replica declares (the README's
 // "Changing the limit at run time" says what follows).
 //
-// SetLimit returns an error wrapping ginqueue.CheckLimit's when n is below 1
-// or above ginqueue.MaxLimit; one wrapping ErrUnavailable when Redis is
+// SetLimit returns an error wrapping backend.CheckLimit's when n is below 1
+// or above backend.MaxLimit; one wrapping ErrUnavailable when Redis is
 // marked down or the call fails (this replica then changed nothing, though a
 // call that timed out may still have reached Redis); one wrapping
-// ginqueue.ErrClosed after Close; one wrapping ErrConflict while this
+// backend.ErrClosed after Close; one wrapping ErrConflict while this
 // replica's limits disagree with a live replica's; and an error before
 // Start. It is safe for concurrent use; it calls Redis once, bounded by
 // CallTimeout.
 func (b *Backend) SetLimit(n int) error {
-	if err := ginqueue.CheckLimit(n); err != nil {
+	if err := backend.CheckLimit(n); err != nil {
 		return fmt.Errorf("redisqueue: SetLimit(%d): %w", n, err)
 	}
 	b.mu.Lock()
@@ -34,7 +34,7 @@ func (b *Backend) SetLimit(n int) error {
 	b.mu.Unlock()
 	switch {
 	case closed:
-		return fmt.Errorf("redisqueue: SetLimit(%d) after Close: %w", n, ginqueue.ErrClosed)
+		return fmt.Errorf("redisqueue: SetLimit(%d) after Close: %w", n, backend.ErrClosed)
 	case !started:
 		return errors.New("redisqueue: SetLimit before Start; a Backend gets its limits from ginqueue.NewQueue")
 	case conflict != nil:

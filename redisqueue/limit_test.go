@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -22,12 +23,12 @@ func TestSetLimitMovesTheFleet(t *testing.T) {
 	// A slow safety net, so that the grants below can only come from the
 	// notices pushed by SetLimit's and Release's scripts.
 	o := redisqueue.Options{LeaseTTL: 3 * time.Second, TickInterval: time.Second}
-	bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 20 * time.Second}, o)
+	bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 20 * time.Second}, o)
 	a, b := bs[0], bs[1]
 	first := make(chan int, 1)
 	errs := make(chan error, 8)
 	granted := make(chan int, 8)
-	h0 := hold(a, ginqueue.Arrival{}, -1, first, errs)
+	h0 := hold(a, backend.Arrival{}, -1, first, errs)
 	select {
 	case <-first:
 	case err := <-errs:
@@ -39,7 +40,7 @@ func TestSetLimitMovesTheFleet(t *testing.T) {
 	}{{b, 0}, {a, 0}, {b, 5}, {b, 0}}
 	var hs []*holder
 	for i, ar := range arrivals {
-		hs = append(hs, hold(ar.b, ginqueue.Arrival{Priority: ar.prio}, i, granted, errs))
+		hs = append(hs, hold(ar.b, backend.Arrival{Priority: ar.prio}, i, granted, errs))
 		waitQueued(t, a, i+1) // staggered: arrival order is index order
 	}
 	defer func() {
@@ -186,7 +187,7 @@ func TestSetLimitWithRedisDown(t *testing.T) {
 	srv := startRedis(t)
 	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 2 * time.Second,
 		TickInterval: 100 * time.Millisecond, FailureThreshold: 2}
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 2}, o)
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2}, o)
 	if err := b.SetLimit(4); err != nil {
 		t.Fatal(err)
 	}
@@ -209,15 +210,15 @@ func TestSetLimitWithRedisDown(t *testing.T) {
 
 	// FailOpen: the local limit is the fleet's 4 (one live replica), not
 	// the declared 2; no local queue, so the fifth is refused.
-	var ts []ginqueue.Ticket
+	var ts []backend.Ticket
 	for i := range 4 {
-		tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+		tk, err := b.Acquire(context.Background(), backend.Arrival{})
 		if err != nil {
 			t.Fatalf("local acquire %d: %v", i, err)
 		}
 		ts = append(ts, tk)
 	}
-	if _, err := b.Acquire(context.Background(), ginqueue.Arrival{}); !errors.Is(err, ginqueue.ErrQueueFull) {
+	if _, err := b.Acquire(context.Background(), backend.Arrival{}); !errors.Is(err, backend.ErrQueueFull) {
 		t.Fatalf("fifth local acquire: got %v, want queue full", err)
 	}
 	for _, tk := range ts {
@@ -230,7 +231,7 @@ func TestSetLimitReachesTheFleetAtOnce(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	o := redisqueue.Options{Name: newName(t), TickInterval: time.Second, LeaseTTL: 10 * time.Second}
-	bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4}, o)
+	bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 4, MaxQueue: 4}, o)
 	time.Sleep(50 * time.Millisecond) // both readers listen
 	if err := bs[0].SetLimit(1); err != nil {
 		t.Fatal(err)

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/redis/go-redis/v9"
 )
 
 // internalBackend starts a Backend of a fresh Name on the test Redis, or
 // skips when none answers.
-func internalBackend(t *testing.T, l ginqueue.Limits) (*Backend, *redis.Client) {
+func internalBackend(t *testing.T, l backend.Limits) (*Backend, *redis.Client) {
 	t.Helper()
 	rdb := testRedis(t)
 	b, err := New(rdb, Options{Name: freshName("internal-")})

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -178,7 +178,7 @@ func outage(t *testing.T, srv *redisServer, b *redisqueue.Backend, d time.Durati
 	eventually(t, d, "Redis not marked down", func() bool {
 		if !b.Stats().Unavailable {
 			c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			if tk, err := b.Acquire(c, ginqueue.Arrival{}); err == nil {
+			if tk, err := b.Acquire(c, backend.Arrival{}); err == nil {
 				b.Release(tk)
 			}
 			cancel()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -21,10 +21,10 @@ func TestMaintainerStopsWhenTheClientIsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 2}); err != nil {
+	if err := b.Start(backend.Limits{MaxConcurrent: 1, MaxQueue: 2}); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+	tk, err := b.Acquire(context.Background(), backend.Arrival{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ const (
 	FailOpen Policy = iota
 
 	// FailClosed answers every request that needs Redis with an error that
-	// wraps ErrUnavailable and ginqueue.ErrQueueFull, so the Queue answers
+	// wraps ErrUnavailable and backend.ErrQueueFull, so the Queue answers
 	// 503 with Retry-After, until Redis answers again.
 	FailClosed
 )

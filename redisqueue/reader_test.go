@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,16 +25,16 @@ func TestGrantReachesWaiterSoonAfterServerReturns(t *testing.T) {
 	const tick = time.Second
 	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 3 * tick, TickInterval: tick,
 		FailureThreshold: 29} // the most LeaseTTL allows: never down, this is about the reader alone
-	l := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
+	l := backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
 	b := startBackends2(t, srv.addr(), l, o)
 	ctx := context.Background()
-	holder, err := b.Acquire(ctx, ginqueue.Arrival{})
+	holder, err := b.Acquire(ctx, backend.Arrival{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan time.Time, 1)
 	go func() {
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			t.Errorf("the waiter got %v", err)
 			close(got)
@@ -95,19 +95,19 @@ func TestTheReaderLeavesAFrozenMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second}); err != nil {
+	if err := b.Start(backend.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	// A grant notice read: the reader has just begun its next block.
 	ctx := context.Background()
-	first, err := b.Acquire(ctx, ginqueue.Arrival{})
+	first, err := b.Acquire(ctx, backend.Arrival{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	granted := make(chan ginqueue.Ticket)
+	granted := make(chan backend.Ticket)
 	go func() {
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			t.Error(err)
 		}

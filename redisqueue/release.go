@@ -1,17 +1,15 @@
 package redisqueue
 
-import (
-	"github.com/ginqueue/ginqueue"
-)
+import "github.com/ginqueue/ginqueue/backend"
 
-// Release implements ginqueue.Backend. It gives the slots back in Redis with
+// Release implements backend.Backend. It gives the slots back in Redis with
 // one call bounded by CallTimeout, or, when another release's call is in
 // flight, returns at once and the slot goes back with the next call, which
 // carries every release that came meanwhile. If the call fails, or Redis is
 // known to be down, the release is retried in the background until Redis
 // answers (or, after Close, until LeaseTTL has passed: the lease has expired
 // by then).
-func (b *Backend) Release(t ginqueue.Ticket) {
+func (b *Backend) Release(t backend.Ticket) {
 	if b.sh != nil {
 		b.sh.release(t)
 		return
@@ -23,7 +21,7 @@ func (b *Backend) Release(t ginqueue.Ticket) {
 // release gives the slots of t back; Release, and a grant taken back. The
 // slots given back in Redis are those Redis granted, whatever the limit is
 // now: the script looks them up.
-func (b *Backend) release(t ginqueue.Ticket) {
+func (b *Backend) release(t backend.Ticket) {
 	if t.ID&localBit != 0 {
 		id := t.ID &^ localBit
 		b.mu.Lock()
@@ -34,7 +32,7 @@ func (b *Backend) release(t ginqueue.Ticket) {
 		b.idleCheckLocked()
 		closed := b.closed
 		b.mu.Unlock()
-		fb.Release(ginqueue.Ticket{Cost: t.Cost})
+		fb.Release(backend.Ticket{Cost: t.Cost})
 		if h.inRedis {
 			b.leave(id, h.slots)
 		}
@@ -60,7 +58,7 @@ func (b *Backend) release(t ginqueue.Ticket) {
 	fb := b.fb
 	b.mu.Unlock()
 	for range free {
-		fb.Release(ginqueue.Ticket{})
+		fb.Release(backend.Ticket{})
 	}
 	b.leave(t.ID, slots)
 	b.mu.Lock()

@@ -12,7 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,9 +28,9 @@ import (
 // shares is the Shares-mode state of a Backend.
 type shares struct {
 	b     *Backend
-	mem   ginqueue.Backend
-	fast  ginqueue.FastBackend
-	share ginqueue.ShareSetter
+	mem   backend.Backend
+	fast  backend.FastBackend
+	share inmem.Sharer
 
 	// peak is the demand since the previous sync, written on the request
 	// path: the peak of running + waiting (slots and requests).
@@ -113,8 +114,8 @@ type shares struct {
 
 // newShares builds the Shares-mode state; Start starts it.
 func newShares(b *Backend) *shares {
-	mem := ginqueue.NewMemoryBackend()
-	s := &shares{b: b, mem: mem, fast: mem.(ginqueue.FastBackend), share: mem.(ginqueue.ShareSetter), bands: newBands(),
+	mem := inmem.New()
+	s := &shares{b: b, mem: mem, fast: mem.(backend.FastBackend), share: mem.(inmem.Sharer), bands: newBands(),
 		born: time.Now()}
 	s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
 	s.floor.Store(noBand)
@@ -124,7 +125,7 @@ func newShares(b *Backend) *shares {
 
 // start starts the in-memory Backend with l and a share of 0, makes the
 // first sync and starts the coordinator and the notice reader.
-func (s *shares) start(l ginqueue.Limits) error {
+func (s *shares) start(l backend.Limits) error {
 	b := s.b
 	if b.sp != nil && l.Weighted {
 		return errSplitCost
@@ -208,7 +209,7 @@ func (s *shares) costCap() int64 {
 
 // acquire implements Backend.Acquire: the in-memory Backend's, within the
 // share.
-func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (s *shares) acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	// A cost is weighed against the fleet's limit, not this replica's share:
 	// one above the share waits until the share covers it.
 	a.Cost = min(max(a.Cost, 1), int(max(s.costCap(), 1)))
@@ -229,7 +230,7 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 		// Probe on demand: Redis may answer again.
 		s.asked.Store(true)
 		s.b.wake()
-		return ginqueue.Ticket{}, &unavailableError{cause: errors.New(why)}
+		return backend.Ticket{}, &unavailableError{cause: errors.New(why)}
 	}
 	// A waiter is answered unavailable if this replica stops admitting
 	// while it waits (see halt).
@@ -239,7 +240,7 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 		deadline := time.Now().Add(s.b.limits.QueueTimeout)
 		if err := s.gate(ctx, a, lostCtx, deadline); err != nil {
 			cancel()
-			return ginqueue.Ticket{}, err
+			return backend.Ticket{}, err
 		}
 		if s.b.limits.QueueTimeout > 0 {
 			cancel()
@@ -254,9 +255,9 @@ func (s *shares) acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Tick
 		s.bands.granted(a.Priority, max(t.Cost, 1))
 	}
 	if err != nil && ctx.Err() == nil && lostCtx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
-		return t, ginqueue.ErrQueueTimeout
+		return t, backend.ErrQueueTimeout
 	}
-	if err != nil && ctx.Err() == nil && lostCtx.Err() != nil && !errors.Is(err, ginqueue.ErrClosed) {
+	if err != nil && ctx.Err() == nil && lostCtx.Err() != nil && !errors.Is(err, backend.ErrClosed) {
 		s.mu.Lock()
 		why := s.why
 		s.mu.Unlock()
@@ -273,16 +274,16 @@ func (s *shares) admits(p int) bool {
 }
 
 // gate holds a request of a band below the floor until the floor falls to
-// it; it returns ctx's error if ctx ends first, ginqueue.ErrQueueTimeout at
+// it; it returns ctx's error if ctx ends first, backend.ErrQueueTimeout at
 // the deadline (with a QueueTimeout), an unavailable error if this replica
-// stops admitting, and ginqueue.ErrQueueFull if the waiting places are
+// stops admitting, and backend.ErrQueueFull if the waiting places are
 // taken.
-func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Context, deadline time.Time) error {
+func (s *shares) gate(ctx context.Context, a backend.Arrival, lost context.Context, deadline time.Time) error {
 	band := clampBand(a.Priority)
 	s.gateMu.Lock()
 	if c := s.fast.Counts(); c.Queued+int(s.gatedN.Load()) >= s.b.limits.MaxQueue {
 		s.gateMu.Unlock()
-		return ginqueue.ErrQueueFull
+		return backend.ErrQueueFull
 	}
 	slots := 1
 	if s.b.limits.Weighted {
@@ -323,7 +324,7 @@ func (s *shares) gate(ctx context.Context, a ginqueue.Arrival, lost context.Cont
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-expired:
-			return ginqueue.ErrQueueTimeout
+			return backend.ErrQueueTimeout
 		case <-lost.Done():
 			s.mu.Lock()
 			why := s.why
@@ -354,26 +355,26 @@ func (g gatedCount) add(requests, slots int) gatedCount {
 
 // gatedBands is what waits below the floor by band: the requests, or the
 // slots they ask for.
-func (s *shares) gatedBands(slots bool) []ginqueue.PriorityCount {
+func (s *shares) gatedBands(slots bool) []backend.PriorityCount {
 	s.gateMu.Lock()
 	defer s.gateMu.Unlock()
-	out := make([]ginqueue.PriorityCount, 0, len(s.gated))
+	out := make([]backend.PriorityCount, 0, len(s.gated))
 	for b, g := range s.gated {
 		n := g.requests
 		if slots {
 			n = g.slots
 		}
-		out = append(out, ginqueue.PriorityCount{Priority: b, Queued: n})
+		out = append(out, backend.PriorityCount{Priority: b, Queued: n})
 	}
 	return out
 }
 
 // mergeCounts is a and b in one list, highest priority first, one entry
 // per priority.
-func mergeCounts(a, b []ginqueue.PriorityCount) []ginqueue.PriorityCount {
+func mergeCounts(a, b []backend.PriorityCount) []backend.PriorityCount {
 	all := append(slices.Clone(a), b...)
-	slices.SortFunc(all, func(x, y ginqueue.PriorityCount) int { return cmp.Compare(y.Priority, x.Priority) })
-	var out []ginqueue.PriorityCount
+	slices.SortFunc(all, func(x, y backend.PriorityCount) int { return cmp.Compare(y.Priority, x.Priority) })
+	var out []backend.PriorityCount
 	for _, pc := range all {
 		if n := len(out); n > 0 && out[n-1].Priority == pc.Priority {
 			out[n-1].Queued += pc.Queued
@@ -418,7 +419,7 @@ func (s *shares) waitingSlots() (sum, most int) {
 // waiters is what waits here, in the in-memory Backend and below the
 // floor: the requests, the slots they ask for (with costs, what they
 // entered with, else one each), and the largest cost among them.
-func (s *shares) waiters(c ginqueue.Counts) (requests, slots, most int) {
+func (s *shares) waiters(c backend.Stats) (requests, slots, most int) {
 	requests = c.Queued + int(s.gatedN.Load())
 	slots, most = requests, 1
 	if s.b.limits.Weighted {
@@ -447,7 +448,7 @@ func (s *shares) noteWaiter() {
 }
 
 // release implements Backend.Release.
-func (s *shares) release(t ginqueue.Ticket) {
+func (s *shares) release(t backend.Ticket) {
 	s.mem.Release(t)
 	c := s.fast.Counts()
 	if c.Held == 0 && c.Queued == 0 && s.needLast.Load() > 0 && !s.wentIdle.Swap(true) {
@@ -474,7 +475,7 @@ func (s *shares) release(t ginqueue.Ticket) {
 // fell reports whether the demand here, as c counts it, fell by a quarter
 // below the demand last reported while another replica was short of its
 // target.
-func (s *shares) fell(c ginqueue.Counts) bool {
+func (s *shares) fell(c backend.Stats) bool {
 	n := s.needLast.Load()
 	return s.shortLast.Load() && int64(c.Held+c.Queued)+s.gatedN.Load() < n-max(1, n/4)
 }
@@ -498,14 +499,14 @@ func (s *shares) gap() time.Duration {
 // seen (demand, priority, give-backs).
 type sharesFast struct{ s *shares }
 
-func (f sharesFast) Start(l ginqueue.Limits) error {
+func (f sharesFast) Start(l backend.Limits) error {
 	return errors.New("redisqueue: the fast path is not started")
 }
-func (f sharesFast) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (f sharesFast) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	return f.s.acquire(ctx, a)
 }
-func (f sharesFast) Release(t ginqueue.Ticket)       { f.s.release(t) }
-func (f sharesFast) Stats() ginqueue.BackendStats    { return f.s.b.Stats() }
+func (f sharesFast) Release(t backend.Ticket)        { f.s.release(t) }
+func (f sharesFast) Stats() backend.Stats            { return f.s.b.Stats() }
 func (f sharesFast) Drain(ctx context.Context) error { return f.s.b.Drain(ctx) }
 func (f sharesFast) Close() error                    { return f.s.b.Close() }
 func (f sharesFast) TryAcquire() uint64 {
@@ -514,19 +515,19 @@ func (f sharesFast) TryAcquire() uint64 {
 	}
 	return f.s.fast.TryAcquire()
 }
-func (f sharesFast) Counts() ginqueue.Counts { return f.s.fast.Counts() }
+func (f sharesFast) Counts() backend.Stats { return f.s.fast.Counts() }
 
-// FastPath implements ginqueue.FastPather: in Shares mode the in-memory
+// FastPath implements backend.FastPather: in Shares mode the in-memory
 // Backend's fast path, so that a request that finds a slot of the share
 // free runs without a lock, a clock or Redis; nil in GlobalQueue mode.
-func (b *Backend) FastPath() ginqueue.FastBackend {
+func (b *Backend) FastPath() backend.FastBackend {
 	if b.sh == nil {
 		return nil
 	}
 	return sharesFast{b.sh}
 }
 
-var _ ginqueue.FastPather = (*Backend)(nil)
+var _ backend.FastPather = (*Backend)(nil)
 
 // run is the coordinator. It renews the lease a few times per lease
 // (renewEvery, with jitter), and syncs sooner when there is a reason: a
@@ -957,7 +958,7 @@ func (s *shares) stopAdmitting() time.Time {
 
 // halt stops admitting until a sync succeeds: the share goes to 0, and
 // every waiter and arrival is answered with an error wrapping
-// ErrUnavailable and ginqueue.ErrQueueFull, naming why.
+// ErrUnavailable and backend.ErrQueueFull, naming why.
 func (s *shares) halt(why string) {
 	s.mu.Lock()
 	if s.lost {
@@ -1074,7 +1075,7 @@ func (s *shares) demand(fell bool) demandNow {
 	if peak := int(s.peak.Swap(0)); !fell {
 		need = max(need, peak)
 	}
-	var byPrio []ginqueue.PriorityCount
+	var byPrio []backend.PriorityCount
 	if c.Queued > 0 {
 		byPrio = s.mem.Stats().QueuedByPriority
 	}
@@ -1262,7 +1263,7 @@ func (s *shares) bye() bool {
 
 // stats implements Backend.Stats: the in-memory Backend's, whose Limit is
 // this replica's share.
-func (s *shares) stats() ginqueue.BackendStats {
+func (s *shares) stats() backend.Stats {
 	st := s.mem.Stats()
 	if g := s.gatedBands(false); len(g) > 0 {
 		// Requests below the floor wait too, outside the in-memory Backend.

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -414,7 +415,7 @@ func TestSharesRefusedSyncChangesNoTotal(t *testing.T) {
 	needRedis(t)
 	name := newName(t)
 	ctl := newClient(t, redisAddr)
-	l4 := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8}
+	l4 := backend.Limits{MaxConcurrent: 4, MaxQueue: 8}
 	// A holds 3 slots and dies without its goodbye; its lease runs out.
 	ca := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	a, err := redisqueue.New(ca, redisqueue.Options{Name: name, Mode: redisqueue.Shares, LeaseTTL: 200 * time.Millisecond, CallTimeout: 20 * time.Millisecond})
@@ -424,10 +425,10 @@ func TestSharesRefusedSyncChangesNoTotal(t *testing.T) {
 	if err := a.Start(l4); err != nil {
 		t.Fatal(err)
 	}
-	var held []ginqueue.Ticket
+	var held []backend.Ticket
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		tk, err := a.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := a.Acquire(ctx, backend.Arrival{})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -453,7 +454,7 @@ func TestSharesRefusedSyncChangesNoTotal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bb.Start(ginqueue.Limits{MaxConcurrent: 5, MaxQueue: 8}); !errors.Is(err, redisqueue.ErrConflict) {
+	if err := bb.Start(backend.Limits{MaxConcurrent: 5, MaxQueue: 8}); !errors.Is(err, redisqueue.ErrConflict) {
 		t.Fatalf("a replica of another MaxConcurrent beside a live one: %v, want ErrConflict", err)
 	}
 	_ = bb.Close()
@@ -466,7 +467,7 @@ func TestSharesRefusedSyncChangesNoTotal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Start(ginqueue.Limits{MaxConcurrent: 5, MaxQueue: 8}); err != nil {
+	if err := d.Start(backend.Limits{MaxConcurrent: 5, MaxQueue: 8}); err != nil {
 		t.Errorf("refused with no replica live: %v", err)
 	}
 	_ = d.Close()

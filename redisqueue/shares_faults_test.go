@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -543,10 +544,10 @@ func TestSharesShutdownDuringOutageGivesTheShareBack(t *testing.T) {
 		return err == nil && g.Replicas == 3
 	})
 	// Replica 2 runs two requests.
-	var tks []ginqueue.Ticket
+	var tks []backend.Ticket
 	for range 2 {
 		c, cancel := context.WithTimeout(ctx, time.Second)
-		tk, err := rs[2].b.Acquire(c, ginqueue.Arrival{})
+		tk, err := rs[2].b.Acquire(c, backend.Arrival{})
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -115,7 +115,7 @@ func TestSharesALateSyncLowersNoShare(t *testing.T) {
 	// The default options: LeaseTTL 15 s, CallTimeout 150 ms, SharePeriod
 	// 50 ms.
 	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares}
-	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 100, QueueTimeout: 5 * time.Second}
+	l := backend.Limits{MaxConcurrent: 4, MaxQueue: 100, QueueTimeout: 5 * time.Second}
 	p := newSyncHoldProxy(t, redisAddr)
 	a, err := redisqueue.New(newClient(t, p.addr()), o)
 	if err != nil {
@@ -140,12 +140,12 @@ func TestSharesALateSyncLowersNoShare(t *testing.T) {
 	// through its later syncs, and 4 run on A.
 	var running sync.WaitGroup
 	var mu sync.Mutex
-	var tks []ginqueue.Ticket
+	var tks []backend.Ticket
 	for range 4 {
 		running.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			tk, err := a.Acquire(ctx, ginqueue.Arrival{})
+			tk, err := a.Acquire(ctx, backend.Arrival{})
 			if err != nil {
 				t.Error(err)
 				return
@@ -170,7 +170,7 @@ func TestSharesALateSyncLowersNoShare(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err == nil {
 			b.Release(tk)
 		}

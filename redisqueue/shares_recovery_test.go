@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -162,7 +162,7 @@ func recoveryLoad(t *testing.T, b *redisqueue.Backend, c *recoveryCount, clients
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+				tk, err := b.Acquire(ctx, backend.Arrival{})
 				cancel()
 				if err != nil {
 					time.Sleep(time.Millisecond) // refused at once when Redis is down
@@ -204,7 +204,7 @@ func shareIsWithin(b *redisqueue.Backend, n int, d time.Duration) time.Duration 
 func TestSharesADeadReplicasShareComesBackALeaseAfterTheNextStart(t *testing.T) {
 	srv := startRedis(t)
 	const limit = 4
-	l := ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
+	l := backend.Limits{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
 	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, LeaseTTL: time.Second}
 	px := newRecoveryProxy(t, srv.addr())
 	a := startBackends2(t, px.addr(), l, o)
@@ -236,7 +236,7 @@ func TestSharesADeadReplicasShareComesBackALeaseAfterTheNextStart(t *testing.T) 
 func TestSharesCloseDuringALongOutageGivesTheShareBack(t *testing.T) {
 	srv := startRedis(t)
 	const limit = 4
-	l := ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
+	l := backend.Limits{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
 	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, LeaseTTL: time.Second}
 	px := newRecoveryProxy(t, srv.addr())
 	a := startBackends2(t, px.addr(), l, o)
@@ -273,7 +273,7 @@ func TestSharesCloseDuringALongOutageGivesTheShareBack(t *testing.T) {
 func TestSharesAStatsCallFirstAfterAnOutageTakesNobodyForDead(t *testing.T) {
 	srv := startRedis(t)
 	const limit = 4
-	l := ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
+	l := backend.Limits{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
 	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, LeaseTTL: time.Second, OnRedisDown: redisqueue.FailOpen}
 	pab, pm := newRecoveryProxy(t, srv.addr()), newRecoveryProxy(t, srv.addr())
 	a := startBackends2(t, pab.addr(), l, o)
@@ -322,7 +322,7 @@ func TestSharesAStatsCallFirstAfterAnOutageTakesNobodyForDead(t *testing.T) {
 func TestSharesTwoLossesInARowKeepTheFreeze(t *testing.T) {
 	srv := startRedis(t)
 	const limit = 8
-	l := ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
+	l := backend.Limits{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
 	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, LeaseTTL: 3 * time.Second, OnRedisDown: redisqueue.FailClosed}
 	pa := newRecoveryProxy(t, srv.addr())
 	a := startBackends2(t, pa.addr(), l, o)
@@ -361,7 +361,7 @@ func TestSharesTwoLossesInARowKeepTheFreeze(t *testing.T) {
 func TestSharesGlobalStatsBeforeStart(t *testing.T) {
 	needRedis(t)
 	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares}
-	r := startBackends2(t, redisAddr, ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8, QueueTimeout: time.Second}, o)
+	r := startBackends2(t, redisAddr, backend.Limits{MaxConcurrent: 4, MaxQueue: 8, QueueTimeout: time.Second}, o)
 	m, err := redisqueue.New(newClient(t, redisAddr), o)
 	if err != nil {
 		t.Fatal(err)
@@ -392,7 +392,7 @@ func TestSharesClosedDuringAnOutageStopsWithItsClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}); err != nil {
+	if err := b.Start(backend.Limits{MaxConcurrent: 2, MaxQueue: 4}); err != nil {
 		t.Fatal(err)
 	}
 	px.setCut(true)

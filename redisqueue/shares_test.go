@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -595,8 +596,8 @@ func answersAgain(t *testing.T, srv *redisServer, end time.Time) time.Time {
 // another limit, naming what disagrees.
 func TestSharesRefuseToMix(t *testing.T) {
 	needRedis(t)
-	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8}
-	start := func(o redisqueue.Options, l ginqueue.Limits) error {
+	l := backend.Limits{MaxConcurrent: 4, MaxQueue: 8}
+	start := func(o redisqueue.Options, l backend.Limits) error {
 		b, err := redisqueue.New(newClient(t, redisAddr), o)
 		if err != nil {
 			t.Fatal(err)
@@ -630,7 +631,7 @@ func TestSharesRefuseToMix(t *testing.T) {
 		if err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, l); err != nil {
 			t.Fatal(err)
 		}
-		err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, ginqueue.Limits{MaxConcurrent: 5})
+		err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, backend.Limits{MaxConcurrent: 5})
 		if !errors.Is(err, redisqueue.ErrConflict) || !strings.Contains(err.Error(), "MaxConcurrent=4, this one 5") {
 			t.Fatalf("a Shares replica of another limit: %v", err)
 		}
@@ -716,7 +717,7 @@ func (c slotCounter) add(n int) {
 	c.f.raise(c.f.now.Add(int64(n)))
 }
 
-func (c slotCounter) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (c slotCounter) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	t, err := c.Backend.Acquire(ctx, a)
 	if err == nil {
 		c.add(max(t.Cost, 1))
@@ -724,16 +725,16 @@ func (c slotCounter) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.
 	return t, err
 }
 
-func (c slotCounter) Release(t ginqueue.Ticket) {
+func (c slotCounter) Release(t backend.Ticket) {
 	c.f.now.Add(-int64(max(t.Cost, 1)))
 	c.Backend.Release(t)
 }
 
 // FastPath counts the fast path's grants too.
-func (c slotCounter) FastPath() ginqueue.FastBackend { return countedFast{c.Backend.FastPath(), c} }
+func (c slotCounter) FastPath() backend.FastBackend { return countedFast{c.Backend.FastPath(), c} }
 
 type countedFast struct {
-	ginqueue.FastBackend
+	backend.FastBackend
 	c slotCounter
 }
 
@@ -745,7 +746,7 @@ func (f countedFast) TryAcquire() uint64 {
 	return n
 }
 
-func (f countedFast) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (f countedFast) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	return f.c.Acquire(ctx, a)
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -26,7 +26,7 @@ func TestSpeed(t *testing.T) {
 	}
 	needRedis(t)
 	ctx := context.Background()
-	l := ginqueue.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
+	l := backend.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
 
 	t.Run("floor", func(t *testing.T) {
 		// What two plain round trips cost on this machine now: the floor
@@ -46,7 +46,7 @@ func TestSpeed(t *testing.T) {
 		b := startBackends(t, 1, l, redisqueue.Options{})[0]
 		pair := func() time.Duration {
 			start := time.Now()
-			tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+			tk, err := b.Acquire(ctx, backend.Arrival{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestSpeed(t *testing.T) {
 		for range 8 {
 			wg.Go(func() {
 				for time.Now().Before(stop) {
-					tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+					tk, err := b.Acquire(ctx, backend.Arrival{})
 					if err != nil {
 						continue
 					}
@@ -92,16 +92,16 @@ func TestSpeed(t *testing.T) {
 	})
 
 	t.Run("hand-off", func(t *testing.T) {
-		bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
+		bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
 		d := make([]time.Duration, 0, 500)
 		for range cap(d) {
-			held, err := bs[0].Acquire(ctx, ginqueue.Arrival{})
+			held, err := bs[0].Acquire(ctx, backend.Arrival{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := make(chan time.Time, 1)
 			go func() {
-				tk, err := bs[1].Acquire(ctx, ginqueue.Arrival{})
+				tk, err := bs[1].Acquire(ctx, backend.Arrival{})
 				got <- time.Now()
 				if err == nil {
 					bs[1].Release(tk)
@@ -173,7 +173,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := rb.Start(ginqueue.Limits{MaxConcurrent: 10000, MaxQueue: 10}); err != nil {
+	if err := rb.Start(backend.Limits{MaxConcurrent: 10000, MaxQueue: 10}); err != nil {
 		b.Fatal(err)
 	}
 	defer rb.Close()
@@ -181,7 +181,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tk, err := rb.Acquire(ctx, ginqueue.Arrival{})
+			tk, err := rb.Acquire(ctx, backend.Arrival{})
 			if err != nil {
 				b.Error(err)
 				return

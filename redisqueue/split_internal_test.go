@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 )
 
 func TestProportionalGivesExactlyN(t *testing.T) {
@@ -25,7 +25,7 @@ func TestProportionalGivesExactlyN(t *testing.T) {
 		{"negative weights count as zero", 4, []int64{-7, 1}, []int64{0, 4}},
 		{"nothing to give", 0, []int64{3, 1}, []int64{0, 0}},
 		{"no parts", 3, nil, []int64{}},
-		{"huge", ginqueue.MaxLimit, []int64{math.MaxInt32, math.MaxInt32, 1}, nil},
+		{"huge", backend.MaxLimit, []int64{math.MaxInt32, math.MaxInt32, 1}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -74,8 +74,8 @@ func TestAllotServesTheHighestBandFirst(t *testing.T) {
 		{"zero limit", 0, []partState{ps(1, map[int64]int64{0: 3})}, []int64{0}},
 		{"negative limit", -3, []partState{ps(1, map[int64]int64{0: 3})}, []int64{0}},
 		{"no replicas, no demand: evenly", 3, []partState{ps(0, nil), ps(0, nil)}, []int64{2, 1}},
-		{"huge demand", ginqueue.MaxLimit, []partState{ps(1, map[int64]int64{0: math.MaxInt32}), ps(1, map[int64]int64{0: math.MaxInt32})},
-			[]int64{ginqueue.MaxLimit / 2, ginqueue.MaxLimit / 2}},
+		{"huge demand", backend.MaxLimit, []partState{ps(1, map[int64]int64{0: math.MaxInt32}), ps(1, map[int64]int64{0: math.MaxInt32})},
+			[]int64{backend.MaxLimit / 2, backend.MaxLimit / 2}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -100,7 +100,7 @@ func splitFleet(t *testing.T, n, parts, limit int) []*Backend {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Start(ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 100}); err != nil {
+		if err := b.Start(backend.Limits{MaxConcurrent: limit, MaxQueue: 100}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = b.Close() })
@@ -176,9 +176,9 @@ func TestARebalanceGrowsOnlyIntoFreeSlots(t *testing.T) {
 	if err := a.sh.sync(false, true); err != nil {
 		t.Fatal(err)
 	}
-	var held []ginqueue.Ticket
+	var held []backend.Ticket
 	for range 6 {
-		tk, err := a.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+		tk, err := a.Acquire(ctx, backend.Arrival{Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +311,7 @@ func TestARebalanceAfterAPartLostItsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 6 {
-		tk, err := a.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+		tk, err := a.Acquire(ctx, backend.Arrival{Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

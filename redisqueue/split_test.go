@@ -18,6 +18,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -148,18 +149,18 @@ func TestSplitComparesPrioritiesAcrossParts(t *testing.T) {
 // start beside live ones, whichever starts first.
 func TestSplitRefusesOtherSplits(t *testing.T) {
 	needRedis(t)
-	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8}
+	l := backend.Limits{MaxConcurrent: 4, MaxQueue: 8}
 	o := splitOptions(t, 4)
 	startBackends(t, 1, l, o)
 	cases := []struct {
 		name string
 		o    redisqueue.Options
-		l    ginqueue.Limits
+		l    backend.Limits
 	}{
 		{"other parts", redisqueue.Options{Name: o.Name, Mode: redisqueue.Shares, Parts: 2}, l},
 		{"no parts", redisqueue.Options{Name: o.Name, Mode: redisqueue.Shares}, l},
 		{"global queue", redisqueue.Options{Name: o.Name}, l},
-		{"other MaxConcurrent", o, ginqueue.Limits{MaxConcurrent: 5, MaxQueue: 8}},
+		{"other MaxConcurrent", o, backend.Limits{MaxConcurrent: 5, MaxQueue: 8}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -190,7 +191,7 @@ func TestSplitRefusesOtherSplits(t *testing.T) {
 // once; GlobalStats reports the Name's figures.
 func TestSplitSetLimit(t *testing.T) {
 	needRedis(t)
-	l := ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 8}
+	l := backend.Limits{MaxConcurrent: 4, MaxQueue: 8}
 	bs := startBackends(t, 6, l, splitOptions(t, 3))
 	if err := bs[0].SetLimit(9); err != nil {
 		t.Fatal(err)
@@ -278,7 +279,7 @@ func TestSplitWithManyPartsFollowsTheLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if err := b.Start(ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 8}); !errors.Is(err, redisqueue.ErrConflict) {
+	if err := b.Start(backend.Limits{MaxConcurrent: limit, MaxQueue: 8}); !errors.Is(err, redisqueue.ErrConflict) {
 		t.Fatalf("an unsplit replica beside an idle split fleet: %v, want ErrConflict", err)
 	}
 }
@@ -293,7 +294,7 @@ func TestSplitRefusesWeightedRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	err = b.Start(ginqueue.Limits{MaxConcurrent: 10, MaxQueue: 8, Weighted: true})
+	err = b.Start(backend.Limits{MaxConcurrent: 10, MaxQueue: 8, Weighted: true})
 	if err == nil || !strings.Contains(err.Error(), "Config.Cost") {
 		t.Fatalf("Start with weighted requests on a split Name: %v, want an error naming Config.Cost", err)
 	}

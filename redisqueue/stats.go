@@ -8,11 +8,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/redis/go-redis/v9"
 )
 
-// Stats implements ginqueue.Backend with this replica's view: Running counts
+// Stats implements backend.Backend with this replica's view: Running counts
 // the slots held by the requests of this process (local fallback included),
 // Queued its waiting requests, Limit the fleet's limit as last seen:
 // MaxConcurrent until SetLimit moves it, then the value of the last acquire,
@@ -20,7 +20,7 @@ import (
 // here at this replica's next acquire or sync, within a TickInterval).
 // GlobalStats asks Redis for the fleet's. In Shares mode Stats is the
 // in-memory backend's, whose Limit is this replica's share.
-func (b *Backend) Stats() ginqueue.BackendStats {
+func (b *Backend) Stats() backend.Stats {
 	if b.sh != nil {
 		return b.sh.stats()
 	}
@@ -29,7 +29,7 @@ func (b *Backend) Stats() ginqueue.BackendStats {
 	byPrio := map[int]int{}
 	var oldest time.Time
 	b.mu.Lock()
-	s := ginqueue.BackendStats{
+	s := backend.Stats{
 		Running: b.slots + b.localSlots,
 		Queued:  len(b.waiters),
 		Limit:   int(b.limit.Load()),
@@ -62,11 +62,11 @@ func (b *Backend) Stats() ginqueue.BackendStats {
 	servedSlots := b.servedSlots.Load()
 	s.Running = min(s.Running, int(servedSlots-min(servedSlots, released)))
 	if s.Queued > 0 {
-		s.QueuedByPriority = make([]ginqueue.PriorityCount, 0, len(byPrio))
+		s.QueuedByPriority = make([]backend.PriorityCount, 0, len(byPrio))
 		for p, n := range byPrio {
-			s.QueuedByPriority = append(s.QueuedByPriority, ginqueue.PriorityCount{Priority: p, Queued: n})
+			s.QueuedByPriority = append(s.QueuedByPriority, backend.PriorityCount{Priority: p, Queued: n})
 		}
-		slices.SortFunc(s.QueuedByPriority, func(a, b ginqueue.PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) })
+		slices.SortFunc(s.QueuedByPriority, func(a, b backend.PriorityCount) int { return cmp.Compare(b.Priority, a.Priority) })
 	}
 	return s
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,7 +17,7 @@ import (
 // lost it in a failover) is dropped at its next sync, and the slot goes to
 // the next waiter; a lease whose acquire is still in flight is kept.
 func TestSyncReconcilesPhantomLeases(t *testing.T) {
-	b, rdb := internalBackend(t, ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4})
+	b, rdb := internalBackend(t, backend.Limits{MaxConcurrent: 2, MaxQueue: 4})
 	ctx := context.Background()
 	h := b.keys[keyH]
 	phantom := b.leaseID(b.nextID.Add(1))      // given out, released, and the release lost
@@ -57,7 +57,7 @@ func TestSyncReconcilesPhantomLeases(t *testing.T) {
 // against a closed loop of acquires; the peak must stay at the limit.
 func TestReconcileKeepsAcquiresAfterTheList(t *testing.T) {
 	const limit = 2
-	b, _ := internalBackend(t, ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 16, QueueTimeout: 5 * time.Second})
+	b, _ := internalBackend(t, backend.Limits{MaxConcurrent: limit, MaxQueue: 16, QueueTimeout: 5 * time.Second})
 	stop := make(chan struct{})
 	var running, peak atomic.Int64
 	var wg sync.WaitGroup
@@ -79,7 +79,7 @@ func TestReconcileKeepsAcquiresAfterTheList(t *testing.T) {
 					return
 				default:
 				}
-				tk, err := b.Acquire(context.Background(), ginqueue.Arrival{})
+				tk, err := b.Acquire(context.Background(), backend.Arrival{})
 				if err != nil {
 					continue
 				}
@@ -105,10 +105,10 @@ func TestReconcileKeepsAcquiresAfterTheList(t *testing.T) {
 // reclaimed slot, which nobody holds, is given back at once, not at the
 // next sync.
 func TestReleaseRacingSyncLeavesNoGhost(t *testing.T) {
-	b, rdb := internalBackend(t, ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 10})
+	b, rdb := internalBackend(t, backend.Limits{MaxConcurrent: 2, MaxQueue: 10})
 	ctx := context.Background()
 	for i := range 500 {
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 	addr := ownRedis(t)
 	o := Options{Name: "late", CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
 		TickInterval: 200 * time.Millisecond, FailureThreshold: 1} // a liveness lease of 600 ms
-	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}
+	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 4}
 	start := func(o Options, hook func(bool)) *Backend {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = rdb.Close() })
@@ -150,7 +150,7 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 		return b
 	}
 	var a *Backend
-	var late atomic.Pointer[ginqueue.Ticket]
+	var late atomic.Pointer[backend.Ticket]
 	var paused, delayed atomic.Bool
 	window := make(chan struct{})
 	a = start(o, func(down bool) {
@@ -160,7 +160,7 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 			// a request is admitted on a's own before it is sent.
 			c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
-			if tk, err := a.Acquire(c, ginqueue.Arrival{}); err == nil {
+			if tk, err := a.Acquire(c, backend.Arrival{}); err == nil {
 				late.Store(&tk)
 			}
 		case !down && late.Load() != nil && !delayed.Swap(true):
@@ -183,7 +183,7 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 	}
 	paused.Store(true)
 	c, cancel := context.WithTimeout(ctx, 60*time.Millisecond)
-	if tk, err := a.Acquire(c, ginqueue.Arrival{}); err == nil { // its call fails: Redis is marked down on a
+	if tk, err := a.Acquire(c, backend.Arrival{}); err == nil { // its call fails: Redis is marked down on a
 		a.Release(tk) // admitted on its own
 	}
 	cancel()
@@ -193,17 +193,17 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 		t.Fatalf("no late local grant, or Redis not marked up on a: %+v", a.Stats())
 	}
 	// While a's full list is on its way: two requests on the other replica.
-	got := make(chan ginqueue.Ticket, 2)
+	got := make(chan backend.Ticket, 2)
 	for range 2 {
 		go func() {
 			c, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			if tk, err := other.Acquire(c, ginqueue.Arrival{}); err == nil {
+			if tk, err := other.Acquire(c, backend.Arrival{}); err == nil {
 				got <- tk
 			}
 		}()
 	}
-	var tks []ginqueue.Ticket
+	var tks []backend.Ticket
 	timeout := time.After(1200 * time.Millisecond)
 	for len(tks) < 2 {
 		select {
@@ -234,7 +234,7 @@ func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 // quietBackend is a Backend registered in Redis as Start would do it, but
 // with no reader and no maintainer: the test makes each sync itself, and no
 // notice is ever read.
-func quietBackend(t *testing.T, addr string, o Options, l ginqueue.Limits) *Backend {
+func quietBackend(t *testing.T, addr string, o Options, l backend.Limits) *Backend {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -261,7 +261,7 @@ func quietBackend(t *testing.T, addr string, o Options, l ginqueue.Limits) *Back
 func TestARecoveryIsConfirmedWithoutItsNotice(t *testing.T) {
 	addr := ownRedis(t)
 	o := Options{Name: "recover", CallTimeout: 100 * time.Millisecond, OnRedisDown: FailOpen}
-	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}
+	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 4}
 	a, b := quietBackend(t, addr, o, l), quietBackend(t, addr, o, l)
 	a.markDown(errors.New("test: Redis froze"))
 	b.markDown(errors.New("test: Redis froze"))
@@ -289,7 +289,7 @@ func TestARecoveryIsConfirmedWithoutItsNotice(t *testing.T) {
 	}
 	c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	tk, err := b.Acquire(c, ginqueue.Arrival{})
+	tk, err := b.Acquire(c, backend.Arrival{})
 	if err != nil {
 		t.Fatalf("a request with every slot free is not granted: %v", err)
 	}

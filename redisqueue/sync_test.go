@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -19,7 +19,7 @@ func TestDeadReplicaLosesItsSlotsWithinLeaseTTL(t *testing.T) {
 	t.Parallel()
 	const ttl = time.Second
 	o := redisqueue.Options{Name: newName(t), LeaseTTL: ttl, TickInterval: 100 * time.Millisecond}
-	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 5, QueueTimeout: 10 * time.Second}
+	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 5, QueueTimeout: 10 * time.Second}
 
 	doomedClient := newClient(t, redisAddr)
 	doomed, err := redisqueue.New(doomedClient, o)
@@ -35,7 +35,7 @@ func TestDeadReplicaLosesItsSlotsWithinLeaseTTL(t *testing.T) {
 	killed := time.Now()
 
 	survivor := startBackends(t, 1, l, o)[0]
-	tk, err := survivor.Acquire(context.Background(), ginqueue.Arrival{})
+	tk, err := survivor.Acquire(context.Background(), backend.Arrival{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +60,11 @@ func TestLostEvictionNoticeIsCaughtByTheSafetyNet(t *testing.T) {
 	t.Parallel()
 	const tick = 100 * time.Millisecond
 	o := redisqueue.Options{Name: newName(t), TickInterval: tick}
-	bs := startBackends(t, 2, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 2, QueueTimeout: 10 * time.Second}, o)
+	bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 2, QueueTimeout: 10 * time.Second}, o)
 	defer holdAll(t, bs[0], 1)()
 	errc := make(chan error, 1)
 	go func() {
-		tk, err := bs[1].Acquire(context.Background(), ginqueue.Arrival{})
+		tk, err := bs[1].Acquire(context.Background(), backend.Arrival{})
 		if err == nil {
 			bs[1].Release(tk)
 		}
@@ -94,7 +94,7 @@ func TestLostEvictionNoticeIsCaughtByTheSafetyNet(t *testing.T) {
 	start := time.Now()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, ginqueue.ErrQueueFull) {
+		if !errors.Is(err, backend.ErrQueueFull) {
 			t.Fatalf("evicted waiter got %v, want queue full", err)
 		}
 		if d := time.Since(start); d > 3*tick+redisqueue.DefaultCallTimeout {
@@ -115,13 +115,13 @@ func TestFailOpenLocalGrantsCountedWhenRedisReturns(t *testing.T) {
 	srv := startRedis(t)
 	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
 		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
-	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 10 * time.Second}
+	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 10 * time.Second}
 	b := startBackends2(t, srv.addr(), l, o)
 	ctx := context.Background()
 	srv.stop()
-	var locals []ginqueue.Ticket
+	var locals []backend.Ticket
 	for len(locals) < 2 {
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,9 +136,9 @@ func TestFailOpenLocalGrantsCountedWhenRedisReturns(t *testing.T) {
 		return err == nil && s.Running == 2
 	})
 	// Redis is back and full: a new request waits for a local one to end.
-	got := make(chan ginqueue.Ticket, 1)
+	got := make(chan backend.Ticket, 1)
 	go func() {
-		tk, err := b.Acquire(ctx, ginqueue.Arrival{})
+		tk, err := b.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			t.Errorf("after Redis returned: %v", err)
 		}
@@ -167,7 +167,7 @@ func TestFailClosedFleetIsNotHeldBackForADeadReplica(t *testing.T) {
 	srv := startRedis(t)
 	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second,
 		TickInterval: 500 * time.Millisecond, FailureThreshold: 1, OnRedisDown: redisqueue.FailClosed}
-	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4, QueueTimeout: 5 * time.Second}
+	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 4, QueueTimeout: 5 * time.Second}
 	survivor := startBackends2(t, srv.addr(), l, o)
 	doomedClient := newClient(t, srv.addr())
 	doomed, err := redisqueue.New(doomedClient, o)
@@ -187,11 +187,11 @@ func TestFailClosedFleetIsNotHeldBackForADeadReplica(t *testing.T) {
 	_ = doomed.Close()
 	time.Sleep(700 * time.Millisecond) // the pause ends
 	start := time.Now()
-	var tk ginqueue.Ticket
+	var tk backend.Ticket
 	eventually(t, 3*time.Second, "no grant after the pause", func() bool {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		tk, err = survivor.Acquire(c, ginqueue.Arrival{})
+		tk, err = survivor.Acquire(c, backend.Arrival{})
 		return err == nil
 	})
 	if d := time.Since(start); d > 400*time.Millisecond {
@@ -209,7 +209,7 @@ func TestRestartedEmptyWaitsForTheReplicasItLost(t *testing.T) {
 	srv := startRedis(t)
 	o := fallbackOptions(t)
 	o.LeaseTTL = 3 * time.Second
-	l := ginqueue.Limits{MaxConcurrent: 2, MaxQueue: 4}
+	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 4}
 	a := startBackends2(t, srv.addr(), l, o)
 	proxy := newCutProxy(t, srv.addr())
 	b := startBackends2(t, proxy.addr(), l, o)
@@ -220,14 +220,14 @@ func TestRestartedEmptyWaitsForTheReplicasItLost(t *testing.T) {
 	})
 	time.Sleep(3 * o.TickInterval) // each has heard there are 2
 	srv.stop()
-	local := func(r *redisqueue.Backend) ginqueue.Ticket {
+	local := func(r *redisqueue.Backend) backend.Ticket {
 		t.Helper()
-		var tk ginqueue.Ticket
+		var tk backend.Ticket
 		eventually(t, 2*time.Second, "no grant on the replica's own", func() bool {
 			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
 			var err error
-			tk, err = r.Acquire(c, ginqueue.Arrival{})
+			tk, err = r.Acquire(c, backend.Arrival{})
 			if err == nil && !redisqueue.GrantedLocally(tk) {
 				t.Fatal("granted by a Redis that is stopped")
 			}
@@ -241,7 +241,7 @@ func TestRestartedEmptyWaitsForTheReplicasItLost(t *testing.T) {
 	eventually(t, 2*time.Second, "a did not find Redis back", func() bool { return !a.Stats().Unavailable })
 	c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if tk, err := a.Acquire(c, ginqueue.Arrival{}); err == nil {
+	if tk, err := a.Acquire(c, backend.Arrival{}); err == nil {
 		t.Fatalf("granted (locally %v) beside a's and b's requests admitted on their own: 3 over a limit of 2",
 			redisqueue.GrantedLocally(tk))
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -226,7 +226,7 @@ func runIdleKillBurst(t *testing.T, top topology, policy redisqueue.Policy) {
 	// Backend, to see what it gets.
 	for i, rep := range r.reps {
 		go func() {
-			tk, err := rep.b.Acquire(context.Background(), ginqueue.Arrival{})
+			tk, err := rep.b.Acquire(context.Background(), backend.Arrival{})
 			t.Logf("%s: the burst's first acquire on replica %d: err=%v (after %v)", what, i, err, time.Since(burst).Round(time.Millisecond))
 			if err == nil {
 				rep.b.Release(tk)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -38,7 +39,7 @@ type traceKey struct{}
 // trace.
 type traced struct{ *redisqueue.Backend }
 
-func (b traced) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (b traced) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	t, err := b.Backend.Acquire(ctx, a)
 	if tr, ok := ctx.Value(traceKey{}).(*trace); ok {
 		tr.answered = time.Now()
@@ -98,7 +99,7 @@ func newTopoRun(t *testing.T, top topology, policy redisqueue.Policy, universal 
 		if err != nil {
 			t.Fatal(err)
 		}
-		var be ginqueue.Backend = traced{b}
+		var be backend.Backend = traced{b}
 		if top.mode == redisqueue.Shares {
 			rdb.AddHook(&r.calls)
 			be = tracedShares{traced{b}}

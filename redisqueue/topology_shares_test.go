@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 	"github.com/redis/go-redis/v9"
 )
@@ -106,17 +106,17 @@ func TestIdleKillThenBurstSentinelShares(t *testing.T) {
 // through the Backend's fast path, whose Acquire is traced too.
 type tracedShares struct{ traced }
 
-func (b tracedShares) FastPath() ginqueue.FastBackend {
+func (b tracedShares) FastPath() backend.FastBackend {
 	return tracedFast{b.Backend.FastPath(), b.traced}
 }
 
 type tracedFast struct {
-	ginqueue.FastBackend
+	backend.FastBackend
 	tr traced
 }
 
 // Acquire is the fast path's when no slot was free: the Backend's, traced.
-func (f tracedFast) Acquire(ctx context.Context, a ginqueue.Arrival) (ginqueue.Ticket, error) {
+func (f tracedFast) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	return f.tr.Acquire(ctx, a)
 }
 

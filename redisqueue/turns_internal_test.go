@@ -11,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -262,12 +262,12 @@ func TestCoordinatorRestsWhileAWaiterIsNotWorthASync(t *testing.T) {
 	s := startedShares(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tk, err := s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+	tk, err := s.mem.Acquire(ctx, backend.Arrival{Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.mem.Release(tk)
-	go func() { _, _ = s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1}) }()
+	go func() { _, _ = s.mem.Acquire(ctx, backend.Arrival{Cost: 1}) }()
 	eventually(t, func() bool { return s.fast.Counts().Queued == 1 })
 	s.needLast.Store(2)
 	s.asked.Store(true)
@@ -288,9 +288,9 @@ func TestCoordinatorRestsWhileAWaiterIsNotWorthASync(t *testing.T) {
 func TestADemandFallMustLast(t *testing.T) {
 	s := startedShares(t, 4)
 	ctx := context.Background()
-	var tks []ginqueue.Ticket
+	var tks []backend.Ticket
 	for range 4 {
-		tk, err := s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+		tk, err := s.mem.Acquire(ctx, backend.Arrival{Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +311,7 @@ func TestADemandFallMustLast(t *testing.T) {
 	}
 	// The demand is back before the window ends: no sync.
 	for range 2 {
-		tk, err := s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1})
+		tk, err := s.mem.Acquire(ctx, backend.Arrival{Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +343,7 @@ func startedShares(t *testing.T, share int) *shares {
 		t.Fatal(err)
 	}
 	s := b.sh
-	b.limits = ginqueue.Limits{MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: time.Minute}
+	b.limits = backend.Limits{MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: time.Minute}
 	if err := s.mem.Start(b.limits); err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestATurnGoesBackWhenTheReplicaGoesIdle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_ = s.share.SetShare(0)
-	go func() { _, _ = s.mem.Acquire(ctx, ginqueue.Arrival{Cost: 1}) }()
+	go func() { _, _ = s.mem.Acquire(ctx, backend.Arrival{Cost: 1}) }()
 	eventually(t, func() bool { return s.fast.Counts().Queued == 1 })
 	turn(s.idleWindow() + time.Millisecond)
 	s.endTurn(now)
@@ -417,7 +417,7 @@ func TestRequestsBelowTheFloorWait(t *testing.T) {
 	if n := (sharesFast{s}).TryAcquire(); n != 0 {
 		t.Fatal("the fast path admitted a request while a floor is set")
 	}
-	got := acquireLater(s, ginqueue.Arrival{Cost: 1, Priority: 0})
+	got := acquireLater(s, backend.Arrival{Cost: 1, Priority: 0})
 	eventually(t, func() bool { return s.gatedN.Load() == 1 })
 	if st := s.stats(); st.Queued != 1 || len(st.QueuedByPriority) != 1 || st.QueuedByPriority[0].Priority != 0 {
 		t.Fatalf("Stats while gated: Queued %d by priority %v, want 1 at priority 0", st.Queued, st.QueuedByPriority)
@@ -426,7 +426,7 @@ func TestRequestsBelowTheFloorWait(t *testing.T) {
 		t.Fatalf("demand while gated: %+v, want 1 waiting at band 0", d)
 	}
 	// A priority-10 request is not held.
-	tk, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1, Priority: 10})
+	tk, err := s.acquire(context.Background(), backend.Arrival{Cost: 1, Priority: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,18 +449,18 @@ func TestRequestsBelowTheFloorWait(t *testing.T) {
 	s.setFloor(10)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if _, err := s.acquire(ctx, ginqueue.Arrival{Cost: 1}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.acquire(ctx, backend.Arrival{Cost: 1}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a gated request whose context ended: %v", err)
 	}
 	s.b.limits.MaxQueue = 0
-	if _, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1}); !errors.Is(err, ginqueue.ErrQueueFull) {
+	if _, err := s.acquire(context.Background(), backend.Arrival{Cost: 1}); !errors.Is(err, backend.ErrQueueFull) {
 		t.Fatalf("a gated request with no waiting place: %v", err)
 	}
 }
 
 // acquireLater acquires a on s in a goroutine, releases what it got at
 // once, and sends the error.
-func acquireLater(s *shares, a ginqueue.Arrival) <-chan error {
+func acquireLater(s *shares, a backend.Arrival) <-chan error {
 	got := make(chan error, 1)
 	go func() {
 		tk, err := s.acquire(context.Background(), a)
@@ -482,8 +482,8 @@ func TestAGatedRequestTimesOut(t *testing.T) {
 		s.b.limits.QueueTimeout = timeout
 		s.setFloor(10)
 		start := time.Now()
-		_, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1})
-		if took := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || took != timeout {
+		_, err := s.acquire(context.Background(), backend.Arrival{Cost: 1})
+		if took := time.Since(start); !errors.Is(err, backend.ErrQueueTimeout) || took != timeout {
 			t.Fatalf("held below the floor: %v after %v, want ErrQueueTimeout after %v", err, took, timeout)
 		}
 		// The floor falls after most of the wait: the rest is spent in the
@@ -491,7 +491,7 @@ func TestAGatedRequestTimesOut(t *testing.T) {
 		got := make(chan error, 1)
 		start = time.Now()
 		go func() {
-			_, err := s.acquire(context.Background(), ginqueue.Arrival{Cost: 1})
+			_, err := s.acquire(context.Background(), backend.Arrival{Cost: 1})
 			got <- err
 		}()
 		synctest.Wait()
@@ -501,7 +501,7 @@ func TestAGatedRequestTimesOut(t *testing.T) {
 		time.Sleep(timeout * 3 / 5)
 		s.setFloor(noBand)
 		err = <-got
-		if took := time.Since(start); !errors.Is(err, ginqueue.ErrQueueTimeout) || took != timeout {
+		if took := time.Since(start); !errors.Is(err, backend.ErrQueueTimeout) || took != timeout {
 			t.Fatalf("gated, then queued: %v after %v, want ErrQueueTimeout after %v in all", err, took, timeout)
 		}
 	})
@@ -616,7 +616,7 @@ func TestATurnWaitsForAnAnswerBeforeItGoesBack(t *testing.T) {
 // not a sync: a fleet of a thousand taking turns of a second each made
 // half again as many script calls when each turn ended with a sync.
 func TestATurnIsConfirmedWithAProbe(t *testing.T) {
-	b, _ := internalBackend(t, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 1})
+	b, _ := internalBackend(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 1})
 	s := startedShares(t, 1)
 	s.b.rdb = b.rdb // a client of a live Redis
 	s.b.keyArgs = b.keyArgs
@@ -696,7 +696,7 @@ func TestArrivalsProbeAtTheProbePace(t *testing.T) {
 // answers again. Each probe used to dial one, and a fleet so cut off
 // opened thousands of connections a second.
 func TestAClosedClientIsNotProbed(t *testing.T) {
-	b, rdb := internalBackend(t, ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 1})
+	b, rdb := internalBackend(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 1})
 	if !b.answersFresh() {
 		t.Fatal("a fresh probe of a live Redis failed")
 	}
@@ -818,7 +818,7 @@ func TestAnIdleReplicaGivesItsRoomToWaiters(t *testing.T) {
 	s.local = 1
 	s.mu.Unlock()
 	_ = s.share.SetShare(1)
-	tk, err := s.mem.Acquire(context.Background(), ginqueue.Arrival{Cost: 1})
+	tk, err := s.mem.Acquire(context.Background(), backend.Arrival{Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -840,7 +840,7 @@ func TestAReplyOverTheLimitKeepsOnlyWhatRuns(t *testing.T) {
 	s.mu.Lock()
 	s.local = 2
 	s.mu.Unlock()
-	tk, err := s.mem.Acquire(context.Background(), ginqueue.Arrival{Cost: 1})
+	tk, err := s.mem.Acquire(context.Background(), backend.Arrival{Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -868,7 +868,7 @@ func TestATurnIsTakenBackWhenItsReportCannotLand(t *testing.T) {
 	s.local, s.safe, s.turnEnd = 1, 1, now.Add(-time.Millisecond)
 	s.leaseEnd = now.Add(time.Minute)
 	s.mu.Unlock()
-	tk, err := s.mem.Acquire(context.Background(), ginqueue.Arrival{Cost: 1})
+	tk, err := s.mem.Acquire(context.Background(), backend.Arrival{Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -918,7 +918,7 @@ func TestAWeightedGatedRequestCountsOnce(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = s.acquire(ctx, ginqueue.Arrival{Cost: 3, Priority: 0})
+		_, _ = s.acquire(ctx, backend.Arrival{Cost: 3, Priority: 0})
 	}()
 	eventually(t, func() bool { return s.gatedN.Load() == 1 })
 	if p := s.peak.Load(); p != 3 {
@@ -937,9 +937,9 @@ func TestAWeightedGatedRequestIsReportedInItsBand(t *testing.T) {
 	s := weightedBelowFloor(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = s.acquire(ctx, ginqueue.Arrival{Cost: 1, Priority: 10}) })
+	wg.Go(func() { _, _ = s.acquire(ctx, backend.Arrival{Cost: 1, Priority: 10}) })
 	eventually(t, func() bool { return s.fast.Counts().Queued == 1 })
-	wg.Go(func() { _, _ = s.acquire(ctx, ginqueue.Arrival{Cost: 5, Priority: 0}) })
+	wg.Go(func() { _, _ = s.acquire(ctx, backend.Arrival{Cost: 5, Priority: 0}) })
 	eventually(t, func() bool { return s.gatedN.Load() == 1 })
 	if d := s.demand(true); d.bands != "10:1,0:5" {
 		t.Errorf("demand by band %q, want %q", d.bands, "10:1,0:5")

@@ -13,12 +13,13 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
 // weighted are the limits of the tests below: costs on, a roomy queue.
-func weighted(limit int) ginqueue.Limits {
-	return ginqueue.Limits{MaxConcurrent: limit, MaxQueue: 20, QueueTimeout: 20 * time.Second, Weighted: true}
+func weighted(limit int) backend.Limits {
+	return backend.Limits{MaxConcurrent: limit, MaxQueue: 20, QueueTimeout: 20 * time.Second, Weighted: true}
 }
 
 // slow is the Options of the tests whose grants must come from the
@@ -29,13 +30,13 @@ var slow = redisqueue.Options{LeaseTTL: 9 * time.Second, TickInterval: 3 * time.
 // grant is the outcome of one acquire of acquireAsync.
 type grant struct {
 	i   int
-	t   ginqueue.Ticket
+	t   backend.Ticket
 	err error
 }
 
 // acquireAsync acquires on b in a goroutine and sends the outcome, tagged
 // i, on out.
-func acquireAsync(ctx context.Context, b *redisqueue.Backend, a ginqueue.Arrival, i int, out chan<- grant) {
+func acquireAsync(ctx context.Context, b *redisqueue.Backend, a backend.Arrival, i int, out chan<- grant) {
 	go func() {
 		t, err := b.Acquire(ctx, a)
 		out <- grant{i, t, err}
@@ -44,7 +45,7 @@ func acquireAsync(ctx context.Context, b *redisqueue.Backend, a ginqueue.Arrival
 
 // next receives the next grant within d and checks that it is arrival i,
 // granted slots slots.
-func next(t *testing.T, out <-chan grant, d time.Duration, i, slots int) ginqueue.Ticket {
+func next(t *testing.T, out <-chan grant, d time.Duration, i, slots int) backend.Ticket {
 	t.Helper()
 	select {
 	case g := <-out:
@@ -55,7 +56,7 @@ func next(t *testing.T, out <-chan grant, d time.Duration, i, slots int) ginqueu
 	case <-time.After(d):
 		t.Fatalf("after %v, arrival %d is still not granted", d, i)
 	}
-	return ginqueue.Ticket{}
+	return backend.Ticket{}
 }
 
 // none checks that no grant comes within d.
@@ -75,7 +76,7 @@ func TestWeightedNeverExceedsTheLimit(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	const limit, n = 6, 60
-	bs := startBackends(t, 3, ginqueue.Limits{MaxConcurrent: limit, MaxQueue: n, QueueTimeout: 30 * time.Second, Weighted: true},
+	bs := startBackends(t, 3, backend.Limits{MaxConcurrent: limit, MaxQueue: n, QueueTimeout: 30 * time.Second, Weighted: true},
 		redisqueue.Options{})
 	var inUse, most, redisMost atomic.Int64
 	stop := make(chan struct{})
@@ -107,7 +108,7 @@ func TestWeightedNeverExceedsTheLimit(t *testing.T) {
 		}
 		go func() {
 			b := bs[i%len(bs)]
-			tk, err := b.Acquire(context.Background(), ginqueue.Arrival{Cost: cost})
+			tk, err := b.Acquire(context.Background(), backend.Arrival{Cost: cost})
 			if err == nil && tk.Cost != cost {
 				err = errors.New("arrival of cost " + strconv.Itoa(cost) + " granted " + strconv.Itoa(tk.Cost) + " slots")
 			}
@@ -151,14 +152,14 @@ func TestWeightedHeadOfLineAcrossReplicas(t *testing.T) {
 	a, b := bs[0], bs[1]
 	h1, h2 := held(t, a, 1, 1), held(t, a, 1, 1)
 	out := make(chan grant, 4)
-	acquireAsync(context.Background(), a, ginqueue.Arrival{Cost: 3}, 3, out)
+	acquireAsync(context.Background(), a, backend.Arrival{Cost: 3}, 3, out)
 	waitQueued(t, a, 1)
-	acquireAsync(context.Background(), b, ginqueue.Arrival{Cost: 1}, 4, out)
+	acquireAsync(context.Background(), b, backend.Arrival{Cost: 1}, 4, out)
 	waitQueued(t, a, 2)
 	none(t, out, 200*time.Millisecond)
 	fleetIs(t, a, 2, 2)
 
-	acquireAsync(context.Background(), b, ginqueue.Arrival{Cost: 1, Priority: 5}, 5, out)
+	acquireAsync(context.Background(), b, backend.Arrival{Cost: 1, Priority: 5}, 5, out)
 	h5 := next(t, out, 300*time.Millisecond, 5, 1)
 	fleetIs(t, a, 3, 2)
 
@@ -188,7 +189,7 @@ func TestWeightedCostAboveTheLimitRunsAlone(t *testing.T) {
 		t.Fatalf("Stats().Running %d with a cost-10 request on limit 3; want 3 slots", s.Running)
 	}
 	out := make(chan grant, 1)
-	acquireAsync(context.Background(), b, ginqueue.Arrival{}, 1, out)
+	acquireAsync(context.Background(), b, backend.Arrival{}, 1, out)
 	waitQueued(t, a, 1)
 	fleetIs(t, a, 3, 1)
 	a.Release(big)
@@ -218,7 +219,7 @@ func TestWeightedLeaseExpiryFreesTheWholeCost(t *testing.T) {
 	fleetIs(t, survivor, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), ttl+time.Second)
 	defer cancel()
-	tk, err := survivor.Acquire(ctx, ginqueue.Arrival{Cost: 4})
+	tk, err := survivor.Acquire(ctx, backend.Arrival{Cost: 4})
 	if err != nil || tk.Cost != 4 {
 		t.Fatalf("cost 4 after the holder of 3 died: Ticket %+v, %v; want 4 slots within LeaseTTL", tk, err)
 	}
@@ -246,7 +247,7 @@ func TestWeightedSetLimitLoweredAdmitsNobodyUntilTheyFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make(chan grant, 1)
-	acquireAsync(context.Background(), b, ginqueue.Arrival{}, 1, out)
+	acquireAsync(context.Background(), b, backend.Arrival{}, 1, out)
 	waitQueued(t, a, 1)
 	b.Release(two)
 	fleetIs(t, a, 4, 1) // 4 held, limit 3
@@ -275,7 +276,7 @@ func TestWeightedReclaimAfterFlushCountsTheCost(t *testing.T) {
 		return err == nil && s.Running == 3
 	})
 	out := make(chan grant, 1)
-	acquireAsync(context.Background(), b, ginqueue.Arrival{Cost: 2}, 1, out)
+	acquireAsync(context.Background(), b, backend.Arrival{Cost: 2}, 1, out)
 	waitQueued(t, a, 1)
 	none(t, out, 200*time.Millisecond)
 	a.Release(heavy)
@@ -295,9 +296,9 @@ func TestWeightedHeadHangUpLetsTheLineMove(t *testing.T) {
 	two := held(t, a, 2, 2)
 	ctx, hangUp := context.WithCancel(context.Background())
 	out := make(chan grant, 2)
-	acquireAsync(ctx, a, ginqueue.Arrival{Cost: 4}, 1, out)
+	acquireAsync(ctx, a, backend.Arrival{Cost: 4}, 1, out)
 	waitQueued(t, a, 1)
-	acquireAsync(context.Background(), b, ginqueue.Arrival{}, 2, out)
+	acquireAsync(context.Background(), b, backend.Arrival{}, 2, out)
 	waitQueued(t, a, 2)
 	none(t, out, 100*time.Millisecond)
 	hangUp()
@@ -343,17 +344,17 @@ func TestWeightedFailOpenCountsCostsLocally(t *testing.T) {
 	srv := startRedis(t)
 	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 2 * time.Second,
 		TickInterval: 100 * time.Millisecond, FailureThreshold: 2}
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 4, Weighted: true}, o)
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 4, Weighted: true}, o)
 	srv.stop()
 	eventually(t, 3*time.Second, "Redis not marked down", func() bool {
 		err := b.SetLimit(4)
 		return err != nil && strings.Contains(err.Error(), "marked down")
 	})
-	tk, err := b.Acquire(context.Background(), ginqueue.Arrival{Cost: 3})
+	tk, err := b.Acquire(context.Background(), backend.Arrival{Cost: 3})
 	if err != nil || tk.Cost != 3 || !redisqueue.GrantedLocally(tk) {
 		t.Fatalf("local cost-3 acquire: Ticket %+v, %v", tk, err)
 	}
-	if _, err := b.Acquire(context.Background(), ginqueue.Arrival{Cost: 2}); !errors.Is(err, ginqueue.ErrQueueFull) {
+	if _, err := b.Acquire(context.Background(), backend.Arrival{Cost: 2}); !errors.Is(err, backend.ErrQueueFull) {
 		t.Fatalf("local cost-2 acquire beside a cost-3 one, limit 4: got %v, want queue full", err)
 	}
 	if s := b.Stats(); s.Running != 3 {
@@ -378,13 +379,13 @@ func TestWeightedWritesKeepTheLimitsTTL(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	o := redisqueue.Options{Name: newName(t), TickInterval: 3 * time.Second, LeaseTTL: 10 * time.Second}
-	b := startBackends2(t, srv.addr(), ginqueue.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
+	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
 	ctl := newClient(t, srv.addr())
 	ctx := context.Background()
 	if err := ctl.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := b.Acquire(ctx, ginqueue.Arrival{Cost: 3})
+	tk, err := b.Acquire(ctx, backend.Arrival{Cost: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

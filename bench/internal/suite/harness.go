@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
 // discardWriter is an http.ResponseWriter that allocates nothing and keeps
@@ -286,11 +286,11 @@ func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
 // backendHeapPerWaiter is metric 6's own structures: the live heap that
 // parked Acquire calls add to ginqueue's Backend, without gin.
 func (p Plan) backendHeapPerWaiter() ([]float64, error) {
-	n, b, bg := p.MemoryWaiters, ginqueue.NewMemoryBackend(), context.Background()
-	if err := b.Start(ginqueue.Limits{MaxConcurrent: 1, MaxQueue: n, QueueTimeout: 5 * time.Minute}); err != nil {
+	n, b, bg := p.MemoryWaiters, inmem.New(), context.Background()
+	if err := b.Start(backend.Limits{MaxConcurrent: 1, MaxQueue: n, QueueTimeout: 5 * time.Minute}); err != nil {
 		return nil, err
 	}
-	holder, err := b.Acquire(bg, ginqueue.Arrival{})
+	holder, err := b.Acquire(bg, backend.Arrival{})
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +299,7 @@ func (p Plan) backendHeapPerWaiter() ([]float64, error) {
 	for range n {
 		wg.Go(func() {
 			<-start
-			if t, err := b.Acquire(bg, ginqueue.Arrival{}); err == nil {
+			if t, err := b.Acquire(bg, backend.Arrival{}); err == nil {
 				b.Release(t)
 			}
 		})

@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -39,7 +39,7 @@ func newRedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond, MaxRetries: -1})
 }
 
-func (f *fleet) backend(name string, l ginqueue.Limits) (*redisqueue.Backend, error) {
+func (f *fleet) backend(name string, l backend.Limits) (*redisqueue.Backend, error) {
 	rdb := newRedisClient(f.addr)
 	f.closers = append(f.closers, func() { _ = rdb.Close() })
 	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name})
@@ -124,7 +124,7 @@ func timed(n int, f func() error) ([]float64, error) {
 
 // pair is one acquire+release on b.
 func pair(ctx context.Context, b *redisqueue.Backend) error {
-	t, err := b.Acquire(ctx, ginqueue.Arrival{})
+	t, err := b.Acquire(ctx, backend.Arrival{})
 	if err == nil {
 		b.Release(t)
 	}
@@ -200,14 +200,14 @@ func (p Plan) redisHandoff(ctx context.Context, a, b *redisqueue.Backend) ([]flo
 	}
 	d := make([]float64, 0, p.RedisHandoffs)
 	for range p.RedisHandoffs {
-		held, err := a.Acquire(ctx, ginqueue.Arrival{})
+		held, err := a.Acquire(ctx, backend.Arrival{})
 		if err != nil {
 			return nil, err
 		}
 		got := make(chan error, 1)
 		var at time.Time // written before got is sent
 		go func() {
-			t, err := b.Acquire(ctx, ginqueue.Arrival{})
+			t, err := b.Acquire(ctx, backend.Arrival{})
 			if at = time.Now(); err == nil {
 				b.Release(t)
 			}
@@ -255,7 +255,7 @@ func (r *runner) redis() {
 		add(metric+" p50", FormatDuration, false, pct(0, 0.5)([][]float64{d}))
 		add(metric+" p99", FormatDuration, false, pct(0, 0.99)([][]float64{d}))
 	}
-	uncontended := ginqueue.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
+	uncontended := backend.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
 	rt, err := f.backend("-rt", uncontended)
 	d := []float64(nil)
 	if err == nil {
@@ -281,7 +281,7 @@ func (r *runner) redis() {
 	if len(rates) > 0 {
 		add(pairs, FormatRate, true, med(0)([][]float64{rates}))
 	}
-	one := ginqueue.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
+	one := backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
 	a, errA := f.backend("-handoff", one)
 	b, errB := f.backend("-handoff", one)
 	if err := errors.Join(errA, errB); err != nil {
