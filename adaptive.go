@@ -77,13 +77,10 @@ type AdaptiveConfig struct {
 // validate reports the first field of a that cannot work, naming it as a
 // field of Config.Adaptive.
 func (a AdaptiveConfig) validate() error {
+	if err := a.validateLimits(); err != nil {
+		return err
+	}
 	switch {
-	case a.MinLimit < 0 || a.MinLimit > backend.MaxLimit:
-		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit must be in [0, %d], got %d", backend.MaxLimit, a.MinLimit)
-	case a.MaxLimit < 0 || a.MaxLimit > backend.MaxLimit:
-		return fmt.Errorf("ginqueue: Config.Adaptive.MaxLimit must be in [0, %d], got %d", backend.MaxLimit, a.MaxLimit)
-	case a.withDefaults().MinLimit > a.withDefaults().MaxLimit:
-		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit %d exceeds MaxLimit %d", a.MinLimit, a.withDefaults().MaxLimit)
 	case a.Algorithm > AIMD:
 		return fmt.Errorf("ginqueue: Config.Adaptive.Algorithm %d is not Gradient or AIMD", a.Algorithm)
 	case a.Tolerance != 0 && (a.Tolerance < 1 || math.IsNaN(a.Tolerance) || math.IsInf(a.Tolerance, 0)):
@@ -94,6 +91,19 @@ func (a AdaptiveConfig) validate() error {
 		return fmt.Errorf("ginqueue: Config.Adaptive.Window must be in [0, %d], got %d", 1<<15, a.Window)
 	case a.ProbeEvery < 0:
 		return fmt.Errorf("ginqueue: Config.Adaptive.ProbeEvery must not be negative, got %d", a.ProbeEvery)
+	}
+	return nil
+}
+
+// validateLimits is validate for MinLimit and MaxLimit.
+func (a AdaptiveConfig) validateLimits() error {
+	switch {
+	case a.MinLimit < 0 || a.MinLimit > backend.MaxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit must be in [0, %d], got %d", backend.MaxLimit, a.MinLimit)
+	case a.MaxLimit < 0 || a.MaxLimit > backend.MaxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MaxLimit must be in [0, %d], got %d", backend.MaxLimit, a.MaxLimit)
+	case a.withDefaults().MinLimit > a.withDefaults().MaxLimit:
+		return fmt.Errorf("ginqueue: Config.Adaptive.MinLimit %d exceeds MaxLimit %d", a.MinLimit, a.withDefaults().MaxLimit)
 	}
 	return nil
 }

@@ -245,3 +245,21 @@ func (m *serviceMeter) mean() (time.Duration, bool) {
 	}
 	return time.Duration(m.sum / m.reqs * float64(time.Second)), true
 }
+
+// tooFarBack reports whether a.MaxAhead refuses a (not 0): -1 if it would
+// wait at all, n > 0 if n or more would be granted before it, in the order
+// of grants now (under CoDel's LIFO while the queue stands, newest first).
+// One that would be granted at once, first in line with its slots free (a
+// higher priority than a heavy head that waits for slots, say), is never
+// refused. Requires d.mu.
+func (d *dispatcher) tooFarBack(a backend.Arrival, cost int) bool {
+	lifo := false
+	if c := d.codel; c != nil && c.lifo {
+		lifo = d.standing(d.now())
+	}
+	ahead := d.room.ahead(a.Priority, a.Flow, lifo)
+	if ahead == 0 && d.fits(d.state.Load(), cost) != 0 {
+		return false
+	}
+	return a.MaxAhead < 0 || ahead >= a.MaxAhead
+}

@@ -158,50 +158,66 @@ func (q *Queue) serve(c *gin.Context) {
 	// it has ended when the chain returns tells an abandoned request, and
 	// the chain may put another on c.Request.
 	ctx := c.Request.Context()
-	var w waited
-	var n uint64 // slots the fast path took so far, this one included; 0 if not
-	// The slots asked for: only a request of cost 1 tries the fast path.
+	w, n, ok := q.admit(c)
+	if ok {
+		q.run(c, ctx, w, n)
+	}
+}
+
+// admit takes the request's slots: on the fast path when its cost is 1 and
+// the Backend has one, else through Acquire. It returns what the request
+// got and n, the slots the fast path took so far with this one (0 if it did
+// not take it). Without ok, the request has been answered.
+func (q *Queue) admit(c *gin.Context) (w waited, n uint64, ok bool) {
 	cost := 1
-	if q.cost == nil {
-		if q.fast != nil {
-			n = q.fast.TryAcquire()
-		}
-	} else if cost = max(ask(q, c, q.cost), 1); cost == 1 && q.fast != nil {
-		n = q.fast.TryAcquire()
+	if q.cost != nil {
+		cost = max(ask(q, c, q.cost), 1)
 	}
-	if n == 0 {
-		if q.closed.Load() {
-			q.reject(c, backend.ErrClosed, waited{cost: cost})
-			return
-		}
-		a := q.arrival(c, cost) // only a request that may wait pays for its priority and flow
-		var err error
-		if w, err = q.wait(c, a); err != nil {
-			q.reject(c, err, w)
-			return
+	if cost == 1 && q.fast != nil {
+		if n = q.fast.TryAcquire(); n != 0 {
+			return waited{cost: 1}, n, true
 		}
 	}
-	t, wait := w.t, w.wait
-	// The handler time of every request that went through Acquire, and of
-	// one in serviceEvery of the others (the first included), is a sample
-	// of how long a request holds its slots; it stands for the requests of
-	// its path that it was timed among (see serviceMeter).
-	var of int // 0: not timed
+	if q.closed.Load() {
+		q.reject(c, backend.ErrClosed, waited{cost: cost})
+		return w, 0, false
+	}
+	a := q.arrival(c, cost) // only a request that may wait pays for its priority and flow
+	w, err := q.wait(c, a)
+	if err != nil {
+		q.reject(c, err, w)
+		return w, 0, false
+	}
+	return w, 0, true
+}
+
+// sampled tells whether the handler time of a request is a sample of how
+// long a request holds its slots, and for how many requests of its path it
+// stands: every request that went through Acquire (n is 0), and one in
+// serviceEvery of the others, the first included (see serviceMeter). Zero
+// means it is not timed.
+func sampled(n uint64) int {
 	switch {
 	case n == 0:
-		of = 1
+		return 1
 	case n%serviceEvery == 1:
-		of = serviceEvery
+		return serviceEvery
 	}
+	return 0
+}
+
+// run runs the rest of the chain for a request that holds its slots, and
+// gives them back when it returns, even when a handler panics and
+// gin.Recovery catches it further up.
+func (q *Queue) run(c *gin.Context, ctx context.Context, w waited, n uint64) {
+	of := sampled(n)
 	if q.serverTiming {
-		q.addServerTiming(c, wait)
+		q.addServerTiming(c, w.wait)
 	}
-	// A deferred release gives the slot back even when a handler panics and
-	// gin.Recovery catches it further up.
 	if of == 0 && q.onOutcome == nil && q.adaptive == nil {
-		defer q.finish(ctx, t)
+		defer q.finish(ctx, w.t)
 		if q.onDecision != nil {
-			q.onDecision(c, Decision{Outcome: OutcomeServed, Cost: cost})
+			q.onDecision(c, Decision{Outcome: OutcomeServed, Cost: w.cost})
 		}
 		c.Next()
 		return
@@ -214,9 +230,9 @@ func (q *Queue) serve(c *gin.Context) {
 	if of > 0 || q.adaptive != nil {
 		start = time.Now()
 	}
-	defer q.done(c, ctx, t, wait, gen, start, of)
+	defer q.done(c, ctx, w.t, w.wait, gen, start, of)
 	if q.onDecision != nil {
-		q.onDecision(c, Decision{Outcome: OutcomeServed, Wait: wait, Priority: w.priority, Queued: w.queued, Cost: cost})
+		q.onDecision(c, Decision{Outcome: OutcomeServed, Wait: w.wait, Priority: w.priority, Queued: w.queued, Cost: w.cost})
 	}
 	c.Next()
 }

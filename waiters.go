@@ -72,27 +72,10 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a backend.Arrival) (backen
 		d.unlock()
 		return backend.Ticket{}, backend.ErrClosed
 	}
-	for d.room.n == 0 {
-		d.at(stepSlowLoad)
-		st := d.state.Load()
-		if st&slowBit == 0 {
-			// Announce that we may park; the word we set the bit in tells
-			// whether a slot is free (see the note on state).
-			d.at(stepSlowMark)
-			if !d.state.CompareAndSwap(st, st|slowBit) {
-				continue // a fast path or a release moved: look again
-			}
-		}
-		if n := d.fits(st, cost); n != 0 {
-			// The slots are free and nobody waits: take them. Only
-			// releases can change state now, and they only free slots.
-			d.at(stepSlowTake)
-			d.state.Add(n)
-			d.unlock()
-			d.served(n)
-			return backend.Ticket{Cost: int(n)}, nil
-		}
-		break
+	if n, ok := d.takeFree(cost); ok {
+		d.unlock()
+		d.served(n)
+		return backend.Ticket{Cost: int(n)}, nil
 	}
 	if err := ctx.Err(); err != nil {
 		// The client left before it could queue: take no place, and take
@@ -119,24 +102,63 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a backend.Arrival) (backen
 	if heavy || d.room.heavy > 0 {
 		d.grantLocked()
 	}
-	// A heavy waiter past its cutoff may hold the line while slots behind
-	// it are free, and then no release or arrival comes to pass it over
-	// before its deadline: it watches its cutoff itself. (A light one holds
-	// nobody up: it is passed over at the next grant.) Decided under mu:
-	// a grant may change w.cost as soon as mu is released.
-	var watch time.Duration // until w's cutoff, when watching is set
-	watching := false
-	if dl, ok := ctx.Deadline(); ok && a.MinTimeLeft > 0 && w.state == waiting {
-		// Only now: one granted as it arrived runs whatever its time left.
-		w.cutoff = max(int64(dl.Sub(d.epoch)-a.MinTimeLeft), 1) // 0 means none
-		if w.cost > 1 {
-			watch, watching = time.Duration(w.cutoff-d.now())+1, true
-		}
-	}
+	watch := d.setCutoff(ctx, w, a)
 	d.unlock()
+	return d.await(ctx, w, watch)
+}
 
+// takeFree takes cost slots if they are free and nobody waits, and
+// returns how many it took (cost, clamped to the limit). Otherwise it sets
+// slowBit, so that no fast path passes the arrival that will wait.
+// Requires d.mu.
+func (d *dispatcher) takeFree(cost int) (uint64, bool) {
+	for d.room.n == 0 {
+		d.at(stepSlowLoad)
+		st := d.state.Load()
+		if st&slowBit == 0 {
+			// Announce that we may park; the word we set the bit in tells
+			// whether a slot is free (see the note on state).
+			d.at(stepSlowMark)
+			if !d.state.CompareAndSwap(st, st|slowBit) {
+				continue // a fast path or a release moved: look again
+			}
+		}
+		if n := d.fits(st, cost); n != 0 {
+			// The slots are free and nobody waits: take them. Only
+			// releases can change state now, and they only free slots.
+			d.at(stepSlowTake)
+			d.state.Add(n)
+			return n, true
+		}
+		break
+	}
+	return 0, false
+}
+
+// setCutoff sets the cutoff of w, a waiter that just arrived with a, from
+// its context's deadline and a.MinTimeLeft. A heavy waiter past its cutoff
+// may hold the line while slots behind it are free, and then no release or
+// arrival comes to pass it over before its deadline: it watches its cutoff
+// itself, and setCutoff returns how long until it (zero for no watch). A
+// light one holds nobody up: it is passed over at the next grant. Decided
+// under mu: a grant may change w.cost as soon as mu is released.
+func (d *dispatcher) setCutoff(ctx context.Context, w *waiter, a backend.Arrival) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok || a.MinTimeLeft <= 0 || w.state != waiting {
+		return 0 // one granted as it arrived runs whatever its time left
+	}
+	w.cutoff = max(int64(dl.Sub(d.epoch)-a.MinTimeLeft), 1) // 0 means none
+	if w.cost <= 1 {
+		return 0
+	}
+	return max(time.Duration(w.cutoff-d.now())+1, 1)
+}
+
+// await waits for w's wake-up, its client's hang-up, or its cutoff when
+// watch is above zero.
+func (d *dispatcher) await(ctx context.Context, w *waiter, watch time.Duration) (backend.Ticket, error) {
 	var cut <-chan time.Time
-	if watching {
+	if watch > 0 {
 		tm := time.NewTimer(watch)
 		defer tm.Stop()
 		cut = tm.C
@@ -147,7 +169,13 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a backend.Arrival) (backen
 	case <-ctx.Done():
 	case <-cut:
 	}
+	return d.leave(ctx, w)
+}
 
+// leave ends the wait of w, whose client left or whose cutoff passed,
+// unless a wake-up came first: a grant in the instant its cutoff passed,
+// its client still there, runs; other fates stand.
+func (d *dispatcher) leave(ctx context.Context, w *waiter) (backend.Ticket, error) {
 	d.lock()
 	defer d.unlock()
 	err := ctx.Err()
@@ -163,8 +191,6 @@ func (d *dispatcher) acquireSlow(ctx context.Context, a backend.Arrival) (backen
 		}
 	case granted:
 		if ctx.Err() == nil {
-			// Granted in the instant its cutoff passed, its client still
-			// there: it runs.
 			<-w.ready
 			return d.woken(w)
 		}
@@ -198,24 +224,6 @@ func (d *dispatcher) woken(w *waiter) (backend.Ticket, error) {
 	w.ctx = nil
 	d.waiters.Put(w)
 	return t, err
-}
-
-// tooFarBack reports whether a.MaxAhead refuses a (not 0): -1 if it would
-// wait at all, n > 0 if n or more would be granted before it, in the order
-// of grants now (under CoDel's LIFO while the queue stands, newest first).
-// One that would be granted at once, first in line with its slots free (a
-// higher priority than a heavy head that waits for slots, say), is never
-// refused. Requires d.mu.
-func (d *dispatcher) tooFarBack(a backend.Arrival, cost int) bool {
-	lifo := false
-	if c := d.codel; c != nil && c.lifo {
-		lifo = d.standing(d.now())
-	}
-	ahead := d.room.ahead(a.Priority, a.Flow, lifo)
-	if ahead == 0 && d.fits(d.state.Load(), cost) != 0 {
-		return false
-	}
-	return a.MaxAhead < 0 || ahead >= a.MaxAhead
 }
 
 // newWaiter takes a waiter from the pool, arrived now, asking for cost slots.
@@ -293,36 +301,16 @@ func (d *dispatcher) grantLocked() (grantedAny bool) {
 		last = w
 	}
 	for d.room.n > 0 {
-		lifo := false
-		if c := d.codel; c != nil && c.lifo {
-			if now < 0 {
-				now = d.now()
-			}
-			lifo = d.standing(now)
-		}
+		lifo := d.lifoNow(&now)
 		h := d.room.peek(lifo)
 		// A head whose client has left, or past its cutoff, is passed over
 		// whether or not its slots are free (a heavy one would hold the line
 		// for nobody), and without using its flow's turn: as if it had left
 		// the room itself.
-		if h.ctx.Err() != nil {
-			// Its client left and it has not noticed yet: the slot goes to
-			// the next waiter instead.
+		if st := d.headLeaves(h, &now); st != waiting {
 			d.room.remove(h)
-			pass(h, gone)
+			pass(h, st)
 			continue
-		}
-		if h.cutoff != 0 {
-			if now < 0 {
-				now = d.now()
-			}
-			if now > h.cutoff {
-				// Its client would leave before the handler finished: it
-				// gets its 408 now, and the slot goes to the next waiter.
-				d.room.remove(h)
-				pass(h, timedOut)
-				continue
-			}
 		}
 		n := d.grantable(h)
 		if n == 0 {
@@ -332,20 +320,15 @@ func (d *dispatcher) grantLocked() (grantedAny bool) {
 		// the room would look empty, and the queue not standing.
 		var maxWait int64
 		if d.timer != nil {
-			if now < 0 {
-				now = d.now()
-			}
-			maxWait = d.maxWait(now)
+			maxWait = d.maxWait(d.readNow(&now))
 		}
 		w := d.take(lifo) // h
-		if d.timer != nil {
-			if now-w.arrived >= maxWait {
-				// Its expiry passed and the timer has not fired yet (a
-				// loaded machine, or CoDel's maximum wait shrank this
-				// instant): it gets its 408, not the slot.
-				pass(w, timedOut)
-				continue
-			}
+		if d.timer != nil && now-w.arrived >= maxWait {
+			// Its expiry passed and the timer has not fired yet (a loaded
+			// machine, or CoDel's maximum wait shrank this instant): it
+			// gets its 408, not the slot.
+			pass(w, timedOut)
+			continue
 		}
 		d.at(stepGrantTake)
 		d.state.Add(n) // the slots go to w
@@ -364,6 +347,38 @@ func (d *dispatcher) grantLocked() (grantedAny bool) {
 		d.idle = nil
 	}
 	return grantedAny
+}
+
+// readNow returns *now, reading the clock into it first if it is still
+// unread (below zero).
+func (d *dispatcher) readNow(now *int64) int64 {
+	if *now < 0 {
+		*now = d.now()
+	}
+	return *now
+}
+
+// lifoNow reports whether CoDel's LIFO grants now: it is on and the queue
+// stands. It reads the clock into *now only if LIFO is on.
+func (d *dispatcher) lifoNow(now *int64) bool {
+	if c := d.codel; c != nil && c.lifo {
+		return d.standing(d.readNow(now))
+	}
+	return false
+}
+
+// headLeaves returns gone if the client of h, the head, has left and it has
+// not noticed yet, timedOut if h is past its cutoff (its client would leave
+// before the handler finished), and waiting otherwise. It reads the clock
+// into *now only if h has a cutoff.
+func (d *dispatcher) headLeaves(h *waiter, now *int64) waiterState {
+	if h.ctx.Err() != nil {
+		return gone
+	}
+	if h.cutoff != 0 && d.readNow(now) > h.cutoff {
+		return timedOut
+	}
+	return waiting
 }
 
 // take removes and returns the waiter that room.peek(lifo) returns.
