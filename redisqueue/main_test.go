@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -51,6 +52,8 @@ func TestMain(m *testing.M) {
 		}
 		fmt.Printf("redisqueue: no Redis at %s (set REDIS_ADDR, or run redis-server --port 6379 --save ''); skipping the tests that need it\n", redisAddr)
 		noRedis = true
+		// An example cannot skip itself, and every example needs Redis.
+		_ = flag.Set("test.skip", "^Example")
 	}
 	gin.SetMode(gin.ReleaseMode)
 	redis.SetLogger(quiet{}) // dial failures are expected in the fault tests
