@@ -129,10 +129,10 @@ type Config struct {
 	// below 1 counts as 1, and one above the limit at its grant as the whole
 	// limit (the request runs alone); a request keeps the slots it was
 	// granted until it finishes. A head waiter whose slots are not all free
-	// holds the line: nobody of its priority is granted before it. Nil means
-	// every request holds one slot. It runs on the request's goroutine, for
-	// every request that Skip does not exempt. A Backend that cannot weigh
-	// requests (see Limits.Weighted) makes NewQueue fail.
+	// blocks the waiters behind it: nobody of its priority is granted before
+	// it. Nil means every request holds one slot. It runs on the request's
+	// goroutine, for every request that Skip does not exempt. A Backend that
+	// cannot weigh requests makes NewQueue fail.
 	Cost func(*gin.Context) int
 
 	// OnOutcome is called once per request that Skip does not exempt, with

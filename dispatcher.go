@@ -12,37 +12,9 @@ import (
 	"github.com/ginqueue/ginqueue/internal/inmem"
 )
 
-// dispatcher is the in-memory Backend (a FastBackend): a counting semaphore
-// with a bounded queue of waiters. It knows nothing of HTTP or gin.
-//
-// Grants are made by the goroutine that releases a slot, not by a goroutine
-// of the dispatcher's own: Release hands its slot straight to the head
-// waiter (a send on its ready channel) before it returns. That is one
-// wake-up per hand-off, where a dispatcher goroutine would cost two (the
-// releaser wakes it, it wakes the waiter), and an idle dispatcher owns no
-// goroutine at all. Every decision about waiters is made under mu, in the
-// queue's order, never the runtime's scheduling order:
-//   - Acquire takes a slot at once only when one is free and nobody waits, so
-//     no arrival overtakes a waiter. That check is one CAS on state, without
-//     the mutex, which keeps an unsaturated throttle nearly free.
-//   - A request may cost several slots (Arrival.Cost, clamped to the limit
-//     when it is granted). A head waiter whose slots are not all free holds
-//     the line: nobody behind it is granted, and since it waits slowBit is
-//     set, so nobody takes the fast path either; the slots it needs free up
-//     as holders release. Arrivals of a higher priority still go first, and
-//     a waiter that leaves the head lets grantLocked look again.
-//   - Otherwise the request parks on a waiter. Every section under mu ends
-//     with unlock, which settles slowBit and the mirrors first.
-//   - One timer, armed for the oldest waiter's expiry (its arrival plus the
-//     maximum wait), expires waiters. All waiters share one maximum wait, so
-//     arrival order is expiry order and the timer only ever needs the head;
-//     under CoDel too, see wakeAt. The timer runs a function (AfterFunc), so
-//     an idle dispatcher owns no goroutine at all.
-//
-// A waiter's fate (granted, timed out, evicted, closed) is decided once, under
-// mu, and sent on its ready channel; its goroutine reads w.state after the
-// receive, which the send happens before. Waiters are pooled: a queued
-// request allocates nothing once the pool is warm.
+// dispatcher is the in-memory Backend: a counting semaphore with a bounded
+// queue of waiters, granted from the releasing goroutine. It knows nothing
+// of HTTP or gin. docs/internals.md says how it decides and why.
 type dispatcher struct {
 	// state is the one word every admission decision reads and changes:
 	// the slots held (low 32 bits), the limit (the next 31) and slowBit.
@@ -65,7 +37,7 @@ type dispatcher struct {
 	// under mu and reads running from the same word, so a release lands
 	// either before that CAS (the waiter sees the free slot and takes it)
 	// or after (the releaser sees the bit and grants under mu): no wake-up
-	// is lost. TestInterleavings enumerates every order of these steps,
+	// is lost. The interleaving tests enumerate every order of these steps,
 	// SetLimit's included, and checks the limit after each.
 	state atomic.Uint64
 
@@ -123,7 +95,7 @@ type dispatcher struct {
 	// of that half starts only once pubSeq has moved. So Stats gets one
 	// consistent view, as of the last section under mu, and never waits: not
 	// for mu, and not for a writer stopped halfway (it writes the other
-	// half); TestInterleavingsOfStats enumerates the orders of these reads
+	// half); the interleaving tests enumerate the orders of these reads
 	// against a publication. pubVer is room.ver as of the last publication,
 	// guarded by mu.
 	pubs   [2]roomPub

@@ -137,7 +137,7 @@ func (d *dispatcher) takeFree(cost int) (uint64, bool) {
 
 // setCutoff sets the cutoff of w, a waiter that just arrived with a, from
 // its context's deadline and a.MinTimeLeft. A heavy waiter past its cutoff
-// may hold the line while slots behind it are free, and then no release or
+// may block the waiters behind it while their slots are free, and then no release or
 // arrival comes to pass it over before its deadline: it watches its cutoff
 // itself, and setCutoff returns how long until it (zero for no watch). A
 // light one holds nobody up: it is passed over at the next grant. Decided
@@ -279,7 +279,7 @@ func (w *waiter) err() error {
 
 // grantLocked wakes head waiters, in order, while the head's slots are free,
 // and tells a drainer when none is held. A head whose slots are not all free
-// holds the line: nobody behind it is granted. A waiter past its expiry, or
+// blocks the waiters behind it: nobody behind it is granted. A waiter past its expiry, or
 // past its cutoff (too late to finish), is timed out, not granted; one whose
 // client has left is passed over. Those passed over are woken after the grants, so
 // that the granted run first: each passed over goes on to write a response,
@@ -304,9 +304,9 @@ func (d *dispatcher) grantLocked() (grantedAny bool) {
 		lifo := d.lifoNow(&now)
 		h := d.room.peek(lifo)
 		// A head whose client has left, or past its cutoff, is passed over
-		// whether or not its slots are free (a heavy one would hold the line
-		// for nobody), and without using its flow's turn: as if it had left
-		// the room itself.
+		// whether or not its slots are free (a heavy one would block the
+		// waiters for nobody), and without using its flow's turn: as if it
+		// had left the room itself.
 		if st := d.headLeaves(h, &now); st != waiting {
 			d.room.remove(h)
 			pass(h, st)
