@@ -35,56 +35,16 @@ func (b *Backend) maintain() {
 		case <-stop:
 			stop = nil
 		}
-		b.mu.Lock()
-		closed, held := b.closed, len(b.held)+len(b.localHeld)
-		queued := false
-		for _, w := range b.waiters {
-			if w.queued {
-				queued = true
-				break
-			}
-		}
-		b.mu.Unlock()
+		closed, held, queued := b.maintainState()
 		if stop == nil && held == 0 && b.bye() {
 			return
 		}
-		if !b.down.Load() {
-			b.mu.Lock()
-			flush := !b.flushing && len(b.pending) > 0
-			if flush {
-				b.flushing = true
-			}
-			b.mu.Unlock()
-			if flush {
-				b.flushPending()
-			}
-		}
-		every := tick
-		if b.down.Load() {
-			every = probeEvery
-		}
-		if !b.listening.Load() && !closed && queued {
-			// The reader lost its server: a failover may be under way.
-			// Grant notices may sit unread until the reader is back, and
-			// the safety net is their only way: ten times as often.
-			every = min(every, max(tick/10, readerPause))
-		}
+		b.flushIfUp()
+		every := b.syncEvery(tick, probeEvery, closed, queued)
 		now := time.Now()
-		// A call failed but Redis is not marked down: probe at once. The
-		// reader saw another server: reconcile at once.
-		probe := !b.down.Load() && b.fails.Load() > 0 || b.resync.Swap(false)
-		if probe || !now.Before(last.Add(every)) {
-			wasDown := b.down.Load()
-			if b.maintainSync() == nil {
-				if !b.listening.Load() {
-					b.wakeReader() // the server answers: no need to wait
-				}
-				if wasDown || queued || !b.listening.Load() {
-					// After an outage the reader may wait on a master
-					// that froze while the client moved to a new one.
-					b.checkReader()
-					checked = now
-				}
+		if b.syncDue(now, last, every) {
+			if b.syncAndCheckReader(queued) {
+				checked = now
 			}
 			last = now
 			if b.down.Load() {
@@ -92,21 +52,101 @@ func (b *Backend) maintain() {
 			}
 		}
 		next := last.Add(every)
-		if queued && b.listening.Load() && !b.down.Load() {
-			if !now.Before(checked.Add(checkEvery)) {
-				b.checkReader()
-				checked = now
-			}
-			next = minTime(next, checked.Add(checkEvery))
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(max(time.Until(next), time.Millisecond))
+		checked, next = b.watchReader(queued, now, checked, next, checkEvery)
+		resetTimer(timer, max(time.Until(next), time.Millisecond))
 	}
+}
+
+// maintainState returns whether the Backend is closed, how many slots are
+// held here, and whether a request waits in the Redis queue.
+func (b *Backend) maintainState() (closed bool, held int, queued bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	closed, held = b.closed, len(b.held)+len(b.localHeld)
+	for _, w := range b.waiters {
+		if w.queued {
+			return closed, held, true
+		}
+	}
+	return closed, held, false
+}
+
+// flushIfUp sends the pending releases and cancels, unless Redis is marked
+// down or a call for them is already in flight.
+func (b *Backend) flushIfUp() {
+	if b.down.Load() {
+		return
+	}
+	b.mu.Lock()
+	flush := !b.flushing && len(b.pending) > 0
+	if flush {
+		b.flushing = true
+	}
+	b.mu.Unlock()
+	if flush {
+		b.flushPending()
+	}
+}
+
+// syncEvery returns how long the maintainer waits between syncs: a tick,
+// probeEvery while Redis is down, and shorter while the reader is lost and
+// requests wait.
+func (b *Backend) syncEvery(tick, probeEvery time.Duration, closed, queued bool) time.Duration {
+	every := tick
+	if b.down.Load() {
+		every = probeEvery
+	}
+	if !b.listening.Load() && !closed && queued {
+		// The reader lost its server: a failover may be under way.
+		// Grant notices may sit unread until the reader is back, and
+		// the safety net is their only way: ten times as often.
+		every = min(every, max(tick/10, readerPause))
+	}
+	return every
+}
+
+// syncDue reports whether the maintainer syncs now: a sync is asked for, or
+// every has passed since the last one.
+func (b *Backend) syncDue(now, last time.Time, every time.Duration) bool {
+	// A call failed but Redis is not marked down: probe at once. The
+	// reader saw another server: reconcile at once.
+	probe := !b.down.Load() && b.fails.Load() > 0 || b.resync.Swap(false)
+	return probe || !now.Before(last.Add(every))
+}
+
+// syncAndCheckReader syncs with Redis and, when Redis answers, wakes the
+// reader if it is not listening and checks it when it may be stuck. It
+// reports whether it checked the reader.
+func (b *Backend) syncAndCheckReader(queued bool) bool {
+	wasDown := b.down.Load()
+	if b.maintainSync() != nil {
+		return false
+	}
+	if !b.listening.Load() {
+		b.wakeReader() // the server answers: no need to wait
+	}
+	if wasDown || queued || !b.listening.Load() {
+		// After an outage the reader may wait on a master that froze
+		// while the client moved to a new one.
+		b.checkReader()
+		return true
+	}
+	return false
+}
+
+// watchReader checks the reader every checkEvery while requests wait in
+// the queue, the reader listens and Redis is up. It returns when the reader
+// was last checked, and when the maintainer wakes next: next, or the next
+// check if sooner.
+func (b *Backend) watchReader(queued bool, now, checked, next time.Time, checkEvery time.Duration) (time.Time, time.Time) {
+	if !queued || !b.listening.Load() || b.down.Load() {
+		return checked, next
+	}
+	if !now.Before(checked.Add(checkEvery)) {
+		b.checkReader()
+		checked = now
+	}
+	return checked, minTime(next, checked.Add(checkEvery))
 }
 
 // downProbe is how often the maintainer probes a Redis marked down (or

@@ -225,36 +225,82 @@ func (o Options) liveTTL() time.Duration {
 
 // compile checks o and returns a copy with defaults filled in.
 func (o Options) compile() (Options, error) {
+	if err := o.checkName(); err != nil {
+		return o, err
+	}
+	if err := o.checkRanges(); err != nil {
+		return o, err
+	}
+	if err := o.checkModeFields(); err != nil {
+		return o, err
+	}
+	o = o.withDefaults()
+	if err := o.checkParts(); err != nil {
+		return o, err
+	}
+	if o.Parts > 1 && o.RebalancePeriod == 0 {
+		o.RebalancePeriod = max(min(DefaultRebalancePeriod, o.LeaseTTL), 4*o.SharePeriod)
+	}
+	if err := o.checkTimings(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// checkName checks Name and KeyPrefix, which make up every Redis key.
+func (o Options) checkName() error {
 	switch {
 	case o.Name == "":
-		return o, fmt.Errorf("redisqueue: Options.Name is required")
+		return fmt.Errorf("redisqueue: Options.Name is required")
 	case strings.ContainsAny(o.Name, "{}:"):
-		return o, fmt.Errorf("redisqueue: Options.Name %q must not contain '{', '}' or ':'", o.Name)
+		return fmt.Errorf("redisqueue: Options.Name %q must not contain '{', '}' or ':'", o.Name)
 	case strings.ContainsAny(o.KeyPrefix, "{}"):
-		return o, fmt.Errorf("redisqueue: Options.KeyPrefix %q must not contain '{' or '}'", o.KeyPrefix)
-	case o.LeaseTTL < 0:
-		return o, fmt.Errorf("redisqueue: Options.LeaseTTL must not be negative, got %v", o.LeaseTTL)
-	case o.CallTimeout < 0:
-		return o, fmt.Errorf("redisqueue: Options.CallTimeout must not be negative, got %v", o.CallTimeout)
-	case o.TickInterval < 0:
-		return o, fmt.Errorf("redisqueue: Options.TickInterval must not be negative, got %v", o.TickInterval)
-	case o.OnRedisDown > FailClosed:
-		return o, fmt.Errorf("redisqueue: Options.OnRedisDown must be FailOpen or FailClosed, got %v", o.OnRedisDown)
-	case o.LocalLimit < 0:
-		return o, fmt.Errorf("redisqueue: Options.LocalLimit must not be negative, got %d", o.LocalLimit)
-	case o.FailureThreshold < 0:
-		return o, fmt.Errorf("redisqueue: Options.FailureThreshold must not be negative, got %d", o.FailureThreshold)
-	case o.LocalQueue < 0:
-		return o, fmt.Errorf("redisqueue: Options.LocalQueue must not be negative, got %d", o.LocalQueue)
-	case o.Mode > Shares:
-		return o, fmt.Errorf("redisqueue: Options.Mode must be GlobalQueue or Shares, got %v", o.Mode)
-	case o.SharePeriod < 0:
-		return o, fmt.Errorf("redisqueue: Options.SharePeriod must not be negative, got %v", o.SharePeriod)
-	case o.Mode == Shares && o.LocalLimit != 0:
-		return o, fmt.Errorf("redisqueue: Options.LocalLimit is for GlobalQueue mode; in Shares mode FailOpen keeps the share a replica holds, got %d", o.LocalLimit)
-	case o.Mode == Shares && o.LocalQueue != 0:
-		return o, fmt.Errorf("redisqueue: Options.LocalQueue is for GlobalQueue mode; in Shares mode every replica queues locally up to MaxQueue, got %d", o.LocalQueue)
+		return fmt.Errorf("redisqueue: Options.KeyPrefix %q must not contain '{' or '}'", o.KeyPrefix)
 	}
+	return nil
+}
+
+// checkRanges refuses negative numbers and durations, and a Policy or Mode
+// that does not exist.
+func (o Options) checkRanges() error {
+	switch {
+	case o.LeaseTTL < 0:
+		return fmt.Errorf("redisqueue: Options.LeaseTTL must not be negative, got %v", o.LeaseTTL)
+	case o.CallTimeout < 0:
+		return fmt.Errorf("redisqueue: Options.CallTimeout must not be negative, got %v", o.CallTimeout)
+	case o.TickInterval < 0:
+		return fmt.Errorf("redisqueue: Options.TickInterval must not be negative, got %v", o.TickInterval)
+	case o.OnRedisDown > FailClosed:
+		return fmt.Errorf("redisqueue: Options.OnRedisDown must be FailOpen or FailClosed, got %v", o.OnRedisDown)
+	case o.LocalLimit < 0:
+		return fmt.Errorf("redisqueue: Options.LocalLimit must not be negative, got %d", o.LocalLimit)
+	case o.FailureThreshold < 0:
+		return fmt.Errorf("redisqueue: Options.FailureThreshold must not be negative, got %d", o.FailureThreshold)
+	case o.LocalQueue < 0:
+		return fmt.Errorf("redisqueue: Options.LocalQueue must not be negative, got %d", o.LocalQueue)
+	case o.Mode > Shares:
+		return fmt.Errorf("redisqueue: Options.Mode must be GlobalQueue or Shares, got %v", o.Mode)
+	case o.SharePeriod < 0:
+		return fmt.Errorf("redisqueue: Options.SharePeriod must not be negative, got %v", o.SharePeriod)
+	}
+	return nil
+}
+
+// checkModeFields refuses LocalLimit and LocalQueue in Shares mode, where
+// they have no use.
+func (o Options) checkModeFields() error {
+	switch {
+	case o.Mode == Shares && o.LocalLimit != 0:
+		return fmt.Errorf("redisqueue: Options.LocalLimit is for GlobalQueue mode; in Shares mode FailOpen keeps the share a replica holds, got %d", o.LocalLimit)
+	case o.Mode == Shares && o.LocalQueue != 0:
+		return fmt.Errorf("redisqueue: Options.LocalQueue is for GlobalQueue mode; in Shares mode every replica queues locally up to MaxQueue, got %d", o.LocalQueue)
+	}
+	return nil
+}
+
+// withDefaults returns o with its zero fields set to their defaults, all
+// but RebalancePeriod, which waits until Parts is checked.
+func (o Options) withDefaults() Options {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "ginqueue"
 	}
@@ -273,33 +319,33 @@ func (o Options) compile() (Options, error) {
 	if o.SharePeriod == 0 {
 		o.SharePeriod = min(DefaultSharePeriod, o.LeaseTTL/4)
 	}
-	if err := o.checkParts(); err != nil {
-		return o, err
-	}
-	if o.Parts > 1 && o.RebalancePeriod == 0 {
-		o.RebalancePeriod = max(min(DefaultRebalancePeriod, o.LeaseTTL), 4*o.SharePeriod)
-	}
+	return o
+}
+
+// checkTimings checks the durations against each other, once every default
+// is filled in.
+func (o Options) checkTimings() error {
 	switch {
 	case o.Mode == Shares && o.SharePeriod < minSharePeriod:
-		return o, fmt.Errorf("redisqueue: Options.SharePeriod %v must be at least %v", o.SharePeriod, minSharePeriod)
+		return fmt.Errorf("redisqueue: Options.SharePeriod %v must be at least %v", o.SharePeriod, minSharePeriod)
 	case o.Mode == Shares && o.SharePeriod > o.LeaseTTL/4:
-		return o, fmt.Errorf("redisqueue: Options.SharePeriod %v must not exceed Options.LeaseTTL/4 (%v)", o.SharePeriod, o.LeaseTTL/4)
+		return fmt.Errorf("redisqueue: Options.SharePeriod %v must not exceed Options.LeaseTTL/4 (%v)", o.SharePeriod, o.LeaseTTL/4)
 	case o.LeaseTTL < 4*o.CallTimeout:
-		return o, fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 4 × Options.CallTimeout (%v)", o.LeaseTTL, o.CallTimeout)
+		return fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 4 × Options.CallTimeout (%v)", o.LeaseTTL, o.CallTimeout)
 	case o.LeaseTTL < 100*time.Millisecond:
-		return o, fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 100ms", o.LeaseTTL)
+		return fmt.Errorf("redisqueue: Options.LeaseTTL %v must be at least 100ms", o.LeaseTTL)
 	case o.TickInterval < minTick:
-		return o, fmt.Errorf("redisqueue: Options.TickInterval %v must be at least %v: every replica syncs with Redis each tick", o.TickInterval, minTick)
+		return fmt.Errorf("redisqueue: Options.TickInterval %v must be at least %v: every replica syncs with Redis each tick", o.TickInterval, minTick)
 	case o.TickInterval > o.LeaseTTL/3:
-		return o, fmt.Errorf("redisqueue: Options.TickInterval %v must not exceed Options.LeaseTTL/3 (%v)", o.TickInterval, o.LeaseTTL/3)
+		return fmt.Errorf("redisqueue: Options.TickInterval %v must not exceed Options.LeaseTTL/3 (%v)", o.TickInterval, o.LeaseTTL/3)
 	case time.Duration(o.FailureThreshold) >= (o.LeaseTTL+o.CallTimeout-1)/o.CallTimeout:
 		// FailureThreshold calls that each wait CallTimeout must mark Redis
 		// down before the lease runs out, so that the replica applies
 		// OnRedisDown while its lease still holds.
-		return o, fmt.Errorf("redisqueue: Options.FailureThreshold × Options.CallTimeout (%d × %v = %v) must be below Options.LeaseTTL (%v)",
+		return fmt.Errorf("redisqueue: Options.FailureThreshold × Options.CallTimeout (%d × %v = %v) must be below Options.LeaseTTL (%v)",
 			o.FailureThreshold, o.CallTimeout, time.Duration(o.FailureThreshold)*o.CallTimeout, o.LeaseTTL)
 	}
-	return o, nil
+	return nil
 }
 
 // MaxParts is the most parts Options.Parts may split a Name into: a
