@@ -36,7 +36,7 @@ func TestThreeReplicasNeverExceedTheLimit(t *testing.T) {
 		// A burst of 200 under the race detector on a small machine can
 		// take longer than the default call timeout, which would count as
 		// Redis down and fall open; this test is about a healthy Redis.
-		reps = append(reps, newReplica(t, redisAddr, cfg, redisqueue.Options{Name: name, CallTimeout: 2 * time.Second, LeaseTTL: 10 * time.Second}, h))
+		reps = append(reps, newReplica(t, redisAddr, cfg, redisqueue.Options{Name: name, CallTimeout: 2 * time.Second, LeaseTTL: 10 * time.Second, Mode: redisqueue.GlobalQueue}, h))
 	}
 	codes := make(chan int, requests)
 	var wg sync.WaitGroup
@@ -81,7 +81,7 @@ func TestGlobalOrderAcrossReplicas(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			bs := startBackends(t, 3, backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
+			bs := startBackends(t, 3, backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}, redisqueue.Options{Mode: redisqueue.GlobalQueue})
 			release := holdAll(t, bs[0], 1)
 			order := make(chan int, len(tt.arrivals))
 			errs := make(chan error, len(tt.arrivals))
@@ -127,7 +127,7 @@ func TestGlobalQueueBoundGivesExact503s(t *testing.T) {
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: queue, QueueTimeout: 10 * time.Second}
 	var reps []*replica
 	for range 3 {
-		reps = append(reps, newReplica(t, redisAddr, cfg, redisqueue.Options{Name: name}, h))
+		reps = append(reps, newReplica(t, redisAddr, cfg, redisqueue.Options{Name: name, Mode: redisqueue.GlobalQueue}, h))
 	}
 	codes := make(chan int, limit+queue+extra)
 	for i := range limit + queue {
@@ -165,7 +165,7 @@ func TestWaiterOutcomes(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
-		bs := startBackends(t, 2, l, redisqueue.Options{})
+		bs := startBackends(t, 2, l, redisqueue.Options{Mode: redisqueue.GlobalQueue})
 		defer holdAll(t, bs[0], 1)()
 		start := time.Now()
 		_, err := bs[1].Acquire(context.Background(), backend.Arrival{})
@@ -176,7 +176,7 @@ func TestWaiterOutcomes(t *testing.T) {
 	})
 	t.Run("hang-up", func(t *testing.T) {
 		t.Parallel()
-		bs := startBackends(t, 2, l, redisqueue.Options{})
+		bs := startBackends(t, 2, l, redisqueue.Options{Mode: redisqueue.GlobalQueue})
 		defer holdAll(t, bs[0], 1)()
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
@@ -190,7 +190,7 @@ func TestWaiterOutcomes(t *testing.T) {
 	})
 	t.Run("close", func(t *testing.T) {
 		t.Parallel()
-		bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 5}, redisqueue.Options{})
+		bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 5}, redisqueue.Options{Mode: redisqueue.GlobalQueue})
 		defer holdAll(t, bs[0], 1)()
 		errc := make(chan error, 1)
 		go func() { _, err := bs[1].Acquire(context.Background(), backend.Arrival{}); errc <- err }()
@@ -231,7 +231,7 @@ func TestFullQueueEvictsLowestNewestAcrossReplicas(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: tt.maxQueue, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
+			bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: tt.maxQueue, QueueTimeout: 10 * time.Second}, redisqueue.Options{Mode: redisqueue.GlobalQueue})
 			release := holdAll(t, bs[0], 1)
 			n := len(tt.queue)
 			out := make(chan outcome, n+1) // refusals
@@ -290,9 +290,7 @@ func TestWaiterTimedOutWhileRedisPausedIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
 	for _, policy := range []redisqueue.Policy{redisqueue.FailClosed, redisqueue.FailOpen} {
-		o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
-			TickInterval: 100 * time.Millisecond, OnRedisDown: policy,
-			FailureThreshold: 59} // the most LeaseTTL allows: never marked down in this test, the pause is short of it
+		o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second, OnRedisDown: policy, FailureThreshold: 59, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}} // the most LeaseTTL allows: never marked down in this test, the pause is short of it
 		l := backend.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 300 * time.Millisecond}
 		b := startBackends2(t, srv.addr(), l, o)
 		ctx := context.Background()
@@ -337,7 +335,7 @@ func TestWaiterExpiresJustAfterFreeze(t *testing.T) {
 	const runs = 5
 	timeouts := 0
 	for i := range runs {
-		o := redisqueue.Options{Name: newName(t), OnRedisDown: redisqueue.FailClosed}
+		o := redisqueue.Options{Name: newName(t), OnRedisDown: redisqueue.FailClosed, Mode: redisqueue.GlobalQueue}
 		l := backend.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Second}
 		b := startBackends2(t, srv.addr(), l, o)
 		ctx := context.Background()
@@ -375,7 +373,7 @@ func TestWaiterExpiresJustAfterFreeze(t *testing.T) {
 func TestEvictionThatEmptiesTheQueueKeepsTheTTLs(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	o := redisqueue.Options{Name: newName(t), TickInterval: time.Minute, LeaseTTL: 3 * time.Minute}
+	o := redisqueue.Options{Name: newName(t), LeaseTTL: 3 * time.Minute, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: time.Minute}}
 	b := startBackends(t, 1, backend.Limits{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute}, o)[0]
 	defer holdAll(t, b, 1)()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -34,7 +34,7 @@ import (
 // so that its lease is kept, then says goodbye to Redis and stops.
 type Backend struct {
 	rdb     redis.UniversalClient
-	opts    Options
+	opts    settings
 	keys    []string // the keys of every script, in the order of scripts.go
 	keyArgs []any    // len(keys), then keys: the middle of an EVALSHA
 	lists   string   // prefix of the notice list keys
@@ -149,7 +149,7 @@ type Backend struct {
 	reader     *redis.Client // the reader's own connection; nil when not dialled
 
 	sh *shares // Shares mode; nil in GlobalQueue mode
-	sp *split  // a Name split into parts (Options.Parts above 1); else nil
+	sp *split  // a Name split into parts (Options.Shares.Parts above 1); else nil
 }
 
 // New returns a Backend that keeps its slots and queue in Redis through rdb,

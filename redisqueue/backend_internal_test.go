@@ -45,7 +45,7 @@ func TestCloseRacingAnAcquireInFlightLeavesNothing(t *testing.T) {
 		}
 		rdb.AddHook(delayAcquire{sha: acquireScript.sha, d: 300 * time.Millisecond})
 		name := "close-inflight-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		b, err := New(rdb, Options{Name: name, LeaseTTL: 3 * time.Second, CallTimeout: 700 * time.Millisecond})
+		b, err := New(rdb, Options{Name: name, LeaseTTL: 3 * time.Second, CallTimeout: 700 * time.Millisecond, Mode: GlobalQueue})
 		if err != nil {
 			t.Fatal(err)
 		}

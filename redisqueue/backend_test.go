@@ -26,29 +26,29 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		o    redisqueue.Options
 		want string
 	}{
-		{"empty name", good, redisqueue.Options{}, "Options.Name"},
-		{"name with a brace", good, redisqueue.Options{Name: "a}b"}, "Options.Name"},
-		{"prefix with a brace", good, redisqueue.Options{Name: "a", KeyPrefix: "{x"}, "Options.KeyPrefix"},
-		{"negative lease", good, redisqueue.Options{Name: "a", LeaseTTL: -1}, "Options.LeaseTTL"},
-		{"lease shorter than call timeouts", good, redisqueue.Options{Name: "a", LeaseTTL: 300 * time.Millisecond, CallTimeout: 100 * time.Millisecond}, "Options.LeaseTTL"},
-		{"negative call timeout", good, redisqueue.Options{Name: "a", CallTimeout: -1}, "Options.CallTimeout"},
-		{"tick above lease/3", good, redisqueue.Options{Name: "a", LeaseTTL: time.Second, TickInterval: time.Second}, "Options.TickInterval"},
-		{"tick below 10 ms", good, redisqueue.Options{Name: "a", TickInterval: time.Millisecond}, "Options.TickInterval"},
-		{"unknown policy", good, redisqueue.Options{Name: "a", OnRedisDown: 7}, "Options.OnRedisDown"},
-		{"negative local limit", good, redisqueue.Options{Name: "a", LocalLimit: -1}, "Options.LocalLimit"},
-		{"negative local queue", good, redisqueue.Options{Name: "a", LocalQueue: -1}, "Options.LocalQueue"},
-		{"negative failure threshold", good, redisqueue.Options{Name: "a", FailureThreshold: -1}, "Options.FailureThreshold"},
-		{"failures outlast the lease", good, redisqueue.Options{Name: "a", FailureThreshold: 10,
-			CallTimeout: 150 * time.Millisecond, LeaseTTL: 600 * time.Millisecond}, "Options.FailureThreshold × Options.CallTimeout (10 × 150ms = 1.5s) must be below Options.LeaseTTL (600ms)"},
-		{"failures last the default lease", good, redisqueue.Options{Name: "a", FailureThreshold: 100}, "Options.FailureThreshold × Options.CallTimeout (100 × 150ms = 15s)"},
+		{"empty name", good, redisqueue.Options{Mode: redisqueue.GlobalQueue}, "Options.Name"},
+		{"name with a brace", good, redisqueue.Options{Name: "a}b", Mode: redisqueue.GlobalQueue}, "Options.Name"},
+		{"prefix with a brace", good, redisqueue.Options{Name: "a", KeyPrefix: "{x", Mode: redisqueue.GlobalQueue}, "Options.KeyPrefix"},
+		{"negative lease", good, redisqueue.Options{Name: "a", LeaseTTL: -1, Mode: redisqueue.GlobalQueue}, "Options.LeaseTTL"},
+		{"lease shorter than call timeouts", good, redisqueue.Options{Name: "a", LeaseTTL: 300 * time.Millisecond, CallTimeout: 100 * time.Millisecond, Mode: redisqueue.GlobalQueue}, "Options.LeaseTTL"},
+		{"negative call timeout", good, redisqueue.Options{Name: "a", CallTimeout: -1, Mode: redisqueue.GlobalQueue}, "Options.CallTimeout"},
+		{"tick above lease/3", good, redisqueue.Options{Name: "a", LeaseTTL: time.Second, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: time.Second}}, "Options.GlobalQueue.TickInterval"},
+		{"tick below 10 ms", good, redisqueue.Options{Name: "a", Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: time.Millisecond}}, "Options.GlobalQueue.TickInterval"},
+		{"unknown policy", good, redisqueue.Options{Name: "a", OnRedisDown: 7, Mode: redisqueue.GlobalQueue}, "Options.OnRedisDown"},
+		{"negative local limit", good, redisqueue.Options{Name: "a", Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{LocalLimit: -1}}, "Options.GlobalQueue.LocalLimit"},
+		{"negative local queue", good, redisqueue.Options{Name: "a", Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{LocalQueue: -1}}, "Options.GlobalQueue.LocalQueue"},
+		{"negative failure threshold", good, redisqueue.Options{Name: "a", FailureThreshold: -1, Mode: redisqueue.GlobalQueue}, "Options.FailureThreshold"},
+		{"failures outlast the lease", good, redisqueue.Options{Name: "a", FailureThreshold: 10, CallTimeout: 150 * time.Millisecond, LeaseTTL: 600 * time.Millisecond, Mode: redisqueue.GlobalQueue}, "Options.FailureThreshold × Options.CallTimeout (10 × 150ms = 1.5s) must be below Options.LeaseTTL (600ms)"},
+		{"failures last the default lease", good, redisqueue.Options{Name: "a", FailureThreshold: 100, Mode: redisqueue.GlobalQueue}, "Options.FailureThreshold × Options.CallTimeout (100 × 150ms = 15s)"},
 		{"unknown mode", good, redisqueue.Options{Name: "a", Mode: 2}, "Options.Mode"},
-		{"negative share period", good, redisqueue.Options{Name: "a", SharePeriod: -1}, "Options.SharePeriod"},
-		{"share period below 5 ms", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, SharePeriod: time.Millisecond}, "Options.SharePeriod"},
-		{"share period above lease/4", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, LeaseTTL: time.Second, SharePeriod: 300 * time.Millisecond}, "Options.SharePeriod"},
-		{"local limit in shares mode", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, LocalLimit: 3}, "Options.LocalLimit"},
-		{"local queue in shares mode", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, LocalQueue: 3}, "Options.LocalQueue"},
-		{"nil client", nil, redisqueue.Options{Name: "a"}, "nil"},
-		{"client without context timeouts", plain, redisqueue.Options{Name: "a"}, "ContextTimeoutEnabled"},
+		{"negative share period", good, redisqueue.Options{Name: "a", Shares: redisqueue.SharesOptions{Period: -1}}, "Options.Shares.Period"},
+		{"share period below 5 ms", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, Shares: redisqueue.SharesOptions{Period: time.Millisecond}}, "Options.Shares.Period"},
+		{"share period above lease/4", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, LeaseTTL: time.Second, Shares: redisqueue.SharesOptions{Period: 300 * time.Millisecond}}, "Options.Shares.Period"},
+		{"local limit in shares mode", good, redisqueue.Options{Name: "a", Mode: redisqueue.Shares, GlobalQueue: redisqueue.GlobalQueueOptions{LocalLimit: 3}}, "Options.GlobalQueue is for GlobalQueue mode"},
+		{"local queue in shares mode", good, redisqueue.Options{Name: "a", GlobalQueue: redisqueue.GlobalQueueOptions{LocalQueue: 3}}, "Options.GlobalQueue is for GlobalQueue mode"},
+		{"parts in global queue mode", good, redisqueue.Options{Name: "a", Mode: redisqueue.GlobalQueue, Shares: redisqueue.SharesOptions{Parts: 2}}, "Options.Shares is for Shares mode"},
+		{"nil client", nil, redisqueue.Options{Name: "a", Mode: redisqueue.GlobalQueue}, "nil"},
+		{"client without context timeouts", plain, redisqueue.Options{Name: "a", Mode: redisqueue.GlobalQueue}, "ContextTimeoutEnabled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +78,7 @@ func TestNewNamesTheOptionsTypeUsed(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			defer tt.rdb.Close()
-			_, err := redisqueue.New(tt.rdb, redisqueue.Options{Name: "x"})
+			_, err := redisqueue.New(tt.rdb, redisqueue.Options{Name: "x", Mode: redisqueue.GlobalQueue})
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
 				t.Fatalf("got %v, want an error naming %q and ContextTimeoutEnabled", err, tt.want)
 			}
@@ -89,7 +89,7 @@ func TestNewNamesTheOptionsTypeUsed(t *testing.T) {
 // Config.CoDel cannot be honoured across the fleet: NewQueue says so, and
 // nothing is left running (Redis is never asked).
 func TestCoDelIsRefused(t *testing.T) {
-	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t)})
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestCoDelIsRefused(t *testing.T) {
 // Config.MaxQueuePerFlow cannot be honoured by the fleet's queue, which
 // counts no places per flow: NewQueue says so rather than ignore the cap.
 func TestMaxQueuePerFlowIsRefused(t *testing.T) {
-	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t)})
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestConflictingLimitsAreRefused(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	name := newName(t)
-	o := redisqueue.Options{Name: name}
+	o := redisqueue.Options{Name: name, Mode: redisqueue.GlobalQueue}
 	a := newReplica(t, redisAddr, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 10}, o, nil)
 
 	b, err := redisqueue.New(newClient(t, redisAddr), o)
@@ -155,7 +155,7 @@ func newReplicaErr(t *testing.T, cfg ginqueue.Config, o redisqueue.Options) erro
 // A Queue whose Redis never answered closes at once: with nothing to give
 // back, the goodbye is tried once, not until LeaseTTL has passed.
 func TestCloseWithRedisNeverReachedReturnsAtOnce(t *testing.T) {
-	b, err := redisqueue.New(newClient(t, "127.0.0.1:1"), redisqueue.Options{Name: newName(t), LeaseTTL: 10 * time.Second})
+	b, err := redisqueue.New(newClient(t, "127.0.0.1:1"), redisqueue.Options{Name: newName(t), LeaseTTL: 10 * time.Second, Mode: redisqueue.GlobalQueue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestCloseStopsEveryGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goRedisProbe)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t)})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func childMain() int {
 	gin.SetMode(gin.ReleaseMode)
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: name, CallTimeout: 2 * time.Second, LeaseTTL: 10 * time.Second})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: name, CallTimeout: 2 * time.Second, LeaseTTL: 10 * time.Second, Mode: redisqueue.GlobalQueue})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -126,7 +126,7 @@ const fleetEnv = "REDISQUEUE_TEST_FLEET"
 type fleetSpec struct {
 	Addr, CounterAddr, Counter, Name string
 	Policy                           redisqueue.Policy
-	Mode                             redisqueue.Mode // GlobalQueue (the zero value) or Shares
+	Shares                           bool // Shares mode; false: GlobalQueue
 	Limit, Workers                   int
 	Handler, Run, QueueTimeout       time.Duration
 
@@ -153,9 +153,14 @@ type fleetSpec struct {
 
 // options are the redisqueue.Options of s.
 func (s fleetSpec) options() redisqueue.Options {
-	return redisqueue.Options{Name: s.Name, OnRedisDown: s.Policy, Mode: s.Mode, LeaseTTL: s.LeaseTTL,
-		CallTimeout: s.CallTimeout, TickInterval: s.TickInterval, FailureThreshold: s.FailureThreshold,
-		Parts: s.Parts, RebalancePeriod: s.RebalancePeriod}
+	o := redisqueue.Options{Name: s.Name, OnRedisDown: s.Policy, Mode: redisqueue.GlobalQueue, LeaseTTL: s.LeaseTTL,
+		CallTimeout: s.CallTimeout, FailureThreshold: s.FailureThreshold,
+		GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: s.TickInterval}}
+	if s.Shares {
+		o.Mode, o.GlobalQueue = redisqueue.Shares, redisqueue.GlobalQueueOptions{}
+		o.Shares = redisqueue.SharesOptions{Parts: s.Parts, RebalancePeriod: s.RebalancePeriod}
+	}
+	return o
 }
 
 type fleetResult struct {

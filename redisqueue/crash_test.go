@@ -36,7 +36,7 @@ type doomedSpec struct {
 	Tick    time.Duration
 	Call    time.Duration
 	Lease   time.Duration
-	Mode    redisqueue.Mode // GlobalQueue (the zero value) or Shares
+	Shares  bool // Shares mode; false: GlobalQueue
 }
 
 // client builds the client of s.Kind.
@@ -53,7 +53,11 @@ func (s doomedSpec) client() redis.UniversalClient {
 }
 
 func (s doomedSpec) options() redisqueue.Options {
-	return redisqueue.Options{Name: s.Name, TickInterval: s.Tick, CallTimeout: s.Call, LeaseTTL: s.Lease, Mode: s.Mode}
+	if s.Shares {
+		return redisqueue.Options{Name: s.Name, CallTimeout: s.Call, LeaseTTL: s.Lease}
+	}
+	return redisqueue.Options{Name: s.Name, CallTimeout: s.Call, LeaseTTL: s.Lease, Mode: redisqueue.GlobalQueue,
+		GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: s.Tick}}
 }
 
 func (s doomedSpec) limits() backend.Limits {
@@ -243,7 +247,7 @@ func TestKeysExpireWithTheLastReplica(t *testing.T) {
 	rdb := newClient(t, redisAddr)
 	t.Run("closed", func(t *testing.T) {
 		name := newName(t)
-		b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: name})
+		b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: name, Mode: redisqueue.GlobalQueue})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,4 +50,4 @@ var errPerFlow = errors.New("redisqueue: Config.MaxQueuePerFlow is not supported
 // errSplitCost refuses Config.Cost on a Name split into parts: a part's
 // limit can be below the cost of a request that waits there, and the
 // rebalancer does not yet give a part the slots of its largest request.
-var errSplitCost = errors.New("redisqueue: Config.Cost (weighted requests) is not supported with Options.Parts above 1")
+var errSplitCost = errors.New("redisqueue: Config.Cost (weighted requests) is not supported with Options.Shares.Parts above 1")

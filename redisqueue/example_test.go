@@ -33,8 +33,7 @@ func Example() {
 	defer rdb.Close() // the Backend never closes the client
 
 	b, err := redisqueue.New(rdb, redisqueue.Options{
-		Name:      "api",
-		Mode:      redisqueue.Shares,
+		Name:      "api", // Shares mode, the default
 		KeyPrefix: "example-" + rand.Text(),
 	})
 	if err != nil {

@@ -31,6 +31,6 @@ func Rebalance(b *Backend) error { return b.sp.round(b.stopCtx) }
 
 // PartKey is the name of the key k of part p of o's Name.
 func PartKey(o Options, p int, k string) string {
-	o, _ = o.compile()
-	return partPrefix(o, p) + k
+	s, _ := o.compile()
+	return partPrefix(s, p) + k
 }

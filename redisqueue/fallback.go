@@ -57,7 +57,7 @@ func (b *Backend) openFallbackLocked() {
 // of its requests still running on grants from Redis included: the slots it
 // held when Redis last told it how many the fleet held, plus its part of the
 // slots free then; but no more than its share of the fleet's limit (the
-// limit split among the live replicas). Options.LocalLimit, when set, is the
+// limit split among the live replicas). Options.GlobalQueue.LocalLimit, when set, is the
 // allowance. If what each replica last heard is still true (each hears it at
 // least every tick), the allowances add up to at most the fleet's limit: every
 // slot held then stays with the replica that held it (up to its share),

@@ -56,7 +56,7 @@ func TestCloseAnswersTheFallbacksWaiters(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	o := fallbackOptions(t)
-	o.LocalLimit = 2
+	o.GlobalQueue.LocalLimit = 2
 	b, err := redisqueue.New(newClient(t, srv.addr()), o)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func TestClosedReplicaKeepsALocalGrantsLease(t *testing.T) {
 	o.LeaseTTL = time.Second
 	l := backend.Limits{MaxConcurrent: 1, MaxQueue: 4}
 	oa := o
-	oa.LocalLimit = 1
+	oa.GlobalQueue.LocalLimit = 1
 	a := startBackends2(t, srv.addr(), l, oa)
 	other := startBackends2(t, srv.addr(), l, o)
 	ctx := context.Background()
@@ -233,7 +233,7 @@ func TestWeightedAboveTheAllowanceIsRefusedWhileDown(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	o := fallbackOptions(t)
-	o.LocalLimit = 1
+	o.GlobalQueue.LocalLimit = 1
 	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
 	srv.stop()
 	ctx := context.Background()
@@ -272,8 +272,7 @@ func TestFailOpenLocalLimitsAddUpToTheFleets(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 600 * time.Millisecond,
-		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 600 * time.Millisecond, FailureThreshold: 1, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 	l := backend.Limits{MaxConcurrent: 4, MaxQueue: 30, QueueTimeout: 10 * time.Second}
 	var bs []*redisqueue.Backend
 	for range 3 {
@@ -350,8 +349,7 @@ func TestFailClosedCallTimeoutIs503(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true,
 		DialTimeout: 200 * time.Millisecond, MaxRetries: -1, PoolSize: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond,
-		LeaseTTL: 10 * time.Second, TickInterval: 2 * time.Second, OnRedisDown: redisqueue.FailClosed})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 10 * time.Second, OnRedisDown: redisqueue.FailClosed, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

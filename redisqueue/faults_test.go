@@ -89,8 +89,7 @@ func TestRedisPaused(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			t.Parallel()
 			srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
-			o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 2 * time.Second,
-				TickInterval: 100 * time.Millisecond, OnRedisDown: policy}
+			o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 2 * time.Second, OnRedisDown: policy, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 			cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 20, QueueTimeout: 300 * time.Millisecond}
 			var reps []*replica
 			for range 2 {
@@ -147,8 +146,7 @@ func TestRedisRestartedMidRun(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: time.Second,
-		TickInterval: 100 * time.Millisecond}
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: time.Second, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 	cfg := ginqueue.Config{MaxConcurrent: 3, MaxQueue: 20, QueueTimeout: 400 * time.Millisecond}
 	var reps []*replica
 	for range 2 {
@@ -185,7 +183,7 @@ func TestRedisFlushedWaitersEnqueueAgain(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), LeaseTTL: time.Second, TickInterval: 50 * time.Millisecond}
+	o := redisqueue.Options{Name: newName(t), LeaseTTL: time.Second, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 50 * time.Millisecond}}
 	l := backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 5 * time.Second}
 	var bs []*redisqueue.Backend
 	for range 2 {

@@ -35,7 +35,7 @@ func limitSpec(t *testing.T, srv *redisServer, mode redisqueue.Mode, policy redi
 		_ = ctr.Del(context.Background(), counter, counter+":raw").Err()
 	})
 	return fleetSpec{Addr: srv.addr(), CounterAddr: redisAddr, Counter: counter, Name: newName(t),
-		Policy: policy, Mode: mode, Limit: limit, Handler: 50 * time.Millisecond, QueueTimeout: 2 * time.Second}
+		Policy: policy, Shares: mode == redisqueue.Shares, Limit: limit, Handler: 50 * time.Millisecond, QueueTimeout: 2 * time.Second}
 }
 
 // startLimitFleet starts a replica of each spec and waits until all are

@@ -19,7 +19,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	addr := "127.0.0.1:" + itoa(freePort(t)) // nobody listens
 	for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
-			b, err := redisqueue.New(newClient(t, addr), redisqueue.Options{Name: newName(t), OnRedisDown: policy, TickInterval: 50 * time.Millisecond})
+			b, err := redisqueue.New(newClient(t, addr), redisqueue.Options{Name: newName(t), OnRedisDown: policy, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 50 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,8 +50,7 @@ func TestOneFailedCallDoesNotMarkRedisDown(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
 	const callTimeout = 100 * time.Millisecond
-	o := redisqueue.Options{Name: newName(t), CallTimeout: callTimeout, LeaseTTL: 10 * time.Second,
-		TickInterval: 2 * time.Second, OnRedisDown: redisqueue.FailClosed}
+	o := redisqueue.Options{Name: newName(t), CallTimeout: callTimeout, LeaseTTL: 10 * time.Second, OnRedisDown: redisqueue.FailClosed, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 2 * time.Second}}
 	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2, MaxQueue: 2}, o)
 	ctl := newClient(t, srv.addr())
 	ctx := context.Background()
@@ -78,7 +77,7 @@ func TestOneFailedCallDoesNotMarkRedisDown(t *testing.T) {
 	}
 	time.Sleep(callTimeout) // the pause ends
 	if d, err := acquire(); err != nil {
-		t.Fatalf("after a one-call blip: got %v after %v, want a slot (TickInterval is %v: marked down by one failure?)", err, d, o.TickInterval)
+		t.Fatalf("after a one-call blip: got %v after %v, want a slot (TickInterval is %v: marked down by one failure?)", err, d, o.GlobalQueue.TickInterval)
 	}
 
 	// Gone for good (a long pause): marked down within FailureThreshold
@@ -94,7 +93,7 @@ func TestOneFailedCallDoesNotMarkRedisDown(t *testing.T) {
 		t.Fatalf("once marked down: got %v after %v, want ErrUnavailable at once", err, d)
 	}
 	// Back: the probe (every TickInterval while down) marks it up.
-	eventually(t, 2*o.TickInterval+time.Second, "Redis not marked up again", func() bool {
+	eventually(t, 2*o.GlobalQueue.TickInterval+time.Second, "Redis not marked up again", func() bool {
 		_, err := acquire()
 		return err == nil
 	})
@@ -109,13 +108,11 @@ func TestOneStallOfManyCallsDoesNotMarkRedisDown(t *testing.T) {
 	srv := startRedis(t) // CLIENT PAUSE would stall every user of a shared Redis
 	const callTimeout, n = 100 * time.Millisecond, 8
 	downs := make(chan error, 16)
-	o := redisqueue.Options{Name: newName(t), CallTimeout: callTimeout, LeaseTTL: 10 * time.Second,
-		TickInterval: 2 * time.Second, OnRedisDown: redisqueue.FailClosed,
-		OnStateChange: func(down bool, err error) {
-			if down {
-				downs <- err
-			}
-		}}
+	o := redisqueue.Options{Name: newName(t), CallTimeout: callTimeout, LeaseTTL: 10 * time.Second, OnRedisDown: redisqueue.FailClosed, OnStateChange: func(down bool, err error) {
+		if down {
+			downs <- err
+		}
+	}, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 2 * time.Second}}
 	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: n, MaxQueue: n}, o)
 	ctl := newClient(t, srv.addr())
 	ctx := context.Background()
@@ -280,12 +277,11 @@ func TestFirstGrantAfterAnOutage(t *testing.T) {
 					}
 				}
 				var downAt atomic.Int64
-				o := redisqueue.Options{Name: newName(t), OnRedisDown: policy,
-					OnStateChange: func(down bool, _ error) {
-						if down {
-							downAt.Store(time.Now().UnixNano())
-						}
-					}}
+				o := redisqueue.Options{Name: newName(t), OnRedisDown: policy, OnStateChange: func(down bool, _ error) {
+					if down {
+						downAt.Store(time.Now().UnixNano())
+					}
+				}, Mode: redisqueue.GlobalQueue}
 				b := startBackends2(t, addr, backend.Limits{MaxConcurrent: 4, MaxQueue: 100, QueueTimeout: time.Second}, o)
 				for i, d := range outages {
 					d += stagger

@@ -216,8 +216,7 @@ func held(t *testing.T, b *redisqueue.Backend, cost, slots int) backend.Ticket {
 }
 
 func fallbackOptions(t *testing.T) redisqueue.Options {
-	return redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 2 * time.Second,
-		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
+	return redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 2 * time.Second, FailureThreshold: 1, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 }
 
 // statusRecorder is a minimal http.ResponseWriter.

@@ -22,7 +22,7 @@ func TestSetLimitMovesTheFleet(t *testing.T) {
 	t.Parallel()
 	// A slow safety net, so that the grants below can only come from the
 	// notices pushed by SetLimit's and Release's scripts.
-	o := redisqueue.Options{LeaseTTL: 3 * time.Second, TickInterval: time.Second}
+	o := redisqueue.Options{LeaseTTL: 3 * time.Second, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: time.Second}}
 	bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 20 * time.Second}, o)
 	a, b := bs[0], bs[1]
 	first := make(chan int, 1)
@@ -130,7 +130,7 @@ func limitsAre(t *testing.T, n int, bs ...*redisqueue.Backend) {
 func TestSetLimitRefusesBadValues(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	r := newReplica(t, redisAddr, ginqueue.Config{MaxConcurrent: 2}, redisqueue.Options{Name: newName(t)}, nil)
+	r := newReplica(t, redisAddr, ginqueue.Config{MaxConcurrent: 2}, redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue}, nil)
 	for _, n := range []int{0, -1, 1<<30 + 1} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			err := r.b.SetLimit(n)
@@ -157,7 +157,7 @@ func TestSetLimitRefusesBadValues(t *testing.T) {
 func TestSetLimitOutlivesARestartedReplica(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	o := redisqueue.Options{Name: newName(t)}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue}
 	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 4}
 	a := newReplica(t, redisAddr, cfg, o, nil)
 	if err := a.b.SetLimit(5); err != nil {
@@ -185,8 +185,7 @@ func TestSetLimitWithRedisDown(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 2 * time.Second,
-		TickInterval: 100 * time.Millisecond, FailureThreshold: 2}
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 2 * time.Second, FailureThreshold: 2, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 2}, o)
 	if err := b.SetLimit(4); err != nil {
 		t.Fatal(err)
@@ -230,7 +229,7 @@ func TestSetLimitWithRedisDown(t *testing.T) {
 func TestSetLimitReachesTheFleetAtOnce(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
-	o := redisqueue.Options{Name: newName(t), TickInterval: time.Second, LeaseTTL: 10 * time.Second}
+	o := redisqueue.Options{Name: newName(t), LeaseTTL: 10 * time.Second, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: time.Second}}
 	bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 4, MaxQueue: 4}, o)
 	time.Sleep(50 * time.Millisecond) // both readers listen
 	if err := bs[0].SetLimit(1); err != nil {
@@ -239,6 +238,6 @@ func TestSetLimitReachesTheFleetAtOnce(t *testing.T) {
 	start := time.Now()
 	eventually(t, 2*time.Second, "the other replica did not learn the limit", func() bool { return bs[1].Stats().Limit == 1 })
 	if d := time.Since(start); d > 200*time.Millisecond {
-		t.Errorf("the other replica learnt the limit %v after SetLimit, want at once (its tick is %v)", d, o.TickInterval)
+		t.Errorf("the other replica learnt the limit %v after SetLimit, want at once (its tick is %v)", d, o.GlobalQueue.TickInterval)
 	}
 }

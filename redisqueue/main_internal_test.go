@@ -21,7 +21,7 @@ import (
 func internalBackend(t *testing.T, l backend.Limits) (*Backend, *redis.Client) {
 	t.Helper()
 	rdb := testRedis(t)
-	b, err := New(rdb, Options{Name: freshName("internal-")})
+	b, err := New(rdb, Options{Name: freshName("internal-"), Mode: GlobalQueue})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func TestMaintainerStopsWhenTheClientIsClosed(t *testing.T) {
 	needRedis(t)
 	defer goleak.VerifyNone(t, goRedisProbe)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t)})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,7 @@ func TestGrantReachesWaiterSoonAfterServerReturns(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	const tick = time.Second
-	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 3 * tick, TickInterval: tick,
-		FailureThreshold: 29} // the most LeaseTTL allows: never down, this is about the reader alone
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 3 * tick, FailureThreshold: 29, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: tick}} // the most LeaseTTL allows: never down, this is about the reader alone
 	l := backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
 	b := startBackends2(t, srv.addr(), l, o)
 	ctx := context.Background()
@@ -86,12 +85,11 @@ func TestTheReaderLeavesAFrozenMaster(t *testing.T) {
 		}})
 	t.Cleanup(func() { _ = rdb.Close() })
 	up := make(chan struct{}, 1)
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond,
-		FailureThreshold: 1, OnStateChange: func(down bool, _ error) {
-			if !down {
-				up <- struct{}{}
-			}
-		}})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, FailureThreshold: 1, OnStateChange: func(down bool, _ error) {
+		if !down {
+			up <- struct{}{}
+		}
+	}, Mode: redisqueue.GlobalQueue})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ if old and seq <= old.seq then return {'stale'} end
 if redis.call('HLEN', GD) > tot.R then
   for _, r in ipairs(redis.call('ZRANGEBYSCORE', GR, '(' .. now, '+inf')) do
     if r == 'split' then
-      return {'conflict', 'live replicas split this Name into parts (Options.Parts)'}
+      return {'conflict', 'live replicas split this Name into parts (Options.Shares.Parts)'}
     end
     if r ~= me and redis.call('HEXISTS', S, r) == 0 then
       return {'conflict', 'replica ' .. r .. ' of this Name runs in GlobalQueue mode'}

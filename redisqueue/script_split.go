@@ -1,6 +1,6 @@
 package redisqueue
 
-// The Redis data of a Name split into parts (Options.Parts), beside each
+// The Redis data of a Name split into parts (Options.Shares.Parts), beside each
 // part's Shares keys, which carry the hash tag {Name:p} for part p (':'
 // cannot appear in a Name, so no Name's keys are a part's). The Name's own
 // keys, under {Name}:

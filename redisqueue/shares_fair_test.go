@@ -75,7 +75,7 @@ func TestSharesCompareEachRequestsPriority(t *testing.T) {
 	pc := &prioCounter{n: map[int]int{}}
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 10 * time.Second,
 		Priority: func(c *gin.Context) int { p, _ := strconv.Atoi(c.Query("p")); return p }}
-	rs := sharesFleet(t, 2, cfg, redisqueue.Options{}, pc.handler(handler))
+	rs := sharesFleet(t, 2, cfg, redisqueue.Options{Mode: redisqueue.GlobalQueue}, pc.handler(handler))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	prioClients(rs[0], 12, 0, stop, &wg)
@@ -152,7 +152,7 @@ func TestSharesTurnsServeEveryReplica(t *testing.T) {
 	const limit, handler = 4, 20 * time.Millisecond
 	var f fleetCounter
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 2 * time.Second}
-	rs := sharesFleet(t, 10, cfg, redisqueue.Options{}, f.handler(handler))
+	rs := sharesFleet(t, 10, cfg, redisqueue.Options{Mode: redisqueue.GlobalQueue}, f.handler(handler))
 	g := runGapLoad(rs, 1, 4*time.Second)
 	t.Logf("codes %v; longest without an answer %v; peak %d", g.codes, g.longest, f.peak.Load())
 	for i, d := range g.longest {
@@ -179,7 +179,7 @@ func TestSharesTurnsAtSixtyFourReplicas(t *testing.T) {
 	const limit, handler = 8, 20 * time.Millisecond
 	var f fleetCounter
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 5 * time.Second}
-	rs := sharesFleet(t, 64, cfg, redisqueue.Options{}, f.handler(handler))
+	rs := sharesFleet(t, 64, cfg, redisqueue.Options{Mode: redisqueue.GlobalQueue}, f.handler(handler))
 	g := runGapLoad(rs, 2, 5*time.Second)
 	worst := time.Duration(0)
 	for _, w := range g.waits {
@@ -436,7 +436,7 @@ func TestSharesRefusedSyncChangesNoTotal(t *testing.T) {
 		held = append(held, tk)
 	}
 	// C lives on and renews rarely, so that B's sync is the one to sweep A.
-	slow := redisqueue.Options{Name: name, Mode: redisqueue.Shares, LeaseTTL: 60 * time.Second, SharePeriod: 10 * time.Second}
+	slow := redisqueue.Options{Name: name, Mode: redisqueue.Shares, LeaseTTL: 60 * time.Second, Shares: redisqueue.SharesOptions{Period: 10 * time.Second}}
 	c, err := redisqueue.New(newClient(t, redisAddr), slow)
 	if err != nil {
 		t.Fatal(err)

@@ -201,7 +201,7 @@ const (
 // of the survivor waits past QueueTimeout: every one is served.
 func runSharesKill(t *testing.T, s doomedSpec, rdb redis.UniversalClient) {
 	ctx := context.Background()
-	s.Mode = redisqueue.Shares
+	s.Shares = true
 	ctr := newRedisCounter(t, s.Name, s.Limit)
 	cmd := startDoomed(t, s)
 	ctr.add(t, s.Limit) // its slots run until it dies
@@ -346,7 +346,7 @@ func TestFleetPausedSharesKeepTheLimit(t *testing.T) {
 	for _, policy := range []redisqueue.Policy{redisqueue.FailOpen, redisqueue.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
 			s := fleetSpec{Addr: srv.addr(), CounterAddr: redisAddr, Counter: "ginqueue-test:" + newName(t),
-				Name: newName(t), Policy: policy, Mode: redisqueue.Shares, Limit: 4, Workers: 4, Handler: 50 * time.Millisecond,
+				Name: newName(t), Policy: policy, Shares: true, Limit: 4, Workers: 4, Handler: 50 * time.Millisecond,
 				Run: 6 * time.Second, QueueTimeout: 2 * time.Second}
 			ctl := newClient(t, srv.addr())
 			var paused time.Time
@@ -435,8 +435,7 @@ func TestSharesLostWritesKeepTheLimit(t *testing.T) {
 	srv := startRedis(t) // RESTORE below
 	const limit, handler = 4, 10 * time.Millisecond
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 2 * time.Second}
-	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond,
-		LeaseTTL: 10 * time.Second}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second}
 	f := &overCounter{limit: limit}
 	proxy := newCutProxy(t, srv.addr())
 	rs := []*replica{newReplica(t, proxy.addr(), cfg, o, f.handler(handler)),
@@ -630,8 +629,7 @@ func runLoss(t *testing.T, c lossCase) {
 	var f fleetCounter
 	// A period long beside a Start, so that a joining replica syncs before
 	// the others do.
-	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond,
-		SharePeriod: 200 * time.Millisecond}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond, Shares: redisqueue.SharesOptions{Period: 200 * time.Millisecond}}
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 300 * time.Millisecond}
 	h := func(*gin.Context) { time.Sleep(handler) }
 	var rs []*replica
@@ -715,8 +713,7 @@ func TestSharesFailOpenPausedPastTheLeaseKeepsTheLimit(t *testing.T) {
 	const limit, handler, lease = 4, 40 * time.Millisecond, 200 * time.Millisecond
 	var f fleetCounter
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: time.Second}
-	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: redisqueue.FailOpen,
-		LeaseTTL: lease, CallTimeout: 25 * time.Millisecond}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: redisqueue.FailOpen, LeaseTTL: lease, CallTimeout: 25 * time.Millisecond}
 	h := func(*gin.Context) { time.Sleep(handler) }
 	rs := []*replica{countedReplica(t, srv.addr(), cfg, o, &f, h), countedReplica(t, srv.addr(), cfg, o, &f, h)}
 	ld := startShape(rs, 6)
@@ -979,7 +976,7 @@ func TestSharesStopBesideAGlobalQueueReplicaAfterALoss(t *testing.T) {
 			g := &replica{rdb: newClient(t, srv.addr())}
 			for attempt := 1; ; attempt++ {
 				var err error
-				if g.b, err = redisqueue.New(g.rdb, redisqueue.Options{Name: o.Name, OnRedisDown: policy}); err != nil {
+				if g.b, err = redisqueue.New(g.rdb, redisqueue.Options{Name: o.Name, OnRedisDown: policy, Mode: redisqueue.GlobalQueue}); err != nil {
 					t.Fatal(err)
 				}
 				gcfg := cfg

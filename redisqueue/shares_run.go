@@ -69,7 +69,7 @@ func (s *shares) run() {
 
 // pacer keeps the coordinator's pace between syncs.
 type pacer struct {
-	opts     Options
+	opts     settings
 	last     time.Time     // when the last sync was sent
 	renew    time.Duration // from last to the next renewal, with jitter
 	slow     bool          // the last sync took half a CallTimeout or more
@@ -118,7 +118,7 @@ func (p *pacer) every(down bool) time.Duration {
 // the next is tried: at random up to a CallTimeout, doubled at each
 // failure, so that replicas whose calls failed together (a thousand
 // started at once, a pause) do not all try again at once.
-func retryAfter(o Options, fails int32) time.Duration {
+func retryAfter(o settings, fails int32) time.Duration {
 	if fails <= 0 {
 		return 0
 	}
@@ -236,11 +236,11 @@ func (s *shares) nextSync(p *pacer, gap time.Duration) time.Time {
 // calls a second on the Redis they share; never less than four times per
 // lease, so that a lost call or two never lets it run out.
 // renewMax is the longest it waits, with jitter.
-func renewEvery(o Options, replicas int64) time.Duration {
+func renewEvery(o settings, replicas int64) time.Duration {
 	return min(max(o.SharePeriod, time.Duration(replicas)*renewPerReplica), o.LeaseTTL/4)
 }
 
-func renewMax(o Options, replicas int64) time.Duration { return renewEvery(o, replicas) * 5 / 4 }
+func renewMax(o settings, replicas int64) time.Duration { return renewEvery(o, replicas) * 5 / 4 }
 
 // probesAtOnce is the fleet size from which a replica does not keep a
 // probe waiting on a server that holds calls (see pacer.every).

@@ -89,7 +89,7 @@ func TestSharesKeepTheLimitUnderUnevenLoad(t *testing.T) {
 	needRedis(t)
 	var f fleetCounter
 	cfg := ginqueue.Config{MaxConcurrent: 16, MaxQueue: 64, QueueTimeout: 2 * time.Second}
-	rs := sharesFleet(t, 4, cfg, redisqueue.Options{}, f.handler(5*time.Millisecond))
+	rs := sharesFleet(t, 4, cfg, redisqueue.Options{Mode: redisqueue.GlobalQueue}, f.handler(5*time.Millisecond))
 	out := drive(rs, []int{2, 2, 2, 26}, 2*time.Second)
 	for i, o := range out {
 		t.Logf("replica %d: %v share %d", i, o, rs[i].b.Stats().Limit)
@@ -134,7 +134,7 @@ func TestSharesUseTheLimitUnderUnevenLoad(t *testing.T) {
 	needRedis(t)
 	var f fleetCounter
 	cfg := ginqueue.Config{MaxConcurrent: 64, MaxQueue: 128, QueueTimeout: 5 * time.Second}
-	rs := sharesFleet(t, 4, cfg, redisqueue.Options{}, f.handler(20*time.Millisecond))
+	rs := sharesFleet(t, 4, cfg, redisqueue.Options{Mode: redisqueue.GlobalQueue}, f.handler(20*time.Millisecond))
 	var s *sampler
 	time.AfterFunc(500*time.Millisecond, func() { s = sample(&f) })
 	out := drive(rs, []int{8, 8, 8, 104}, 3*time.Second)
@@ -255,7 +255,7 @@ func TestSharesFollowTheDemand(t *testing.T) {
 	const limit, handler = 32, 10 * time.Millisecond
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 256, QueueTimeout: 5 * time.Second}
 	var f fleetCounter
-	rs := sharesFleet(t, 4, cfg, redisqueue.Options{}, f.handler(handler))
+	rs := sharesFleet(t, 4, cfg, redisqueue.Options{Mode: redisqueue.GlobalQueue}, f.handler(handler))
 	ld := startShape(rs, 32)
 	defer ld.end()
 	// Idle: the limit is split evenly, as room for arrivals.
@@ -324,7 +324,7 @@ func checkWaits(t *testing.T, medians []time.Duration, handler time.Duration) {
 func TestSharesGoToHigherPriorities(t *testing.T) {
 	needRedis(t)
 	const limit, handler = 8, 10 * time.Millisecond
-	o := redisqueue.Options{Name: newName(t)}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue}
 	var f fleetCounter
 	low := sharesFleet(t, 1, ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 300 * time.Millisecond}, o, f.handler(handler))
 	high := sharesFleet(t, 1, ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 300 * time.Millisecond,
@@ -420,8 +420,7 @@ func TestSharesRideThroughAnOutage(t *testing.T) {
 				const limit, handler, timeout = 12, 10 * time.Millisecond, 500 * time.Millisecond
 				var f fleetCounter
 				cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: timeout}
-				o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy,
-					CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second}
+				o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy, CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second}
 				var rs []*replica
 				for range 3 {
 					rs = append(rs, newReplica(t, srv.addr(), cfg, o, f.handler(handler)))
@@ -508,8 +507,7 @@ func TestSharesApplyOnRedisDownOnceTheLeaseRunsOut(t *testing.T) {
 			const lease = time.Second
 			var f fleetCounter
 			cfg := ginqueue.Config{MaxConcurrent: 4, MaxQueue: 16, QueueTimeout: 300 * time.Millisecond}
-			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy,
-				CallTimeout: 50 * time.Millisecond, LeaseTTL: lease}
+			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy, CallTimeout: 50 * time.Millisecond, LeaseTTL: lease}
 			rs := []*replica{newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond)),
 				newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))}
 			var mu sync.Mutex
@@ -611,14 +609,14 @@ func TestSharesRefuseToMix(t *testing.T) {
 		if err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, l); err != nil {
 			t.Fatal(err)
 		}
-		err := start(redisqueue.Options{Name: name}, l)
+		err := start(redisqueue.Options{Name: name, Mode: redisqueue.GlobalQueue}, l)
 		if !errors.Is(err, redisqueue.ErrConflict) || !strings.Contains(err.Error(), "Shares") {
 			t.Fatalf("a GlobalQueue replica beside a Shares one: %v", err)
 		}
 	})
 	t.Run("shares beside global", func(t *testing.T) {
 		name := newName(t)
-		if err := start(redisqueue.Options{Name: name}, l); err != nil {
+		if err := start(redisqueue.Options{Name: name, Mode: redisqueue.GlobalQueue}, l); err != nil {
 			t.Fatal(err)
 		}
 		err := start(redisqueue.Options{Name: name, Mode: redisqueue.Shares}, l)
@@ -646,7 +644,7 @@ func TestSharesHonourEveryLocalFeature(t *testing.T) {
 	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, MaxQueuePerFlow: 1, QueueTimeout: 5 * time.Second,
 		FlowKey: func(c *gin.Context) string { return c.Query("flow") },
 		CoDel:   &ginqueue.CoDel{LIFO: true}}
-	rs := sharesFleet(t, 1, cfg, redisqueue.Options{}, func(*gin.Context) { <-release })
+	rs := sharesFleet(t, 1, cfg, redisqueue.Options{Mode: redisqueue.GlobalQueue}, func(*gin.Context) { <-release })
 	r := rs[0]
 	eventually(t, 2*time.Second, "no share", func() bool { return r.b.Stats().Limit == 2 })
 	codes := make(chan int, 8)
@@ -680,7 +678,7 @@ func TestSharesFollowCloseAndSetLimit(t *testing.T) {
 	needRedis(t)
 	var f fleetCounter
 	cfg := ginqueue.Config{MaxConcurrent: 8, MaxQueue: 64, QueueTimeout: 5 * time.Second}
-	rs := sharesFleet(t, 2, cfg, redisqueue.Options{}, f.handler(5*time.Millisecond))
+	rs := sharesFleet(t, 2, cfg, redisqueue.Options{Mode: redisqueue.GlobalQueue}, f.handler(5*time.Millisecond))
 	eventually(t, 2*time.Second, "idle shares not split", func() bool {
 		return rs[0].b.Stats().Limit == 4 && rs[1].b.Stats().Limit == 4
 	})
@@ -965,8 +963,7 @@ func TestSharesWithoutAShareAnswerUnavailableDuringAnOutage(t *testing.T) {
 			if tt.callTimeout == 0 {
 				cfg.QueueTimeout = time.Second
 			}
-			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy,
-				CallTimeout: tt.callTimeout}
+			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy, CallTimeout: tt.callTimeout}
 			busy := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
 			idle := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
 			ld := startShape([]*replica{busy, idle}, 8)

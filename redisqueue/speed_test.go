@@ -43,7 +43,7 @@ func TestSpeed(t *testing.T) {
 	})
 
 	t.Run("round trip", func(t *testing.T) {
-		b := startBackends(t, 1, l, redisqueue.Options{})[0]
+		b := startBackends(t, 1, l, redisqueue.Options{Mode: redisqueue.GlobalQueue})[0]
 		pair := func() time.Duration {
 			start := time.Now()
 			tk, err := b.Acquire(ctx, backend.Arrival{})
@@ -64,7 +64,7 @@ func TestSpeed(t *testing.T) {
 	})
 
 	t.Run("8 clients", func(t *testing.T) {
-		b := startBackends(t, 1, l, redisqueue.Options{})[0]
+		b := startBackends(t, 1, l, redisqueue.Options{Mode: redisqueue.GlobalQueue})[0]
 		ctl := newClient(t, redisAddr)
 		cpu0, calls0 := redisCPU(t, ctl)
 		const dur = 2 * time.Second
@@ -92,7 +92,7 @@ func TestSpeed(t *testing.T) {
 	})
 
 	t.Run("hand-off", func(t *testing.T) {
-		bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}, redisqueue.Options{})
+		bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}, redisqueue.Options{Mode: redisqueue.GlobalQueue})
 		d := make([]time.Duration, 0, 500)
 		for range cap(d) {
 			held, err := bs[0].Acquire(ctx, backend.Arrival{})
@@ -169,7 +169,7 @@ func perCall(a, b scriptStat) float64 {
 // limit, from b.N goroutines' worth of parallelism.
 func BenchmarkAcquireRelease(b *testing.B) {
 	needRedis(b)
-	rb, err := redisqueue.New(newClient(b, redisAddr), redisqueue.Options{Name: newName(b)})
+	rb, err := redisqueue.New(newClient(b, redisAddr), redisqueue.Options{Name: newName(b), Mode: redisqueue.GlobalQueue})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// split is a Name split into parts (Options.Parts): this replica runs in
+// split is a Name split into parts (Options.Shares.Parts): this replica runs in
 // Shares mode on its part's keys, and takes its turn, now and then, at
 // moving the limit between the parts.
 type split struct {
@@ -45,7 +45,7 @@ func partOf(replica string, parts int) int {
 // slots: on a Cluster whose shards hold equal ranges in order, as
 // redis-cli --cluster create makes them, the parts spread evenly over the
 // shards, whichever way the ranges were rounded.
-func partPrefix(o Options, p int) string {
+func partPrefix(o settings, p int) string {
 	lo, hi := p*clusterSlots/o.Parts, (p+1)*clusterSlots/o.Parts
 	lo, hi = lo+(hi-lo)/4, hi-(hi-lo)/4
 	base := o.Name + ":" + strconv.Itoa(p) + ":"

@@ -96,7 +96,7 @@ func splitFleet(t *testing.T, n, parts, limit int) []*Backend {
 	in := map[int]bool{}
 	// n replicas, and more if a part has none yet
 	for len(bs) < n || len(in) < parts && len(bs) < 64*parts {
-		b, err := New(testRedis(t), Options{Name: name, Mode: Shares, Parts: parts, RebalancePeriod: DefaultLeaseTTL})
+		b, err := New(testRedis(t), Options{Name: name, Mode: Shares, Shares: SharesOptions{Parts: parts, RebalancePeriod: DefaultLeaseTTL}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestPartsTakeSlotRangesInOrder(t *testing.T) {
 		t.Fatalf("crc16(123456789) = %#x, want 0x31c3", c)
 	}
 	for _, parts := range []int{2, 3, 16, MaxParts, 1024} {
-		o := Options{Name: "orders", KeyPrefix: "ginqueue", Parts: parts}
+		o := settings{Name: "orders", KeyPrefix: "ginqueue", Parts: parts}
 		for _, p := range []int{0, parts / 2, parts - 1} {
 			key := partPrefix(o, p) + "sm"
 			s := int(crc16([]byte(key[strings.Index(key, "{")+1:strings.Index(key, "}")])) % clusterSlots)

@@ -25,8 +25,7 @@ import (
 // splitOptions is a split of a Name into parts that rebalances 5 times a
 // second.
 func splitOptions(t *testing.T, parts int) redisqueue.Options {
-	return redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, Parts: parts,
-		RebalancePeriod: 200 * time.Millisecond}
+	return redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, Shares: redisqueue.SharesOptions{Parts: parts, RebalancePeriod: 200 * time.Millisecond}}
 }
 
 // byPart groups replicas by the part they run in.
@@ -157,9 +156,9 @@ func TestSplitRefusesOtherSplits(t *testing.T) {
 		o    redisqueue.Options
 		l    backend.Limits
 	}{
-		{"other parts", redisqueue.Options{Name: o.Name, Mode: redisqueue.Shares, Parts: 2}, l},
+		{"other parts", redisqueue.Options{Name: o.Name, Mode: redisqueue.Shares, Shares: redisqueue.SharesOptions{Parts: 2}}, l},
 		{"no parts", redisqueue.Options{Name: o.Name, Mode: redisqueue.Shares}, l},
-		{"global queue", redisqueue.Options{Name: o.Name}, l},
+		{"global queue", redisqueue.Options{Name: o.Name, Mode: redisqueue.GlobalQueue}, l},
 		{"other MaxConcurrent", o, backend.Limits{MaxConcurrent: 5, MaxQueue: 8}},
 	}
 	for _, c := range cases {
@@ -177,7 +176,7 @@ func TestSplitRefusesOtherSplits(t *testing.T) {
 	// And a split replica refuses to start beside replicas that do not split.
 	plain := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares}
 	startBackends(t, 1, l, plain)
-	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: plain.Name, Mode: redisqueue.Shares, Parts: 2})
+	b, err := redisqueue.New(newClient(t, redisAddr), redisqueue.Options{Name: plain.Name, Mode: redisqueue.Shares, Shares: redisqueue.SharesOptions{Parts: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestStatsSplitAndOldestWait(t *testing.T) {
 	release := make(chan struct{})
 	prio := func(c *gin.Context) int { p, _ := strconv.Atoi(c.Query("p")); return p }
 	r := newReplica(t, redisAddr, ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second, Priority: prio},
-		redisqueue.Options{Name: newName(t)}, func(c *gin.Context) { <-release })
+		redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue}, func(c *gin.Context) { <-release })
 	done := make(chan int, 3)
 	for _, p := range []string{"0", "0", "7"} {
 		go func() {

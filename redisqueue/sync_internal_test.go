@@ -132,8 +132,7 @@ func TestReleaseRacingSyncLeavesNoGhost(t *testing.T) {
 // list, the sync right after it does.
 func TestALocalGrantAfterTheProbesListIsCounted(t *testing.T) {
 	addr := ownRedis(t)
-	o := Options{Name: "late", CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
-		TickInterval: 200 * time.Millisecond, FailureThreshold: 1} // a liveness lease of 600 ms
+	o := Options{Name: "late", CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second, FailureThreshold: 1, Mode: GlobalQueue, GlobalQueue: GlobalQueueOptions{TickInterval: 200 * time.Millisecond}} // a liveness lease of 600 ms
 	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 4}
 	start := func(o Options, hook func(bool)) *Backend {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
@@ -260,7 +259,7 @@ func quietBackend(t *testing.T, addr string, o Options, l backend.Limits) *Backe
 // run out (a liveness lease) or for the reader to come back.
 func TestARecoveryIsConfirmedWithoutItsNotice(t *testing.T) {
 	addr := ownRedis(t)
-	o := Options{Name: "recover", CallTimeout: 100 * time.Millisecond, OnRedisDown: FailOpen}
+	o := Options{Name: "recover", CallTimeout: 100 * time.Millisecond, OnRedisDown: FailOpen, Mode: GlobalQueue}
 	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 4}
 	a, b := quietBackend(t, addr, o, l), quietBackend(t, addr, o, l)
 	a.markDown(errors.New("test: Redis froze"))

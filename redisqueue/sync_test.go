@@ -18,7 +18,7 @@ func TestDeadReplicaLosesItsSlotsWithinLeaseTTL(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	const ttl = time.Second
-	o := redisqueue.Options{Name: newName(t), LeaseTTL: ttl, TickInterval: 100 * time.Millisecond}
+	o := redisqueue.Options{Name: newName(t), LeaseTTL: ttl, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 5, QueueTimeout: 10 * time.Second}
 
 	doomedClient := newClient(t, redisAddr)
@@ -41,7 +41,7 @@ func TestDeadReplicaLosesItsSlotsWithinLeaseTTL(t *testing.T) {
 	}
 	waited := time.Since(killed)
 	survivor.Release(tk)
-	if waited > ttl+2*o.TickInterval+200*time.Millisecond {
+	if waited > ttl+2*o.GlobalQueue.TickInterval+200*time.Millisecond {
 		t.Fatalf("the dead replica's slots came back after %v, want within LeaseTTL %v", waited, ttl)
 	}
 	t.Logf("slot back %v after the kill (LeaseTTL %v)", waited, ttl)
@@ -59,7 +59,7 @@ func TestLostEvictionNoticeIsCaughtByTheSafetyNet(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	const tick = 100 * time.Millisecond
-	o := redisqueue.Options{Name: newName(t), TickInterval: tick}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: tick}}
 	bs := startBackends(t, 2, backend.Limits{MaxConcurrent: 1, MaxQueue: 2, QueueTimeout: 10 * time.Second}, o)
 	defer holdAll(t, bs[0], 1)()
 	errc := make(chan error, 1)
@@ -113,8 +113,7 @@ func TestFailOpenLocalGrantsCountedWhenRedisReturns(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
-		TickInterval: 100 * time.Millisecond, FailureThreshold: 1}
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 3 * time.Second, FailureThreshold: 1, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 10 * time.Second}
 	b := startBackends2(t, srv.addr(), l, o)
 	ctx := context.Background()
@@ -165,8 +164,7 @@ func TestFailClosedFleetIsNotHeldBackForADeadReplica(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second,
-		TickInterval: 500 * time.Millisecond, FailureThreshold: 1, OnRedisDown: redisqueue.FailClosed}
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond, LeaseTTL: 10 * time.Second, FailureThreshold: 1, OnRedisDown: redisqueue.FailClosed, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 500 * time.Millisecond}}
 	l := backend.Limits{MaxConcurrent: 2, MaxQueue: 4, QueueTimeout: 5 * time.Second}
 	survivor := startBackends2(t, srv.addr(), l, o)
 	doomedClient := newClient(t, srv.addr())
@@ -218,7 +216,7 @@ func TestRestartedEmptyWaitsForTheReplicasItLost(t *testing.T) {
 		s, err := a.GlobalStats(ctx)
 		return err == nil && s.Replicas == 2
 	})
-	time.Sleep(3 * o.TickInterval) // each has heard there are 2
+	time.Sleep(3 * o.GlobalQueue.TickInterval) // each has heard there are 2
 	srv.stop()
 	local := func(r *redisqueue.Backend) backend.Ticket {
 		t.Helper()

@@ -94,8 +94,7 @@ func newTopoRun(t *testing.T, top topology, policy redisqueue.Policy, universal 
 	for range 3 {
 		rdb := top.client(universal)
 		t.Cleanup(func() { _ = rdb.Close() })
-		b, err := redisqueue.New(rdb, redisqueue.Options{Name: r.name, CallTimeout: topoCallTimeout, OnRedisDown: policy,
-			LeaseTTL: lease, Mode: top.mode})
+		b, err := redisqueue.New(rdb, redisqueue.Options{Name: r.name, CallTimeout: topoCallTimeout, OnRedisDown: policy, LeaseTTL: lease, Mode: top.mode})
 		if err != nil {
 			t.Fatal(err)
 		}

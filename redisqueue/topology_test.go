@@ -70,13 +70,14 @@ type topology struct {
 	again time.Duration
 	// spec is how a doomed replica (another OS process) reaches it.
 	spec doomedSpec
-	// mode is every replica's Options.Mode; topology_shares_test.go says
-	// what the runs expect in Shares mode.
+	// mode is every replica's Options.Mode, GlobalQueue unless a suite
+	// sets Shares; topology_shares_test.go says what the runs expect then.
 	mode redisqueue.Mode
 }
 
 func clusterTopology(c *testCluster) topology {
 	return topology{
+		mode: redisqueue.GlobalQueue,
 		kind: "cluster",
 		client: func(universal bool) redis.UniversalClient {
 			// ReadTimeout bounds the client's own slot-map reloads, which a
@@ -124,6 +125,7 @@ func clusterTopology(c *testCluster) topology {
 
 func sentinelTopology(s *testSentinel) topology {
 	return topology{
+		mode: redisqueue.GlobalQueue,
 		kind: "sentinel",
 		client: func(universal bool) redis.UniversalClient {
 			if universal {

@@ -642,7 +642,7 @@ func TestATurnIsConfirmedWithAProbe(t *testing.T) {
 // the server's accept queue, and it answered none of them for seconds
 // after it was back. A small fleet probes as before.
 func TestALargeFleetProbesApart(t *testing.T) {
-	o := Options{SharePeriod: 50 * time.Millisecond, CallTimeout: 150 * time.Millisecond}
+	o := settings{SharePeriod: 50 * time.Millisecond, CallTimeout: 150 * time.Millisecond}
 	small := pacer{opts: o, slow: true, replicas: 4}
 	if d := small.every(true); d != 0 {
 		t.Fatalf("a small fleet's probe after a slow one waits %v, want 0", d)
@@ -761,7 +761,7 @@ func checkTotals(t *testing.T, rdb *redis.Client, r *rawShares) {
 // failed together (a thousand started at once) tried again at once, and
 // were marked down together.
 func TestAFailedCallIsTriedAgainAtRandom(t *testing.T) {
-	o := Options{CallTimeout: 100 * time.Millisecond}
+	o := settings{CallTimeout: 100 * time.Millisecond, Mode: GlobalQueue}
 	if d := retryAfter(o, 0); d != 0 {
 		t.Fatalf("no failure: retry after %v, want 0", d)
 	}

@@ -25,7 +25,7 @@ func weighted(limit int) backend.Limits {
 // slow is the Options of the tests whose grants must come from the
 // scripts of acquires and releases: a safety net so slow that a grant
 // within 300 ms seldom comes from it.
-var slow = redisqueue.Options{LeaseTTL: 9 * time.Second, TickInterval: 3 * time.Second}
+var slow = redisqueue.Options{LeaseTTL: 9 * time.Second, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 3 * time.Second}}
 
 // grant is the outcome of one acquire of acquireAsync.
 type grant struct {
@@ -77,7 +77,7 @@ func TestWeightedNeverExceedsTheLimit(t *testing.T) {
 	t.Parallel()
 	const limit, n = 6, 60
 	bs := startBackends(t, 3, backend.Limits{MaxConcurrent: limit, MaxQueue: n, QueueTimeout: 30 * time.Second, Weighted: true},
-		redisqueue.Options{})
+		redisqueue.Options{Mode: redisqueue.GlobalQueue})
 	var inUse, most, redisMost atomic.Int64
 	stop := make(chan struct{})
 	watched := make(chan error, 1)
@@ -202,7 +202,7 @@ func TestWeightedLeaseExpiryFreesTheWholeCost(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	const ttl = time.Second
-	o := redisqueue.Options{Name: newName(t), LeaseTTL: ttl, TickInterval: 100 * time.Millisecond}
+	o := redisqueue.Options{Name: newName(t), LeaseTTL: ttl, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 	doomedClient := newClient(t, redisAddr)
 	doomed, err := redisqueue.New(doomedClient, o)
 	if err != nil {
@@ -264,7 +264,7 @@ func TestWeightedReclaimAfterFlushCountsTheCost(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), LeaseTTL: time.Second, TickInterval: 50 * time.Millisecond}
+	o := redisqueue.Options{Name: newName(t), LeaseTTL: time.Second, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 50 * time.Millisecond}}
 	a := startBackends2(t, srv.addr(), weighted(4), o)
 	b := startBackends2(t, srv.addr(), weighted(4), o)
 	heavy := held(t, a, 3, 3)
@@ -320,7 +320,7 @@ func TestWeightedThroughTheQueue(t *testing.T) {
 	release := make(chan struct{})
 	cost := func(c *gin.Context) int { n, _ := strconv.Atoi(c.Query("cost")); return n }
 	r := newReplica(t, redisAddr, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: 10 * time.Second, Cost: cost},
-		redisqueue.Options{Name: newName(t)}, func(*gin.Context) { <-release })
+		redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue}, func(*gin.Context) { <-release })
 	done := make(chan int, 1)
 	go func() {
 		w := httptest.NewRecorder()
@@ -342,8 +342,7 @@ func TestWeightedFailOpenCountsCostsLocally(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 2 * time.Second,
-		TickInterval: 100 * time.Millisecond, FailureThreshold: 2}
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, LeaseTTL: 2 * time.Second, FailureThreshold: 2, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 100 * time.Millisecond}}
 	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 4, Weighted: true}, o)
 	srv.stop()
 	eventually(t, 3*time.Second, "Redis not marked down", func() bool {
@@ -378,7 +377,7 @@ func TestWeightedWritesKeepTheLimitsTTL(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
 	srv := startRedis(t)
-	o := redisqueue.Options{Name: newName(t), TickInterval: 3 * time.Second, LeaseTTL: 10 * time.Second}
+	o := redisqueue.Options{Name: newName(t), LeaseTTL: 10 * time.Second, Mode: redisqueue.GlobalQueue, GlobalQueue: redisqueue.GlobalQueueOptions{TickInterval: 3 * time.Second}}
 	b := startBackends2(t, srv.addr(), backend.Limits{MaxConcurrent: 4, MaxQueue: 4, Weighted: true}, o)
 	ctl := newClient(t, srv.addr())
 	ctx := context.Background()

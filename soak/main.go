@@ -146,7 +146,7 @@ func (s *server) newQueue() (*ginqueue.Queue, error) {
 		},
 	}
 	if s.backend == "redis" {
-		b, err := redisqueue.New(s.rdb, redisqueue.Options{Name: s.name})
+		b, err := redisqueue.New(s.rdb, redisqueue.Options{Name: s.name, Mode: redisqueue.GlobalQueue})
 		if err != nil {
 			return nil, err
 		}

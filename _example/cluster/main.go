@@ -1,9 +1,9 @@
 // Command cluster runs three replicas of one service on three ports, sharing
 // one limit through Redis (REDIS_ADDR, default 127.0.0.1:6379), in each of
-// redisqueue's two modes. With the global queue (the default mode) it fires
-// a burst at them round-robin and prints which replica served each request,
-// when, and the global outcome counts. With leased shares it puts an uneven
-// load on them, moves it from one replica to another, and prints each
+// redisqueue's two modes. With the global queue it fires a burst at them
+// round-robin and prints which replica served each request, when, and the
+// global outcome counts. With leased shares (the default mode) it puts an
+// uneven load on them, moves it from one replica to another, and prints each
 // replica's share of the limit as it follows the load. It exits by itself.
 //
 //	go run ./cluster

@@ -257,7 +257,7 @@ func (f *scaleFleet) startReplica(i int) error {
 	rep := &f.replicas[i]
 	o := redisqueue.Options{Name: f.name, Mode: redisqueue.Shares}
 	if f.plan.Parts > 1 {
-		o.Parts = f.plan.Parts
+		o.Shares.Parts = f.plan.Parts
 		rep.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: f.addrs, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
 	} else {
 		rep.rdb = redis.NewClient(&redis.Options{Addr: f.addrs[0], ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})

@@ -42,7 +42,7 @@ func newRedisClient(addr string) *redis.Client {
 func (f *fleet) backend(name string, l backend.Limits) (*redisqueue.Backend, error) {
 	rdb := newRedisClient(f.addr)
 	f.closers = append(f.closers, func() { _ = rdb.Close() })
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name, Mode: redisqueue.GlobalQueue})
 	if err == nil {
 		if err = b.Start(l); err == nil {
 			f.closers = append(f.closers, func() { _ = b.Close() })
