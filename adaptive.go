@@ -14,20 +14,14 @@ import (
 type Algorithm uint8
 
 const (
-	// Gradient scales the limit by how much slower than no-load the recent
-	// handler times are, plus a little headroom, once per window:
-	//
-	//	gradient = clamp(Tolerance × noLoad / recent, 0.5, 1)
-	//	limit    = limit × gradient + max(1, √limit / 2)
-	//
-	// so the limit falls by at most half per window, and a rise is smoothed
-	// to a fifth of the step. Its floor is max(MinLimit, 2), within
-	// MaxLimit. It is the idea of Netflix's Gradient2 and Envoy's adaptive
-	// concurrency; see docs/adaptive.md.
+	// Gradient scales the limit, once per window, by how much slower than
+	// no-load the recent handler times are, plus a little headroom. The limit
+	// falls by at most half per window. Its floor is max(MinLimit, 2).
+	// docs/adaptive.md has the formula.
 	Gradient Algorithm = iota
 	// AIMD adds one slot per window while recent handler times stay within
-	// Tolerance × noLoad, and multiplies the limit by Backoff, taking at
-	// least one slot, when they do not. Its floor is MinLimit.
+	// Tolerance × no-load, and else multiplies the limit by Backoff, taking
+	// at least one slot. Its floor is MinLimit.
 	AIMD
 )
 
@@ -40,19 +34,15 @@ func (a Algorithm) String() string {
 }
 
 // AdaptiveConfig makes the limit follow the measured handler latency: fewer
-// slots when handlers slow down, more when they keep up. Every Window
-// samples (the handler times of served requests) the limit is recomputed
-// from how the window compares with the no-load latency, within
-// [MinLimit, MaxLimit]; a limit that is less than half used does not grow.
-// The no-load latency (Stats.NoLoadLatency) is measured by a probe that
-// holds the limit at MinLimit for 10 samples: at the start, every
-// ProbeEvery windows, and after a window much faster than it. The zero
-// value is usable: Gradient between 1 and 1000 slots. How the limit moves,
-// and why, is in docs/adaptive.md.
+// slots when handlers slow down, more when they keep up. After every Window
+// served requests it compares their handler times with the no-load latency
+// (Stats.NoLoadLatency), which it measures by holding the limit at MinLimit
+// for a few requests, at the start and every ProbeEvery windows. The zero
+// value is usable: Gradient between 1 and 1000 slots. docs/adaptive.md says
+// how the limit moves.
 type AdaptiveConfig struct {
-	// MinLimit is the lowest limit, and the one no-load latency is measured
-	// at. Zero means 1. It must be in [0, MaxLimit] (the constant) and not
-	// above the MaxLimit field.
+	// MinLimit is the lowest limit, and the limit while no-load latency is
+	// measured. Zero means 1. It must be in [0, 2^30] and at most MaxLimit.
 	MinLimit int
 	// MaxLimit is the highest limit. Zero means 1000. It must be in
 	// [0, 2^30].
@@ -68,9 +58,8 @@ type AdaptiveConfig struct {
 	// Window is the number of samples per update. Zero means the current
 	// limit, within [10, 200]. It must be in [0, 32768].
 	Window int
-	// ProbeEvery is the number of windows between two probes of the no-load
-	// latency: the last of them moves the limit, then the probe starts. Zero
-	// means 1000; negative is refused.
+	// ProbeEvery is the number of windows between two measurements of the
+	// no-load latency. Zero means 1000; negative is refused.
 	ProbeEvery int
 }
 

@@ -6,19 +6,18 @@ import (
 	"time"
 )
 
-// CoDel: the option (Config.CoDel, its defaults and checks), its compiled
-// form and when the queue stands. The maximum wait it sets and the timer
-// that enforces it are in timeout.go (maxWait, wakeAt, expire); where the
-// queue starts being busy (push) and LIFO's grants, in waiters.go.
+// CoDel: the option, its defaults and checks, its compiled form, and when
+// the queue stands. The maximum wait it sets, and the timer that enforces
+// it, are in timeout.go. Where the queue starts being busy, and the LIFO
+// grants, are in waiters.go.
 
-// CoDel is controlled-delay queueing as Facebook runs it ("Fail at Scale",
-// ACM Queue, 2015). While the queue empties now and then, a waiter may wait
-// up to Interval; once it has gone a whole Interval without emptying (it
-// stands), a waiter may wait only Target, and every waiter that has waited
-// Target leaves at once. Both are capped by Config.QueueTimeout when it is
-// not zero. A waiter dropped so is a queue timeout like any other. The zero
-// value is usable: Target 5 ms, Interval 100 ms, first in first out. The
-// reasoning and how to pick the two are in docs/configuration.md (CoDel).
+// CoDel is controlled-delay queueing ("Fail at Scale", ACM Queue, 2015).
+// While the queue empties now and then, a waiter may wait up to Interval.
+// Once it has gone a whole Interval without emptying, the queue stands and a
+// waiter may wait only Target. A nonzero Config.QueueTimeout caps both, and a
+// waiter that runs out is a queue timeout. The zero value is usable: 5 ms,
+// 100 ms, first in first out. docs/configuration.md (CoDel) says how to
+// choose them.
 type CoDel struct {
 	// Target is how long a waiter may wait while the queue stands. Zero
 	// means 5 ms. Negative, or above Interval, is refused.
@@ -29,10 +28,8 @@ type CoDel struct {
 	// stands. Zero means 100 ms. Negative is refused.
 	Interval time.Duration
 
-	// LIFO grants the newest waiter first while the queue stands: at the
-	// highest priority waiting, the newest waiter of the flow whose turn it
-	// is. Whenever the queue does not stand, waiters are granted first in
-	// first out. False means first in first out always.
+	// LIFO grants the newest waiter first while the queue stands, still by
+	// priority and flow. False means first in first out always.
 	LIFO bool
 }
 
@@ -50,7 +47,7 @@ func (c CoDel) withDefaults() CoDel {
 }
 
 // check reports the first field of c that cannot work, naming it as a field
-// of the struct called from (Config.CoDel, or Limits.CoDel for the CoDel fields of Limits).
+// of from: Config.CoDel, or Limits.CoDel for the CoDel fields of Limits.
 func (c CoDel) check(from string) error {
 	d := c.withDefaults()
 	switch {

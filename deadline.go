@@ -16,17 +16,13 @@ import (
 	"github.com/ginqueue/ginqueue/backend"
 )
 
-// DeadlineHeader is a Config.Deadline that reads how long the client is
-// prepared to wait from the request header name, counted from when the
-// request reaches the Queue: seconds as strconv.ParseFloat reads them
-// ("2.5", "1e-3") or a duration as time.ParseDuration reads it ("2500ms").
-// Of several values the first counts; spaces around it are ignored. Zero
-// ("0", "0s") means no time left: the request is answered at once, without
-// running. Any other value that is not a usable wait (missing, empty,
-// negative, NaN, infinite, unparsable, or beyond a time.Duration) means no
-// deadline from the header. A request without the header allocates
-// nothing. The function is safe for concurrent use. docs/configuration.md
-// (Client deadlines) lists the values.
+// DeadlineHeader is a Config.Deadline that reads how long the client will
+// wait, from when the request reaches the Queue, in the request header
+// called name: seconds ("2.5") or a time.ParseDuration value ("2500ms").
+// Zero means no time left: the request is answered at once, without running.
+// A missing, negative or unreadable value means no deadline. The function is
+// safe for concurrent use. docs/configuration.md (Client deadlines) lists
+// the values.
 func DeadlineHeader(name string) func(*gin.Context) time.Time {
 	key := textproto.CanonicalMIMEHeaderKey(name) // once, so a lookup never allocates
 	return func(c *gin.Context) time.Time {
@@ -75,14 +71,17 @@ var (
 	errPastDeadlineEarly = fmt.Errorf("%w: the client's deadline had passed on arrival", backend.ErrQueueFull)
 )
 
-// bindDeadline gives c the request's deadline, the earlier of its request
-// context's and Config.Deadline's, before it waits: when Config.Deadline's is
-// the earlier, c.Request is replaced by a copy whose context ends then, and
-// the request it replaced and the context's cancel func are returned, for
-// unbindDeadline; otherwise nothing changes and both are nil. A deadline that
-// has already passed returns the error to reject c with instead: closed after
-// Close, canceled if the client has hung up, else errPastDeadline or, with
-// RejectEarly, errPastDeadlineEarly. Requires q.deadline.
+// bindDeadline gives c the request's deadline before it waits. That is the
+// earlier of its request context's deadline and Config.Deadline's. When
+// Config.Deadline's is the earlier, c.Request is replaced by a copy whose
+// context ends then. bindDeadline then returns the request it replaced and
+// the context's cancel func, for unbindDeadline. Otherwise nothing changes
+// and both are nil.
+//
+// If the deadline has already passed, bindDeadline returns the error to
+// reject c with instead. That is ErrClosed after Close, the context's error
+// if the client has hung up, errPastDeadlineEarly with RejectEarly, and
+// errPastDeadline otherwise. Requires q.deadline.
 func (q *Queue) bindDeadline(c *gin.Context) (*http.Request, context.CancelFunc, error) {
 	ctx := c.Request.Context()
 	dl := ask(q, c, q.deadline)
@@ -123,12 +122,12 @@ func unbindDeadline(c *gin.Context, r *http.Request, cancel context.CancelFunc) 
 	cancel()
 }
 
-// timeLeft is the longest RejectEarly lets a request whose context is ctx
-// wait, from now: QueueTimeout, or with Config.Deadline the time left until
-// the context's deadline (bindDeadline made it the request's), less need
-// (Arrival.MinTimeLeft: a waiter granted later is answered queue timeout),
-// when that is sooner; zero or less when that time has run out. Without
-// RejectEarly it is QueueTimeout, unused.
+// timeLeft is the longest RejectEarly lets a request wait, from now. That is
+// QueueTimeout, or with Config.Deadline the time until the deadline of ctx
+// less need, if that is sooner. need is Arrival.MinTimeLeft: a waiter
+// granted with less time left is answered as queue timeout. The result is
+// zero or less when the time has run out. Without RejectEarly it is
+// QueueTimeout, and unused.
 func (q *Queue) timeLeft(ctx context.Context, now time.Time, need time.Duration) time.Duration {
 	if q.deadline == nil || !q.rejectEarly {
 		return q.timeout
@@ -139,13 +138,13 @@ func (q *Queue) timeLeft(ctx context.Context, now time.Time, need time.Duration)
 	return q.timeout
 }
 
-// need is the time a request whose context is ctx, arrived at now, needs
-// before its deadline once granted, with Config.MinTimeLeft zero: the
-// measured handler time, plus a tenth of the time it has left on arrival
-// for what the Queue cannot see (the time the request took to reach it and
-// the response takes to get back, a handler that runs longer than its
-// mean). Zero until a handler time is measured or without a deadline:
-// nobody is refused on a guess.
+// need is the time a request needs before its deadline once granted, when
+// Config.MinTimeLeft is zero. It is the measured handler time plus a tenth
+// of the time the request has left on arrival, at now. The tenth covers
+// what the Queue cannot see: the trip of the request to it and back, and a
+// handler that runs longer than its mean. need is zero without a deadline
+// on ctx, or before a handler time is measured, so nobody is refused on a
+// guess.
 func (q *Queue) need(ctx context.Context, now time.Time) time.Duration {
 	mean, ok := q.handlerTime.get()
 	dl, hasDeadline := ctx.Deadline()

@@ -38,21 +38,25 @@ type dispatcher struct {
 	// either before that CAS (the waiter sees the free slot and takes it)
 	// or after (the releaser sees the bit and grants under mu): no wake-up
 	// is lost. The interleaving tests enumerate every order of these steps,
-	// SetLimit's included, and checks the limit after each.
+	// SetLimit's included, and check the limit after each.
 	state atomic.Uint64
 
-	// Counters that only grow, for Stats: fastServed counts the slots the
-	// fast path took, slowServed the grants kept through Acquire (slots
-	// taken at once or a hand-off its waiter kept), finished the Releases;
-	// all three count requests. Served is fastServed + slowServed. The
-	// slots beyond the first of each grant kept and of each Release are in
-	// heavyServed and heavyFinished, which stay zero while every cost is 1,
-	// so the fast path and Release of a cost-1 request touch neither. The
-	// running slots Stats reports are (Served + heavyServed) - (finished +
-	// heavyFinished), the grants read before the releases (heavyServed
-	// before slowServed): a request counts its grant before it can release,
-	// so the result is never negative, and never above the slots the
-	// requests in Served were granted (without costs, never above Served).
+	// Counters that only grow, for Stats. All three of fastServed,
+	// slowServed and finished count requests. fastServed counts those the
+	// fast path admitted. slowServed counts the grants kept through
+	// Acquire, whether the slots were taken at once or handed to a waiter
+	// that kept them. finished counts the Releases. Served is fastServed +
+	// slowServed. heavyServed and heavyFinished count the slots beyond the
+	// first of each grant kept and of each Release. They stay zero while
+	// every cost is 1, so the fast path and the Release of a cost-1 request
+	// touch neither.
+	//
+	// The running slots Stats reports are (Served + heavyServed) -
+	// (finished + heavyFinished). counts reads the grants before the
+	// releases, and heavyServed before slowServed. A request counts its
+	// grant before it can release, so the result is never negative. Nor is
+	// it ever above the slots granted to the requests in Served, which
+	// without costs means never above Served.
 	fastServed    atomic.Uint64
 	slowServed    atomic.Uint64
 	finished      atomic.Uint64

@@ -41,18 +41,15 @@
 //     panic goes on to gin.Recovery, which answers 500.
 //
 // Config.OnQueueFull, Config.OnQueueTimeout and Config.OnClosed replace the
-// default responses. A waiting request parks in its own goroutine, and
-// nothing polls: a freed slot goes straight to the next waiter. A handler
-// that panics still gives its slots back.
+// default responses. A handler that panics still gives its slots back.
 //
 // # More
 //
-// Config.Priority and Config.FlowKey order the queue by importance and make
-// clients take turns, Config.Cost weighs heavy requests as several slots,
-// and Config.Adaptive moves the limit with the measured handler latency. The
-// promqueue module exports Stats to Prometheus, and the redisqueue module is
-// a Backend that gives a whole fleet one limit. The doc comments state the
-// contract; the reasoning, examples and the words used (slot, limit, place,
-// grant, deadline) are in the docs folder of the repository, from
-// docs/configuration.md on: https://github.com/ginqueue/ginqueue.
+// Config.Priority, Config.FlowKey, Config.Cost and Config.Adaptive order the
+// queue, make clients take turns, weigh heavy requests and move the limit.
+// The promqueue and otelqueue modules export Stats, and the redisqueue module
+// gives a whole fleet one limit. The docs folder of the repository has the
+// words these comments use (slot, place, grant), examples and how to choose
+// each value, from docs/configuration.md on:
+// https://github.com/ginqueue/ginqueue.
 package ginqueue

@@ -41,15 +41,17 @@ func (q *Queue) progress() (fast, finished uint64) {
 var errRejectedEarly = fmt.Errorf("%w: the expected wait exceeds QueueTimeout or the client's deadline", backend.ErrQueueFull)
 
 // maxAhead is RejectEarly's bound, as Arrival.MaxAhead, for slots of the
-// given limit and an arrival that may wait left (see timeLeft): an arrival
+// given limit and an arrival that may wait left (see timeLeft). An arrival
 // whose expected wait, (ahead + 1) × slot time / limit, would exceed left
 // has at least left × limit / slot time waiters ahead. The slot time is
-// the measured mean of handler time × slots held, so with Config.Cost the
+// the measured mean of handler time × slots held. So with Config.Cost the
 // waiters ahead count as requests of the mix served so far, whatever each
-// of them costs. Zero (no bound) with RejectEarly off, or before a handler
-// time is measured, so nobody is refused on a guess; -1 when even the first
-// in line would wait too long, which needs no measure when left is zero or
-// less (a positive Config.MinTimeLeft beyond the time left, say).
+// of them costs.
+//
+// It is zero, no bound, with RejectEarly off or before a handler time is
+// measured, so nobody is refused on a guess. It is -1 when even the first
+// waiter would wait too long. That needs no measure when left is zero or
+// less, as when a positive Config.MinTimeLeft exceeds the time left.
 func (q *Queue) maxAhead(limit int, left time.Duration) int {
 	if !q.rejectEarly {
 		return 0
@@ -193,23 +195,28 @@ func (m *drainMeter) rate(now time.Time, done uint64) (float64, bool) {
 	return float64(done-base.done) / now.Sub(base.at).Seconds(), true
 }
 
-// serviceMeter estimates the slot time of a request, its handler time ×
-// the slots it held (one without Config.Cost), from every request that went
-// through Acquire (those that waited, and with Config.Cost every request of
-// cost above 1) and one in serviceEvery of the others. Each sample stands
-// for the requests its path timed it among (serviceEvery for the fast path,
-// one for Acquire) and weighs as many: unweighted, heavy requests, all
+// serviceMeter estimates the slot time of a request: its handler time ×
+// the slots it held, one without Config.Cost. Its samples are every request
+// that went through Acquire and one in serviceEvery of the others. Requests
+// go through Acquire when they wait, and with Config.Cost when they cost
+// more than 1.
+//
+// Each sample weighs as many requests as it represents: serviceEvery for
+// the fast path, one for Acquire. Unweighted, heavy requests, which are all
 // timed, would outweigh light ones served at once serviceEvery to one, and
-// RejectEarly would refuse a queue of light ones that fits. Limit over it is
-// the rate the slots can serve requests of the mix seen at, whatever the
-// demand was. It is a per-request average, not a per-second one, so an idle
-// period changes nothing: the first burst after it is judged by the handler
-// times seen last.
+// RejectEarly would refuse a queue of light ones that fits. Limit over the
+// estimate is the rate at which the slots serve requests of the mix seen,
+// whatever the demand was. It is a per-request average, not a per-second
+// one, so an idle period changes nothing: the first burst after it is
+// judged by the handler times seen last.
 type serviceMeter struct {
-	mu   sync.Mutex
-	sum  float64 // seconds × requests stood for, of the samples, decayed; guarded by mu
-	reqs float64 // requests the samples stand for, decayed as sum is; guarded by mu
-	n    int     // samples so far, up to serviceWeight; guarded by mu
+	mu sync.Mutex
+	// The fields below are guarded by mu. sum is the samples' seconds × the
+	// requests each represents, and reqs the requests they represent; both
+	// decay together. n is the samples so far, up to serviceWeight.
+	sum  float64
+	reqs float64
+	n    int
 }
 
 // serviceWeight: the estimate is the weighted mean of the first samples,
@@ -218,8 +225,8 @@ type serviceMeter struct {
 // is their mean, then an average that gives a new sample 1/serviceWeight.
 const serviceWeight = 16
 
-// sample adds the handler time d of one timed request that held slots slots
-// and stands for of requests (its path timed one in of).
+// sample adds the handler time d of one timed request that held slots
+// slots and represents of requests: its path timed one in of.
 func (m *serviceMeter) sample(d time.Duration, slots, of int) {
 	x := max(d, 0).Seconds() * float64(slots)
 	w := float64(max(of, 1))
@@ -246,12 +253,13 @@ func (m *serviceMeter) mean() (time.Duration, bool) {
 	return time.Duration(m.sum / m.reqs * float64(time.Second)), true
 }
 
-// tooFarBack reports whether a.MaxAhead refuses a (not 0): -1 if it would
-// wait at all, n > 0 if n or more would be granted before it, in the order
-// of grants now (under CoDel's LIFO while the queue stands, newest first).
-// One that would be granted at once, first in line with its slots free (a
-// higher priority than a heavy head that waits for slots, say), is never
-// refused. Requires d.mu.
+// tooFarBack reports whether a.MaxAhead, which is not 0, refuses a. A
+// MaxAhead of -1 refuses it if it would wait at all. One of n > 0 refuses it
+// if n or more would be granted before it, in the order of grants now: under
+// CoDel's LIFO, while the queue stands, newest first. An arrival that would
+// be granted at once, first in order with its slots free, is never refused.
+// That can happen while others wait: for an arrival of a higher priority
+// than a heavy head that waits for its slots, say. Requires d.mu.
 func (d *dispatcher) tooFarBack(a backend.Arrival, cost int) bool {
 	lifo := false
 	if c := d.codel; c != nil && c.lifo {

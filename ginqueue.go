@@ -192,10 +192,11 @@ func (q *Queue) admit(c *gin.Context) (w waited, n uint64, ok bool) {
 }
 
 // sampled tells whether the handler time of a request is a sample of how
-// long a request holds its slots, and for how many requests of its path it
-// stands: every request that went through Acquire (n is 0), and one in
-// serviceEvery of the others, the first included (see serviceMeter). Zero
-// means it is not timed.
+// long a request holds its slots, and how many requests of its path the
+// sample counts for. Every request that went through Acquire (n is 0) is a
+// sample that counts for one. Of the others, the first and then one in
+// serviceEvery are samples that count for serviceEvery each (see
+// serviceMeter). Zero means the request is not timed.
 func sampled(n uint64) int {
 	switch {
 	case n == 0:
@@ -377,11 +378,10 @@ func ask[T any](q *Queue, c *gin.Context, f func(*gin.Context) T) T {
 }
 
 // SetLimit sets the limit to n slots while the Queue runs. Raising it grants
-// waiters at once; lowering it preempts nobody: running requests keep their
-// slots, and the next is granted once its slots fit under n beside those
-// still held. With Config.Adaptive the algorithm goes on from n, within its
-// MinLimit and MaxLimit. It returns CheckLimit's error for an n out of
-// range, or an error for a Backend that is not a LimitSetter.
+// waiters at once. Lowering it preempts nobody: running requests keep their
+// slots. With Config.Adaptive the algorithm goes on from n, within its
+// MinLimit and MaxLimit. It fails for an n outside [1, 2^30], or a Backend
+// that is not a LimitSetter.
 func (q *Queue) SetLimit(n int) error {
 	ls, ok := q.backend.(backend.LimitSetter)
 	if !ok {
@@ -402,11 +402,10 @@ func (q *Queue) Close() error {
 }
 
 // Shutdown closes the Queue, then waits until every request running on it
-// has finished, or until ctx ends, when it returns ctx.Err(); Close's error,
-// if any, first. Call it before http.Server.Shutdown, so that waiters get
-// their 503 at once rather than holding the server's shutdown up. The
-// Backend's Close runs to its end before ctx is looked at (redisqueue's can
-// take up to its LeaseTTL).
+// has finished or ctx ends. It returns Close's error, or else ctx.Err() if
+// ctx ended first. Call it before http.Server.Shutdown, so that waiters get
+// their 503 at once. The Backend's Close runs to its end before ctx is
+// looked at: redisqueue's can take up to its LeaseTTL.
 func (q *Queue) Shutdown(ctx context.Context) error {
 	if err := q.Close(); err != nil {
 		return err

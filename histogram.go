@@ -13,16 +13,15 @@ var waitBounds = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025
 	.6, .7, .8, .9, 1, 1.25, 1.5, 1.75, 2, 2.5, 5, 10, 30, 60}
 
 // WaitBuckets returns the upper bounds, in seconds, of the buckets of
-// Queue.WaitHistogram, from 100 µs to a minute (tenths of a second from 0.5
-// to 1 s, quarters from 1 to 2 s), in a new slice each call:
+// Queue.WaitHistogram, from 100 µs to a minute, in a new slice each call:
 // WaitHistogram.Counts[i] counts the waits up to WaitBuckets()[i].
 func WaitBuckets() []float64 { b := waitBounds; return b[:] }
 
 // WaitHistogram is the distribution of the queue waits of served requests
 // since the Queue was built, in the shape of a Prometheus histogram.
 type WaitHistogram struct {
-	// Counts[i] is the number of waits <= WaitBuckets()[i] (cumulative),
-	// one per bound: 26, from 100 µs to 60 s.
+	// Counts[i] is the number of waits up to WaitBuckets()[i], cumulative:
+	// one for each of the 26 bounds.
 	Counts [len(waitBounds)]uint64
 	// Count is the number of served requests; Sum their waits in seconds.
 	Count uint64

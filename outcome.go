@@ -29,27 +29,24 @@ const (
 	// OutcomeServed: the request was granted its slots and ran the rest of
 	// the chain.
 	OutcomeServed Outcome = iota
-	// OutcomeQueueFull: 503. No free slot and no place (the queue or its
-	// flow's share of it full, or its place given to a higher priority);
-	// with RejectEarly, an expected wait past its time left, or a deadline
-	// passed on arrival; or a Backend that cannot answer.
+	// OutcomeQueueFull: 503. There was no free slot and no place for it, or
+	// it lost its place to a higher priority, or RejectEarly refused it, or
+	// the Backend could not answer.
 	OutcomeQueueFull
-	// OutcomeQueueTimeout: 408, or Config.QueueTimeoutStatus. It waited
-	// QueueTimeout (or what CoDel allowed), or its deadline passed while it
-	// waited, or (without RejectEarly) before it arrived.
+	// OutcomeQueueTimeout: 408, or Config.QueueTimeoutStatus. It waited as
+	// long as QueueTimeout or CoDel allows, or its deadline passed (or was
+	// nearer than MinTimeLeft) before it was granted its slots.
 	OutcomeQueueTimeout
-	// OutcomeCanceled: the client hung up while waiting (its request context
-	// was canceled); no body is written, 499 is recorded. Over HTTP/1.x a
-	// waiting request with an unread body is not canceled: see
-	// docs/configuration.md (Browsers, Uploads).
+	// OutcomeCanceled: the client hung up while waiting. No body is written
+	// and 499 is recorded. Over HTTP/1.x a waiting request with an unread
+	// body is not canceled: see docs/configuration.md (Browsers, Uploads).
 	OutcomeCanceled
 	// OutcomeClosed: 503. The Queue was closed before the request was
 	// granted.
 	OutcomeClosed
-	// OutcomePanic: one of the Config functions asked before a request
-	// takes its slots (Skip, Deadline, Cost, Priority or FlowKey) panicked.
-	// The request held no slot and no place; the panic goes on up the chain,
-	// where gin.Recovery answers 500. No Queue status is written.
+	// OutcomePanic: Skip, Deadline, Cost, Priority or FlowKey panicked. The
+	// request held no slot and no place, and no status is written: the panic
+	// goes on up the chain, where gin.Recovery answers 500.
 	OutcomePanic
 
 	// numOutcomes is the number of outcomes: a new one goes above it.
@@ -122,39 +119,31 @@ func (q *Queue) panicked(c *gin.Context) {
 }
 
 // Decision is what a Queue decided for one request, as Config.OnDecision
-// receives it.
+// receives it. docs/observability.md (OnDecision) describes each field.
 type Decision struct {
-	// Outcome is the request's outcome; OutcomeServed once it holds its
+	// Outcome is the request's outcome: OutcomeServed once it holds its
 	// slots.
 	Outcome Outcome
-	// Wait is how long it waited for its slots, as OnOutcome reports it:
-	// zero for a request the fast path served or whose deadline had passed
-	// on arrival; otherwise the time the Backend took to grant or refuse
-	// it, a few microseconds when its slots were free (with Config.Cost
-	// above 1) and a round trip for a remote Backend.
+	// Wait is how long the Backend took to grant or refuse the request, as
+	// OnOutcome reports it. It is zero for a request that ran at once on the
+	// fast path, or whose deadline had passed on arrival.
 	Wait time.Duration
-	// Priority is Config.Priority's value for a request that may have had
-	// to wait (it found no free slot, or asked for more than one); zero for
-	// one the fast path served (Priority is not asked for it) or without
-	// Config.Priority.
+	// Priority is Config.Priority's value. It is zero when Priority was not
+	// asked: without Config.Priority, or for a request the fast path served.
 	Priority int
-	// Queued is how many requests were waiting when it arrived, as the
-	// Backend counted them then: how far back in the queue it started. Zero
-	// for a request that ran at once or was answered before it looked (a
-	// deadline passed on arrival, a closed Queue).
+	// Queued is how many requests were waiting when it arrived. It is zero
+	// for a request that ran at once or was answered before it looked.
 	Queued int
-	// Cost is the slots it asked for: Config.Cost's value, at least 1; 1
-	// for a request answered before Cost was asked (a deadline passed on
-	// arrival).
+	// Cost is the slots it asked for: Config.Cost's value, at least 1.
 	Cost int
 }
 
 // respond answers with status and a Retry-After header, or runs hook with
-// both preset: a hook that writes nothing then answers with the default
-// (gin writes the preset status once the chain returns), so a rejected
-// request never looks served; one that sets its own status or writes a body
-// wins. A response an earlier middleware wrote is left alone: a later status
-// would be ignored.
+// both preset. A hook that writes nothing then answers with the default,
+// since gin writes the preset status once the chain returns, so a rejected
+// request never looks served. A hook that sets its own status or writes a
+// body wins. A response that an earlier middleware wrote is left alone,
+// since a later status would be ignored.
 func (q *Queue) respond(c *gin.Context, hook gin.HandlerFunc, status int) {
 	if !c.Writer.Written() {
 		c.Header("Retry-After", q.retryAfterNow())

@@ -131,8 +131,8 @@ func (d *dispatcher) Release(t backend.Ticket) {
 		// Yield: the waiter just granted was made runnable on this P, where
 		// it would wait for this goroutine to write its response and block,
 		// and another P does not take it from there at once. Yielding runs
-		// it now, and the slot does not sit idle meanwhile (the saturated
-		// hand-off of the benchmarks, section 2, shows the difference).
+		// it now, so the slot does not sit idle meanwhile. The benchmark of
+		// the saturated hand-off shows the difference.
 		d.at(stepYield)
 		runtime.Gosched()
 	}

@@ -12,11 +12,11 @@ import (
 
 // What a Queue reports: Stats, its JSON and the status handler.
 
-// Stats is a snapshot of a Queue: the Backend's figures (backend.Stats,
-// whose fields read as Stats's own: Running, Queued, Limit, Served, ...)
-// and the Queue's counters of the other outcomes and its waits. Running and
-// Limit count slots, everything else requests. Counters only grow, from the
-// Queue's creation. docs/observability.md describes every field.
+// Stats is a snapshot of a Queue: the Backend's figures (Running, Queued,
+// Limit, Served and the rest of backend.Stats) and the Queue's own counters
+// and waits. Running and Limit count slots, everything else requests.
+// Counters only grow, from the Queue's creation. docs/observability.md
+// describes every field.
 type Stats struct {
 	backend.Stats
 
@@ -33,8 +33,8 @@ type Stats struct {
 	Abandoned uint64
 
 	// WaitP50, WaitP90 and WaitP99 are percentiles of the queue waits of the
-	// requests served in the last minute, those that ran at once counting as
-	// zero; on a log scale, within about 10%.
+	// requests served in the last minute, within about 10%. A request that
+	// ran at once counts as a wait of zero.
 	WaitP50, WaitP90, WaitP99 time.Duration
 	// DrainRate is how many requests finished per second, over about the
 	// last ten seconds; zero until one has finished.
@@ -45,11 +45,10 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the Queue's slots, queue, counters and waits.
-// It never waits behind waiters. The counters are one cut: they hold
-// values they all held at one instant (Abandoned is never above Served, a
-// rejection answered before a request was served is never missing beside
-// it), except under a storm of answers that changes them at every one of
-// many reads, when Abandoned is still never above Served.
+// It never waits behind waiters. Abandoned is never above Served. The
+// other counters hold values they all held at one instant, so a rejection
+// answered before a request was served is never missing beside it. That
+// may fail only when answers change them during each of many reads.
 func (q *Queue) Stats() Stats {
 	st, b := q.cut()
 	now := time.Now()
@@ -70,14 +69,14 @@ func (q *Queue) Stats() Stats {
 // cutTries bounds the reads cut makes before it settles for an ordered one.
 const cutTries = 64
 
-// cut reads the Queue's counters and the Backend's Stats as of one instant:
-// the Queue's counters are read before and after the Backend's, and kept
-// when both reads agree. The counters only grow, so equal reads mean they
-// held those values all through the Backend's read, whose Served (which
-// grows by one at a time) held the value read at some instant of it.
-// After cutTries reads that disagree, the last is used: read in the
-// reverse of the order one request moves the counters (Abandoned before
-// Served), it keeps Abandoned at most Served.
+// cut reads the Queue's counters and the Backend's Stats as of one instant.
+// It reads the Queue's counters before and after the Backend's, and keeps
+// them when both reads agree. The counters only grow, so equal reads mean
+// they held those values all through the Backend's read. The Backend's
+// Served grows by one at a time, so it held the value read at some instant
+// of that read. After cutTries reads that disagree, cut uses the last pair.
+// Its Abandoned was read before the Backend's Served, the reverse of the
+// order in which a request moves them, so Abandoned stays at most Served.
 func (q *Queue) cut() (Stats, backend.Stats) {
 	t := q.tally()
 	for try := 1; ; try++ {

@@ -22,17 +22,19 @@ func (d *dispatcher) maxWait(now int64) int64 {
 	return c.long
 }
 
-// wakeAt is when the timer must fire next for the waiters queued at now:
-// the oldest waiter's expiry under the maximum wait now, or, under CoDel,
-// the moment the queue starts standing if that is sooner, since the maximum
-// wait shrinks from long to short then and every waiter's expiry moves with
-// it. That is enough for one timer: between two such moments the maximum
-// wait is fixed, so arrival order is expiry order and only the head can be
-// due. Once the queue stands, only its emptying changes the maximum wait,
-// and that lengthens it (the room is then empty: nobody to expire), so the
-// timer never fires late; it may fire early (the head left, or the room
-// emptied and filled again), and then it re-arms. Saturates: a maximum wait
-// of centuries means never, not the past. Requires d.mu and room.n > 0.
+// wakeAt is when the timer must fire next for the waiters queued at now.
+// That is the oldest waiter's expiry under the maximum wait now. Under
+// CoDel it is the moment the queue starts standing, if that is sooner: the
+// maximum wait then shrinks from long to short, and every expiry moves with
+// it.
+//
+// One timer is enough. Between two such moments the maximum wait is fixed,
+// so arrival order is expiry order and only the head can be due. Once the
+// queue stands, only its emptying changes the maximum wait. That lengthens
+// it, and the room is then empty, with nobody to expire. So the timer never
+// fires late. It may fire early, when the head left or the room emptied and
+// filled again, and then it re-arms. The sum saturates: a maximum wait of
+// centuries means never, not the past. Requires d.mu and room.n > 0.
 func (d *dispatcher) wakeAt(now int64) int64 {
 	at := addSat(d.room.all.first.arrived, d.maxWait(now))
 	// With LIFO the moment matters even when the maximum waits are equal: the
@@ -82,6 +84,6 @@ func (d *dispatcher) expire() {
 		d.arm(d.wakeAt(now))
 	}
 	if heavy {
-		d.grantLocked() // a waiter that held the line may have gone
+		d.grantLocked() // a heavy head that held up the others may have gone
 	}
 }

@@ -137,11 +137,12 @@ func (d *dispatcher) takeFree(cost int) (uint64, bool) {
 
 // setCutoff sets the cutoff of w, a waiter that just arrived with a, from
 // its context's deadline and a.MinTimeLeft. A heavy waiter past its cutoff
-// may block the waiters behind it while their slots are free, and then no release or
-// arrival comes to pass it over before its deadline: it watches its cutoff
-// itself, and setCutoff returns how long until it (zero for no watch). A
-// light one holds nobody up: it is passed over at the next grant. Decided
-// under mu: a grant may change w.cost as soon as mu is released.
+// may block the waiters behind it while their slots are free. Then no
+// release or arrival may come to pass it over before its deadline, so it
+// watches its cutoff itself: setCutoff returns how long until the cutoff,
+// or zero for no watch. A light waiter holds nobody up: it is passed over
+// at the next grant. This is decided under mu, since a grant may change
+// w.cost as soon as mu is released.
 func (d *dispatcher) setCutoff(ctx context.Context, w *waiter, a backend.Arrival) time.Duration {
 	dl, ok := ctx.Deadline()
 	if !ok || a.MinTimeLeft <= 0 || w.state != waiting {
@@ -187,7 +188,7 @@ func (d *dispatcher) leave(ctx context.Context, w *waiter) (backend.Ticket, erro
 		heavy := d.room.heavy > 0
 		d.room.remove(w)
 		if heavy {
-			d.grantLocked() // w may have held the line
+			d.grantLocked() // w may have held up the waiters behind it
 		}
 	case granted:
 		if ctx.Err() == nil {
@@ -279,13 +280,14 @@ func (w *waiter) err() error {
 
 // grantLocked wakes head waiters, in order, while the head's slots are free,
 // and tells a drainer when none is held. A head whose slots are not all free
-// blocks the waiters behind it: nobody behind it is granted. A waiter past its expiry, or
-// past its cutoff (too late to finish), is timed out, not granted; one whose
-// client has left is passed over. Those passed over are woken after the grants, so
-// that the granted run first: each passed over goes on to write a response,
-// and under overload there are several for each grant. Under CoDel with
-// LIFO, while the queue stands, the head is the newest waiter of the flow
-// whose turn it is. It reports whether it granted anyone. Requires d.mu.
+// blocks the waiters behind it: nobody behind it is granted. A waiter past
+// its expiry, or past its cutoff and so too late to finish, is timed out,
+// not granted. One whose client has left is passed over. Those passed over
+// are woken after the grants, so that the granted run first: each passed
+// over goes on to write a response, and under overload there are several
+// for each grant. Under CoDel with LIFO, while the queue stands, the head
+// is the newest waiter of the flow whose turn it is. grantLocked reports
+// whether it granted anyone. Requires d.mu.
 func (d *dispatcher) grantLocked() (grantedAny bool) {
 	now := int64(-1) // read the clock once, and only if a waiter is granted or LIFO may apply
 	// The waiters passed over, out of the room, linked through passNext in

@@ -252,16 +252,19 @@ func (r *waitroom) victim(prio int) *waiter {
 }
 
 // ahead is the number of waiters that would be served before a new waiter
-// of priority prio and flow key: every waiter of a higher priority, and at
-// its own priority, as flows take turns from the cursor, its flow's waiters
-// and, from every other flow, as many as get a turn before its own: a flow
-// between the cursor and its flow gets one more turn than its flow has
-// waiters, a flow after it as many (each capped at what that flow has). A
-// new flow joins just behind the cursor: one turn of each flow. With lifo
-// (CoDel's LIFO while the queue stands, see newest), a new waiter is its
-// flow's next, so its flow needs one turn: a flow between the cursor and
-// its own is served once before it, a flow after it not at all. O(P)
-// levels, plus the level's flows when its flow already waits.
+// of priority prio and flow key. That is every waiter of a higher priority,
+// plus some at its own priority, where flows take turns from the cursor:
+// the waiters of its own flow, and from every other flow as many as get a
+// turn before it. A flow between the cursor and its own gets one more turn
+// than its own flow has waiters, and a flow after it as many, each capped
+// at what that flow has. A new flow joins just behind the cursor, so it
+// waits one turn of each flow.
+//
+// With lifo, which is CoDel's LIFO while the queue stands (see newest), a
+// new waiter is its flow's next, so its flow needs one turn. A flow between
+// the cursor and its own is then served once before it, and a flow after
+// it not at all. ahead costs O(P) for the levels, plus the level's flows
+// when its flow already waits.
 func (r *waitroom) ahead(prio int, key string, lifo bool) int {
 	n := 0
 	for _, l := range r.levels {
