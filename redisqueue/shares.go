@@ -208,12 +208,7 @@ func (s *shares) acquire(ctx context.Context, a backend.Arrival) (backend.Ticket
 	// A cost is weighed against the fleet's limit, not this replica's share:
 	// one above the share waits until the share covers it.
 	a.Cost = min(max(a.Cost, 1), int(max(s.costCap(), 1)))
-	c := s.fast.Counts()
-	_, waiting, _ := s.waiters(c)
-	s.notePeak(c.Held + waiting + a.Cost)
-	if c.Held+a.Cost > c.Limit || c.Queued > 0 {
-		s.noteWaiter()
-	}
+	s.noteArrival(a.Cost)
 	if s.b.limits.Weighted {
 		s.enter(a.Cost)
 		defer s.leave(a.Cost)
@@ -249,16 +244,33 @@ func (s *shares) acquire(ctx context.Context, a backend.Arrival) (backend.Ticket
 	if err == nil {
 		s.bands.granted(a.Priority, max(t.Cost, 1))
 	}
+	return t, s.waitError(ctx, wctx, lostCtx, err)
+}
+
+// noteArrival records the demand of a request of the given cost as it
+// comes, and whether it will wait.
+func (s *shares) noteArrival(cost int) {
+	c := s.fast.Counts()
+	_, waiting, _ := s.waiters(c)
+	s.notePeak(c.Held + waiting + cost)
+	if c.Held+cost > c.Limit || c.Queued > 0 {
+		s.noteWaiter()
+	}
+}
+
+// waitError is the error acquire returns for err from the in-memory
+// Backend: a queue timeout if wctx ran out, unavailable if lostCtx ended.
+func (s *shares) waitError(ctx, wctx, lostCtx context.Context, err error) error {
 	if err != nil && ctx.Err() == nil && lostCtx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
-		return t, backend.ErrQueueTimeout
+		return backend.ErrQueueTimeout
 	}
 	if err != nil && ctx.Err() == nil && lostCtx.Err() != nil && !errors.Is(err, backend.ErrClosed) {
 		s.mu.Lock()
 		why := s.why
 		s.mu.Unlock()
-		return t, &unavailableError{cause: errors.New(why)}
+		return &unavailableError{cause: errors.New(why)}
 	}
-	return t, err
+	return err
 }
 
 // admits reports whether a request of priority p may wait in the

@@ -162,40 +162,66 @@ func (s *shares) due(now time.Time, p *pacer, gap time.Duration) (due, fell bool
 	}
 	soon := !now.Before(p.last.Add(gap))
 	due = !now.Before(p.last.Add(p.every(down)))
-	// Redis asked (a notice), or a failed call wants a probe.
-	due = due || b.resync.Swap(false) || (!down && b.fails.Load() > 0 && !now.Before(p.last.Add(p.retry)))
-	// Slots owed can be given back now.
-	due = due || s.giveBack.Swap(false)
+	due = due || s.askedOrOwed(now, p, down)
 	// The demand fell while another replica waits, and stayed down.
-	if soon && s.dropped.Load() && !now.Before(s.droppedUntil()) && s.dropped.Swap(false) && s.fell(s.fast.Counts()) {
+	if soon && s.fellAndStayed(now) {
 		due, fell = true, true
 	}
-	if soon && s.asked.Load() {
-		// A waiter came: it helps to tell Redis if slots are free, or if
-		// the demand here grew by a quarter (less is the wavering of a
-		// saturated demand); and while Redis is down, a probe may find it
-		// back.
-		c := s.fast.Counts()
-		needLast := int(s.needLast.Load())
-		if need := c.Held + c.Queued; down || freeLast > 0 || need > needLast+max(1, needLast/4) {
-			due = true
-		} else {
-			// Not worth a sync: the next waiter asks again (else the
-			// coordinator would look again every gap while it waits).
-			s.asked.Store(false)
-		}
+	if soon && s.asked.Load() && s.waiterWorthSync(down, freeLast) {
+		due = true
 	}
 	// Nothing ran or waited here for an idle window: the demand is gone.
 	if s.idleFor(now) {
 		due, fell = true, true
 	}
+	due = due || s.timesDue(now, againAt, frozenTill, down)
+	return due, fell
+}
+
+// askedOrOwed reports whether Redis asked for a sync, a failed call wants
+// a probe, or slots owed can be given back: it takes the flag it finds.
+func (s *shares) askedOrOwed(now time.Time, p *pacer, down bool) bool {
+	b := s.b
+	// Redis asked (a notice), or a failed call wants a probe.
+	if b.resync.Swap(false) || (!down && b.fails.Load() > 0 && !now.Before(p.last.Add(p.retry))) {
+		return true
+	}
+	// Slots owed can be given back now.
+	return s.giveBack.Swap(false)
+}
+
+// fellAndStayed reports whether the demand here fell while another replica
+// waits, and stayed down; it clears the mark when it finds one.
+func (s *shares) fellAndStayed(now time.Time) bool {
+	return s.dropped.Load() && !now.Before(s.droppedUntil()) && s.dropped.Swap(false) && s.fell(s.fast.Counts())
+}
+
+// waiterWorthSync reports whether a waiter that came is worth a sync; if
+// not, it clears asked.
+func (s *shares) waiterWorthSync(down bool, freeLast int) bool {
+	// A waiter came: it helps to tell Redis if slots are free, or if the
+	// demand here grew by a quarter (less is the wavering of a saturated
+	// demand); and while Redis is down, a probe may find it back.
+	c := s.fast.Counts()
+	needLast := int(s.needLast.Load())
+	if need := c.Held + c.Queued; down || freeLast > 0 || need > needLast+max(1, needLast/4) {
+		return true
+	}
+	// Not worth a sync: the next waiter asks again (else the coordinator
+	// would look again every gap while it waits).
+	s.asked.Store(false)
+	return false
+}
+
+// timesDue reports whether a time set by Redis's last reply came, or the
+// lease ran out with Redis up.
+func (s *shares) timesDue(now, againAt, frozenTill time.Time, down bool) bool {
 	// A turn to ask for again, and a freeze that ended.
-	due = due || !againAt.IsZero() && !now.Before(againAt)
+	due := !againAt.IsZero() && !now.Before(againAt)
 	due = due || !frozenTill.IsZero() && !now.Before(frozenTill)
 	// The lease ran out (this process was frozen, or its syncs failed):
 	// nothing is admitted here until a sync succeeds.
-	due = due || s.lapsed(now) && !down
-	return due, fell
+	return due || s.lapsed(now) && !down
 }
 
 // nextSync is when the coordinator looks again with no reason sooner.

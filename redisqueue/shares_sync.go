@@ -25,23 +25,7 @@ func (s *shares) sync(fell, renewal bool) error {
 	// moves it (and Close, to zero). So what is reported, the limit or
 	// what runs if more, bounds what runs until the reply is applied.
 	s.mu.Lock()
-	if s.lapsedLocked(time.Now()) && s.local > 0 {
-		// The lease ran out: Redis may have counted the share away and
-		// given it to others. The in-memory Backend grants nothing past
-		// the lease already; the share goes, and what runs here is
-		// reported, so that Redis counts it and grows no share until the
-		// fleet is back under its limit.
-		s.local = 0
-		_ = s.share.SetShare(0)
-	}
-	if fell && s.local > 0 && s.shortLast.Load() && s.idleNow() {
-		// Nothing runs or waits here, and other replicas' requests wait:
-		// the share goes back with this report, not with a sync after
-		// the reply. An arrival meanwhile waits for the reply; one that
-		// took a slot first is counted in what runs, below.
-		s.local = 0
-		_ = s.share.SetShare(0)
-	}
+	s.dropShareLocked(fell)
 	local, epoch, seen, seenV := s.local, s.epoch, s.replicas, s.version
 	s.mu.Unlock()
 	d := s.demand(fell)
@@ -61,16 +45,7 @@ func (s *shares) sync(fell, renewal bool) error {
 		s.mu.Unlock()
 		return err
 	}
-	r, ok := res.([]any)
-	if ok && len(r) == 1 && r[0] == "stale" {
-		// Only a sync that reached Redis after a later one is stale, and
-		// its caller gave up on it first: nothing to apply.
-		return nil
-	}
-	if ok && len(r) == 2 && r[0] == "conflict" {
-		why, _ := r[1].(string)
-		err := fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
-		s.refuse(err)
+	if done, err := s.unappliedReply(res); done {
 		return err
 	}
 	rep, err := parseShareReply(res)
@@ -81,6 +56,46 @@ func (s *shares) sync(fell, renewal bool) error {
 	b.limit.Store(rep.limit)
 	s.apply(rep, sent, d.need, renewal)
 	return nil
+}
+
+// dropShareLocked gives the share up before a sync reports it: when the
+// lease ran out, or when the demand fell to nothing here. Requires s.mu.
+func (s *shares) dropShareLocked(fell bool) {
+	if s.lapsedLocked(time.Now()) && s.local > 0 {
+		// The lease ran out: Redis may have counted the share away and
+		// given it to others. The in-memory Backend grants nothing past
+		// the lease already; the share goes, and what runs here is
+		// reported, so that Redis counts it and grows no share until the
+		// fleet is back under its limit.
+		s.local = 0
+		_ = s.share.SetShare(0)
+	}
+	if fell && s.local > 0 && s.shortLast.Load() && s.idleNow() {
+		// Nothing runs or waits here, and other replicas' requests wait:
+		// the share goes back with this report, not with a sync after
+		// the reply. An arrival meanwhile waits for the reply; one that
+		// took a slot first is counted in what runs, which sync reports.
+		s.local = 0
+		_ = s.share.SetShare(0)
+	}
+}
+
+// unappliedReply reports whether a sync's reply is one with no share to
+// apply: a stale sync (no error), or a conflict, which stops admitting.
+func (s *shares) unappliedReply(res any) (done bool, err error) {
+	r, ok := res.([]any)
+	if ok && len(r) == 1 && r[0] == "stale" {
+		// Only a sync that reached Redis after a later one is stale, and
+		// its caller gave up on it first: nothing to apply.
+		return true, nil
+	}
+	if ok && len(r) == 2 && r[0] == "conflict" {
+		why, _ := r[1].(string)
+		err := fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
+		s.refuse(err)
+		return true, err
+	}
+	return false, nil
 }
 
 // idleNow reports whether nothing runs or waits here.
@@ -146,23 +161,27 @@ func parseShareReply(res any) (shareReply, error) {
 func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 	b := s.b
 	s.mu.Lock()
+	next := s.shareFromReplyLocked(rep, need)
+	if s.lost {
+		s.lost = false
+		s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
+	}
+	if b.isClosed() {
+		next = 0
+	}
+	lowered := next < s.local || rep.turn && s.turnEnd.IsZero()
+	s.setShareLocked(next, rep, sent)
+	s.noteReplyLocked(rep, need, renewal)
+	s.mu.Unlock()
+	s.oweAbove(next, rep.held, lowered)
+}
+
+// shareFromReplyLocked is the share a sync's reply gives, need being the
+// demand the sync reported. Requires s.mu.
+func (s *shares) shareFromReplyLocked(rep shareReply, need int) int {
 	next := max(s.local, int(rep.held))
-	if !rep.turn || rep.over {
-		s.turnEnd = time.Time{}
-	}
-	if rep.turn && !rep.over {
-		// A turn: the waiters here are granted within it for turnKeep,
-		// then it goes back as they end, to the next replica waiting for
-		// one. Only slots this reply grants start one: slots still running
-		// after a turn ended go back as they end.
-		if s.turnEnd.IsZero() && int(rep.held) > s.local {
-			s.turnEnd = time.Now().Add(jitter(turnKeep(rep.limit)))
-		}
-		if !s.turnEnd.IsZero() {
-			rep.shrink = false
-		}
-	}
-	if rep.shrink && int(rep.target) < next {
+	shrink := s.turnFromReplyLocked(rep)
+	if shrink && int(rep.target) < next {
 		next = int(rep.target)
 	}
 	if need == 0 && rep.wanted && s.fast.Counts().Held == 0 {
@@ -180,14 +199,35 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 		// it again on top of the slots it gave to others.
 		next = min(next, s.local, s.fast.Counts().Held)
 	}
-	if s.lost {
-		s.lost = false
-		s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
+	return next
+}
+
+// turnFromReplyLocked starts or ends this replica's turn as a sync's reply
+// says, and reports whether the share may shrink to the reply's target: not
+// while a turn lasts. Requires s.mu.
+func (s *shares) turnFromReplyLocked(rep shareReply) (shrink bool) {
+	if !rep.turn || rep.over {
+		s.turnEnd = time.Time{}
 	}
-	if b.isClosed() {
-		next = 0
+	if rep.turn && !rep.over {
+		// A turn: the waiters here are granted within it for turnKeep,
+		// then it goes back as they end, to the next replica waiting for
+		// one. Only slots this reply grants start one: slots still running
+		// after a turn ended go back as they end.
+		if s.turnEnd.IsZero() && int(rep.held) > s.local {
+			s.turnEnd = time.Now().Add(jitter(turnKeep(rep.limit)))
+		}
+		if !s.turnEnd.IsZero() {
+			return false
+		}
 	}
-	lowered := next < s.local || rep.turn && s.turnEnd.IsZero()
+	return rep.shrink
+}
+
+// setShareLocked makes next the share, under the lease a sync's reply
+// gives, sent being when the sync was sent. Requires s.mu.
+func (s *shares) setShareLocked(next int, rep shareReply, sent time.Time) {
+	b := s.b
 	s.safe, s.turnShare = int(rep.held), 0
 	s.local = next
 	_ = s.share.SetShare(next)
@@ -200,6 +240,11 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 	if s.leaseTimer != nil {
 		s.leaseTimer.Reset(time.Until(s.stopAdmitting()))
 	}
+}
+
+// noteReplyLocked keeps the rest of a sync's reply for the coordinator:
+// free slots, floor, fleet size, and when to sync again. Requires s.mu.
+func (s *shares) noteReplyLocked(rep shareReply, need int, renewal bool) {
 	s.freeLast = int(rep.free)
 	s.setFloor(rep.floor)
 	// The demand a waiter must grow beyond to be worth a sync: the highest
@@ -217,15 +262,19 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 	if rep.again > 0 {
 		s.againAt = time.Now().Add(jitter(time.Duration(rep.again) * time.Millisecond))
 	}
-	s.mu.Unlock()
-	if lowered || int(rep.held) > next {
+}
+
+// oweAbove marks the slots Redis counts as ours above the share next as
+// owed, and asks for them to go back at once if nothing runs on them.
+func (s *shares) oweAbove(next int, held int64, lowered bool) {
+	if lowered || int(held) > next {
 		// Redis still counts the slots above the new share as ours: give
 		// them back at once if nothing runs on them, else when the
 		// requests on them end.
 		s.owing.Store(true)
 		if s.fast.Counts().Held <= next && s.owing.Swap(false) {
 			s.giveBack.Store(true)
-			b.wake()
+			s.b.wake()
 		}
 	}
 }

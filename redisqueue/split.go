@@ -226,22 +226,45 @@ func (sp *split) round(ctx context.Context) error {
 		return err
 	}
 	sp.total.Store(total)
-	st := make([]partState, sp.parts)
-	for p := range st {
-		if st[p], err = sp.setPart(ctx, p, g, -1); err != nil {
-			return err
-		}
-	}
-	// What each part may hold: its limit, or what it holds if more; for a
-	// part whose data Redis lost, at least what it was known to hold.
-	bound := func(p int) int64 {
-		b := max(st[p].limit, st[p].held)
-		if st[p].unsure {
-			b = max(b, last[p])
-		}
-		return b
+	st, err := sp.readParts(ctx, g)
+	if err != nil {
+		return err
 	}
 	target := allot(total, st)
+	if err := sp.lowerParts(ctx, g, st, target); err != nil {
+		return err
+	}
+	if err := sp.growParts(ctx, g, st, target, last, total); err != nil {
+		return err
+	}
+	return sp.writeBounds(ctx, st, last)
+}
+
+// readParts stamps every part with generation g and reads it.
+func (sp *split) readParts(ctx context.Context, g int64) ([]partState, error) {
+	st := make([]partState, sp.parts)
+	for p := range st {
+		var err error
+		if st[p], err = sp.setPart(ctx, p, g, -1); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// partBound is what part p may hold: its limit, or what it holds if more;
+// for a part whose data Redis lost, at least last[p], what it last held.
+func partBound(st []partState, last []int64, p int) int64 {
+	b := max(st[p].limit, st[p].held)
+	if st[p].unsure {
+		b = max(b, last[p])
+	}
+	return b
+}
+
+// lowerParts lowers to its target every part whose limit falls, and keeps
+// in st what each lowered part reads. Only errFenced ends it.
+func (sp *split) lowerParts(ctx context.Context, g int64, st []partState, target []int64) error {
 	for p := range st {
 		if target[p] < st[p].limit {
 			ps, err := sp.setPart(ctx, p, g, target[p])
@@ -254,9 +277,16 @@ func (sp *split) round(ctx context.Context) error {
 			// after another error the old limit is the bound: it was higher
 		}
 	}
+	return nil
+}
+
+// growParts grows the parts short of their target, most short first, by
+// the slots of the Name's limit (total) no part may hold. Only errFenced
+// ends it.
+func (sp *split) growParts(ctx context.Context, g int64, st []partState, target, last []int64, total int64) error {
 	slack := total
 	for p := range st {
-		slack -= bound(p)
+		slack -= partBound(st, last, p)
 	}
 	for _, p := range byShortfall(target, st) {
 		add := min(target[p]-st[p].limit, slack)
@@ -269,8 +299,12 @@ func (sp *split) round(ctx context.Context) error {
 		}
 		st[p].limit += add // after another error, the higher bound
 	}
-	// What each part may hold now, for the next rounds: the bound of a
-	// part whose data Redis loses.
+	return nil
+}
+
+// writeBounds counts the Name's replicas and writes what each part may
+// hold now, for the next rounds: the bound of a part whose data Redis loses.
+func (sp *split) writeBounds(ctx context.Context, st []partState, last []int64) error {
 	var replicas int64
 	for _, ps := range st {
 		replicas += ps.replicas
@@ -279,13 +313,13 @@ func (sp *split) round(ctx context.Context) error {
 	known := make([]any, 2, 2+len(st))
 	known[0], known[1] = "wrote", replicas
 	for p := range st {
-		k := bound(p)
+		k := partBound(st, last, p)
 		if st[p].unsure {
 			k = -1 // the last bound stays until its replicas have said
 		}
 		known = append(known, k)
 	}
-	_, err = sp.callRoot(ctx, known...)
+	_, err := sp.callRoot(ctx, known...)
 	return err
 }
 
