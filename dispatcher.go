@@ -41,27 +41,7 @@ type dispatcher struct {
 	// SetLimit's included, and check the limit after each.
 	state atomic.Uint64
 
-	// Counters that only grow, for Stats. All three of fastServed,
-	// slowServed and finished count requests. fastServed counts those the
-	// fast path admitted. slowServed counts the grants kept through
-	// Acquire, whether the slots were taken at once or handed to a waiter
-	// that kept them. finished counts the Releases. Served is fastServed +
-	// slowServed. heavyServed and heavyFinished count the slots beyond the
-	// first of each grant kept and of each Release. They stay zero while
-	// every cost is 1, so the fast path and the Release of a cost-1 request
-	// touch neither.
-	//
-	// The running slots Stats reports are (Served + heavyServed) -
-	// (finished + heavyFinished). counts reads the grants before the
-	// releases, and heavyServed before slowServed. A request counts its
-	// grant before it can release, so the result is never negative. Nor is
-	// it ever above the slots granted to the requests in Served, which
-	// without costs means never above Served.
-	fastServed    atomic.Uint64
-	slowServed    atomic.Uint64
-	finished      atomic.Uint64
-	heavyServed   atomic.Uint64
-	heavyFinished atomic.Uint64
+	tallies
 
 	mu sync.Mutex
 
@@ -116,6 +96,31 @@ type dispatcher struct {
 	// wakeNext, whose wake-ups settle sends once the publication is done.
 	// Guarded by mu.
 	wakeFirst, wakeLast *waiter
+}
+
+// tallies are the dispatcher's counters that only grow, for Stats.
+type tallies struct {
+	// Counters that only grow, for Stats. All three of fastServed,
+	// slowServed and finished count requests. fastServed counts those the
+	// fast path admitted. slowServed counts the grants kept through
+	// Acquire, whether the slots were taken at once or handed to a waiter
+	// that kept them. finished counts the Releases. Served is fastServed +
+	// slowServed. heavyServed and heavyFinished count the slots beyond the
+	// first of each grant kept and of each Release. They stay zero while
+	// every cost is 1, so the fast path and the Release of a cost-1 request
+	// touch neither.
+	//
+	// The running slots Stats reports are (Served + heavyServed) -
+	// (finished + heavyFinished). counts reads the grants before the
+	// releases, and heavyServed before slowServed. A request counts its
+	// grant before it can release, so the result is never negative. Nor is
+	// it ever above the slots granted to the requests in Served, which
+	// without costs means never above Served.
+	fastServed    atomic.Uint64
+	slowServed    atomic.Uint64
+	finished      atomic.Uint64
+	heavyServed   atomic.Uint64
+	heavyFinished atomic.Uint64
 }
 
 var (

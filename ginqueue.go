@@ -18,18 +18,8 @@ import (
 type Queue struct {
 	backend      backend.Backend
 	fast         backend.FastBackend // backend, when it has a fast path
-	skip         func(*gin.Context) bool
-	cost         func(*gin.Context) int       // nil: every request holds one slot
-	deadline     func(*gin.Context) time.Time // nil: no client deadlines
-	priority     func(*gin.Context) int
-	flowKey      func(*gin.Context) string
-	onFull       gin.HandlerFunc
-	onTimeout    gin.HandlerFunc
-	onClosed     gin.HandlerFunc
-	onOutcome    func(*gin.Context, Outcome, time.Duration)
-	onDecision   func(*gin.Context, Decision)
-	minTimeLeft  time.Duration // Config.MinTimeLeft; applies only with deadline
-	retryAfter   string        // before any request has finished
+	minTimeLeft  time.Duration       // Config.MinTimeLeft; applies only with deadline
+	retryAfter   string              // before any request has finished
 	serverTiming bool
 	noWait       []string // {"queue;dur=0"}, the Server-Timing of a request that did not wait
 	rejectEarly  bool
@@ -37,6 +27,30 @@ type Queue struct {
 	timeoutCode  int // the status of the default queue-timeout response
 	handler      gin.HandlerFunc
 
+	configFuncs
+	meters
+
+	// closed is set by Close before the Backend closes, so that an arrival
+	// after Close is closed whatever RejectEarly would say of it.
+	closed atomic.Bool
+}
+
+// configFuncs are the functions of a Config that a Queue calls.
+type configFuncs struct {
+	skip       func(*gin.Context) bool
+	cost       func(*gin.Context) int       // nil: every request holds one slot
+	deadline   func(*gin.Context) time.Time // nil: no client deadlines
+	priority   func(*gin.Context) int
+	flowKey    func(*gin.Context) string
+	onFull     gin.HandlerFunc
+	onTimeout  gin.HandlerFunc
+	onClosed   gin.HandlerFunc
+	onOutcome  func(*gin.Context, Outcome, time.Duration)
+	onDecision func(*gin.Context, Decision)
+}
+
+// meters are what a Queue measures and counts of the requests it serves.
+type meters struct {
 	waits   waitRecorder
 	drain   drainMeter
 	service serviceMeter
@@ -57,10 +71,6 @@ type Queue struct {
 	// Queue passed it on, had ended by the time the handler chain returned
 	// (Stats.Abandoned).
 	abandoned atomic.Uint64
-
-	// closed is set by Close before the Backend closes, so that an arrival
-	// after Close is closed whatever RejectEarly would say of it.
-	closed atomic.Bool
 }
 
 // New returns the middleware of a new Queue built from cfg. It panics with a
@@ -90,16 +100,6 @@ func NewQueue(cfg Config) (*Queue, error) {
 	}
 	q := &Queue{
 		backend:      b,
-		skip:         cfg.Skip,
-		cost:         cfg.Cost,
-		deadline:     cfg.Deadline,
-		priority:     cfg.Priority,
-		flowKey:      cfg.FlowKey,
-		onFull:       cfg.OnQueueFull,
-		onTimeout:    cfg.OnQueueTimeout,
-		onClosed:     cfg.OnClosed,
-		onOutcome:    cfg.OnOutcome,
-		onDecision:   cfg.OnDecision,
 		minTimeLeft:  cfg.MinTimeLeft,
 		retryAfter:   retryAfterHeader(cfg.RetryAfter),
 		serverTiming: cfg.ServerTiming,
@@ -107,6 +107,9 @@ func NewQueue(cfg Config) (*Queue, error) {
 		rejectEarly:  cfg.RejectEarly,
 		timeout:      cfg.QueueTimeout,
 		timeoutCode:  cmp.Or(cfg.QueueTimeoutStatus, http.StatusRequestTimeout),
+		configFuncs: configFuncs{skip: cfg.Skip, cost: cfg.Cost, deadline: cfg.Deadline, priority: cfg.Priority,
+			flowKey: cfg.FlowKey, onFull: cfg.OnQueueFull, onTimeout: cfg.OnQueueTimeout, onClosed: cfg.OnClosed,
+			onOutcome: cfg.OnOutcome, onDecision: cfg.OnDecision},
 	}
 	if p, ok := b.(backend.FastPather); ok {
 		q.fast = p.FastPath()

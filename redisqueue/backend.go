@@ -33,6 +33,18 @@ import (
 // maintainer stays until the last running request has released its slot,
 // so that its lease is kept, then says goodbye to Redis and stops.
 type Backend struct {
+	connection
+	healthState
+	lifecycle
+	queueState
+	fallbackState
+
+	sh *shares // Shares mode; nil in GlobalQueue mode
+	sp *split  // a Name split into parts (Options.Shares.Parts above 1); else nil
+}
+
+// connection is how a Backend reaches its keys, and what it declared.
+type connection struct {
 	rdb     redis.UniversalClient
 	opts    settings
 	keys    []string // the keys of every script, in the order of scripts.go
@@ -46,72 +58,28 @@ type Backend struct {
 	decl   string // the limits as declared to other replicas
 	base   []any  // ARGV[1..5] of every script
 
-	nextID atomic.Uint64
-	served atomic.Uint64
-	// servedSlots and released count the slots of the grants counted in
-	// served and of the Releases, for Stats.
-	servedSlots atomic.Uint64
-	released    atomic.Uint64
-	limit       atomic.Int64 // the fleet's limit as last seen in a reply from Redis
-	down        atomic.Bool  // Redis is considered unreachable; see markDown
-	fails       atomic.Int32 // consecutive failed calls; see failed
-	failedAt    atomic.Int64 // when the last failure that counted was seen, in ns since born; see failed
-	born        time.Time    // when New made it: failedAt counts from here, on the monotonic clock
-	lastOK      atomic.Int64 // when a call last got an answer (UnixNano)
+	limit atomic.Int64 // the fleet's limit as last seen in a reply from Redis
+}
+
+// healthState is whether Redis answers, as this replica sees it.
+type healthState struct {
+	down     atomic.Bool  // Redis is considered unreachable; see markDown
+	fails    atomic.Int32 // consecutive failed calls; see failed
+	failedAt atomic.Int64 // when the last failure that counted was seen, in ns since born; see failed
+	born     time.Time    // when New made it: failedAt counts from here, on the monotonic clock
+	lastOK   atomic.Int64 // when a call last got an answer (UnixNano)
 	// clientClosed is set once a call through rdb found it closed (its
 	// owner closed it without closing this Backend): it never answers
 	// again, and no probe dials a connection of its own from its settings.
 	clientClosed atomic.Bool
-	// syncedAt is when the last sync that got an answer was sent, in ns
-	// since born (monotonic): Redis takes this replica for dead, and drops
-	// the slots it was granted, a liveness lease after that.
-	syncedAt atomic.Int64
-	resync   atomic.Bool // the reader saw another server: sync at once
-	// listening is set while the reader has a connection to the server
-	// (dialled and answered), cleared when a call on it fails; while it is
-	// clear, grant notices can sit unread, and the safety net runs faster.
-	listening atomic.Bool
-
-	// Redis's state as this replica sees it, for Stats and the hook.
-	outages atomic.Uint64 // times Redis was marked down
-	hookMu  sync.Mutex    // orders markDown and markUp, and so the OnStateChange calls
-	// syncHook, set by tests before Start, runs in each sync between the
-	// list and the call, with whether Redis was marked down.
-	syncHook func(down bool)
-
-	// stopCtx ends with Close: it cancels an acquire call in flight, whose
-	// request Close has answered.
-	stopCtx    context.Context
-	stopCancel context.CancelFunc
+	outages      atomic.Uint64 // times Redis was marked down
+	hookMu       sync.Mutex    // orders markDown and markUp, and so the OnStateChange calls
 
 	probes  sync.WaitGroup // the probes requests started while Redis was marked down; Close waits for them
 	givenUp sync.WaitGroup // the maintainer's probes of a Redis marked down; see probeDown
 
-	kick   chan struct{} // wakes the maintainer; capacity 1
-	redial chan struct{} // wakes a reader waiting to dial again; capacity 1
-	stop   chan struct{} // closed by Close
-	readDn chan struct{} // closed when the reader returns
-	mainDn chan struct{} // closed when the maintainer returns
-
-	mu sync.Mutex
 	// Guarded by mu.
-	started  bool
-	closed   bool
-	closedAt time.Time
-	waiters  map[uint64]*waiter // ids sent to Redis whose grant is awaited here
-	held     map[uint64]int     // ids holding slots here, not released yet → the slots granted
-	slots    int                // the sum of held's slots
-	// pending holds the ids to release or cancel, retried until Redis
-	// answers, each with the slots it holds or asked for: above 1, the
-	// script looks its cost up in Redis (see leaseArg).
-	pending  map[uint64]int
-	flushing bool          // a leave call for pending ids is in flight; see flushPending
-	downCh   chan struct{} // closed when Redis goes down; replaced when it is back
-	idle     chan struct{} // closed when held, localHeld and pending are empty; nil unless draining
-	replicas int           // live replicas Redis last reported; 0 until it answers
-	rank     int           // this replica's rank among them by id; see allowanceLocked
-	conflict error         // a limits conflict found after Start
-	token    string        // the recovery this replica was last asked to sync for; see sync
+	downCh chan struct{} // closed when Redis goes down; replaced when it is back
 	// probing is set while a probe that a request started is in flight,
 	// probedAt is when the last one began; see probeLocked.
 	probing  bool
@@ -119,20 +87,85 @@ type Backend struct {
 	// stopProbe ends the maintainer's wait for its probe of a Redis marked
 	// down; nil when none is in flight. See probeDown.
 	stopProbe context.CancelFunc
+}
+
+// lifecycle is the Backend's goroutines, its lock, and Start and Close.
+type lifecycle struct {
+	// stopCtx ends with Close: it cancels an acquire call in flight, whose
+	// request Close has answered.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+
+	kick   chan struct{} // wakes the maintainer; capacity 1
+	redial chan struct{} // wakes a reader waiting to dial again; capacity 1
+	stop   chan struct{} // closed by Close
+	readDn chan struct{} // closed when the reader returns
+	mainDn chan struct{} // closed when the maintainer returns
+
+	resync atomic.Bool // the reader saw another server: sync at once
+	// listening is set while the reader has a connection to the server
+	// (dialled and answered), cleared when a call on it fails; while it is
+	// clear, grant notices can sit unread, and the safety net runs faster.
+	listening atomic.Bool
+
+	mu sync.Mutex
+	// Guarded by mu.
+	started  bool
+	closed   bool
+	closedAt time.Time
+	runID    string        // the run id of the server the reader last saw
+	reader   *redis.Client // the reader's own connection; nil when not dialled
+
+	// syncHook, set by tests before Start, runs in each sync between the
+	// list and the call, with whether Redis was marked down.
+	syncHook func(down bool)
+}
+
+// queueState is GlobalQueue mode's: the requests of this replica that
+// Redis granted or queues.
+type queueState struct {
+	nextID atomic.Uint64
+	served atomic.Uint64
+	// servedSlots and released count the slots of the grants counted in
+	// served and of the Releases, for Stats.
+	servedSlots atomic.Uint64
+	released    atomic.Uint64
+	// syncedAt is when the last sync that got an answer was sent, in ns
+	// since born (monotonic): Redis takes this replica for dead, and drops
+	// the slots it was granted, a liveness lease after that.
+	syncedAt atomic.Int64
+
+	// Guarded by mu.
+	waiters map[uint64]*waiter // ids sent to Redis whose grant is awaited here
+	held    map[uint64]int     // ids holding slots here, not released yet → the slots granted
+	slots   int                // the sum of held's slots
+	// pending holds the ids to release or cancel, retried until Redis
+	// answers, each with the slots it holds or asked for: above 1, the
+	// script looks its cost up in Redis (see leaseArg).
+	pending  map[uint64]int
+	flushing bool          // a leave call for pending ids is in flight; see flushPending
+	idle     chan struct{} // closed when held, localHeld and pending are empty; nil unless draining
+	replicas int           // live replicas Redis last reported; 0 until it answers
+	rank     int           // this replica's rank among them by id; see allowanceLocked
+	conflict error         // a limits conflict found after Start
+	token    string        // the recovery this replica was last asked to sync for; see sync
 	// heard is the fleet's count of slots held, and how many of them were
 	// this replica's, as of the last reply of the acquire, leave or sync
 	// script (each reports it); a grant notice adds to mine. The FailOpen
 	// allowance starts from them.
 	heard struct{ fleet, mine int }
+}
 
-	// The FailOpen fallback: one in-memory Backend for the Backend's life,
-	// built at the first outage, admitting while Redis is marked down. Every
-	// slot this replica runs on while down is accounted in it: its limit is
-	// the outage's allowance plus one slot that blocker holds for good (so that
-	// an allowance of zero needs no limit of zero), the slots of requests
-	// running on grants from Redis are reserved in it (fbReserved of them,
-	// never more than slots), and the requests it granted hold their own.
-	// Close closes it, which answers its waiters.
+// fallbackState is GlobalQueue mode's FailOpen fallback: one in-memory
+// Backend for the Backend's life, built at the first outage, admitting
+// while Redis is marked down. Every slot this replica runs on while down is
+// accounted in it: its limit is the outage's allowance plus one slot that
+// blocker holds for good (so that an allowance of zero needs no limit of
+// zero), the slots of requests running on grants from Redis are reserved in
+// it (fbReserved of them, never more than slots), and the requests it
+// granted hold their own. Close closes it, which answers its waiters. All
+// guarded by mu.
+type fallbackState struct {
 	fb          fallbackBackend
 	fbAllowance int                // the current outage's allowance; see allowanceLocked
 	fbReserved  int                // slots of fb held for slots granted by Redis
@@ -144,12 +177,7 @@ type Backend struct {
 	// request is granted by Redis: the fleet does not run over its limit
 	// while they end.
 	localHeld  map[uint64]*localHold
-	localSlots int           // the sum of localHeld's slots
-	runID      string        // the run id of the server the reader last saw; guarded by mu
-	reader     *redis.Client // the reader's own connection; nil when not dialled
-
-	sh *shares // Shares mode; nil in GlobalQueue mode
-	sp *split  // a Name split into parts (Options.Shares.Parts above 1); else nil
+	localSlots int // the sum of localHeld's slots
 }
 
 // New returns a Backend that keeps its slots and queue in Redis through rdb,
@@ -186,20 +214,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	b := &Backend{
-		rdb:       rdb,
-		opts:      o,
-		replica:   hex.EncodeToString(rnd[:]),
-		kick:      make(chan struct{}, 1),
-		redial:    make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		readDn:    make(chan struct{}),
-		mainDn:    make(chan struct{}),
-		waiters:   map[uint64]*waiter{},
-		held:      map[uint64]int{},
-		localHeld: map[uint64]*localHold{},
-		pending:   map[uint64]int{},
-		downCh:    make(chan struct{}),
-		born:      time.Now(),
+		connection:    connection{rdb: rdb, opts: o, replica: hex.EncodeToString(rnd[:])},
+		healthState:   healthState{born: time.Now(), downCh: make(chan struct{})},
+		queueState:    queueState{waiters: map[uint64]*waiter{}, held: map[uint64]int{}, pending: map[uint64]int{}},
+		fallbackState: fallbackState{localHeld: map[uint64]*localHold{}},
+		lifecycle: lifecycle{kick: make(chan struct{}, 1), redial: make(chan struct{}, 1), stop: make(chan struct{}),
+			readDn: make(chan struct{}), mainDn: make(chan struct{})},
 	}
 	b.stopCtx, b.stopCancel = context.WithCancel(context.Background())
 	prefix := o.KeyPrefix + ":{" + o.Name + "}:"

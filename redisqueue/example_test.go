@@ -109,7 +109,9 @@ func ExampleBackend_GlobalStats() {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	opts := redisqueue.Options{Name: "api", KeyPrefix: "example-" + rand.Text()}
+	// GlobalQueue mode: Redis counts every running request as it starts
+	// and ends, so the fleet's figures are exact at every instant.
+	opts := redisqueue.Options{Name: "api", Mode: redisqueue.GlobalQueue, KeyPrefix: "example-" + rand.Text()}
 	cfg := ginqueue.Config{MaxConcurrent: 4, MaxQueue: 20, QueueTimeout: 2 * time.Second}
 
 	first, err := redisqueue.New(rdb, opts)

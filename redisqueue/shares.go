@@ -27,6 +27,14 @@ type shares struct {
 	fast  backend.FastBackend
 	share inmem.Sharer
 
+	demandState
+	gateState
+	leaseState
+}
+
+// demandState is what the request path writes for the coordinator: the
+// demand here and the reasons to sync.
+type demandState struct {
 	// peak is the demand since the previous sync, written on the request
 	// path: the peak of running + waiting (slots and requests).
 	peak atomic.Int64
@@ -67,7 +75,11 @@ type shares struct {
 	// are demand, and the largest the least share that lets them run.
 	waitMu  sync.Mutex
 	waiting map[int]int // guarded by waitMu
+}
 
+// gateState holds the requests below the priority floor outside the
+// in-memory Backend.
+type gateState struct {
 	// floor is the lowest priority band the share serves, from the last
 	// reply (noBand: every band): a request below it waits outside the
 	// in-memory Backend (gated) until it falls, counted as demand, so that
@@ -77,7 +89,11 @@ type shares struct {
 	gateMu sync.Mutex
 	gated  map[int]gatedCount // by band; guarded by gateMu
 	opened chan struct{}      // closed when the floor falls; guarded by gateMu
+}
 
+// leaseState is the share this replica holds and what Redis last said of
+// it.
+type leaseState struct {
 	mu sync.Mutex
 	// Guarded by mu. local is the limit of mem: never above the held value
 	// of Redis's last reply, so never above what Redis counts as ours.
@@ -110,8 +126,8 @@ type shares struct {
 // newShares builds the Shares-mode state; Start starts it.
 func newShares(b *Backend) *shares {
 	mem := inmem.New()
-	s := &shares{b: b, mem: mem, fast: mem.(backend.FastBackend), share: mem.(inmem.Sharer), bands: newBands(),
-		born: time.Now()}
+	s := &shares{b: b, mem: mem, fast: mem.(backend.FastBackend), share: mem.(inmem.Sharer)}
+	s.bands, s.born = newBands(), time.Now()
 	s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
 	s.floor.Store(noBand)
 	s.gated, s.opened = map[int]gatedCount{}, make(chan struct{})
@@ -360,7 +376,7 @@ func (s *shares) globalStats(ctx context.Context) (GlobalStats, error) {
 	for i := range v {
 		v[i], _ = r[i].(int64)
 	}
-	return GlobalStats{Running: int(v[0]), Queued: int(v[1]), Replicas: int(v[2]), Limit: int(v[3])}, nil
+	return GlobalStats{Stats: backend.Stats{Running: int(v[0]), Queued: int(v[1]), Limit: int(v[3])}, Replicas: int(v[2])}, nil
 }
 
 // setLimit implements Backend.SetLimit, once its checks passed.

@@ -71,12 +71,15 @@ func (b *Backend) Stats() backend.Stats {
 	return s
 }
 
-// GlobalStats is the fleet's view of one Name, as Redis holds it.
+// GlobalStats is the fleet's view of one Name, as Redis holds it. Of the
+// Backend's figures it fills Running (the slots every replica holds),
+// Queued (the waiters of every replica) and Limit (the fleet's limit: what
+// SetLimit set, else the declared MaxConcurrent); the others are zero.
 type GlobalStats struct {
-	Running  int // slots held, by every replica (with Config.Cost, a request holds its cost)
-	Queued   int // waiters, on every replica
-	Replicas int // replicas whose heartbeat is live (a dead one lingers for up to the liveness lease and a tick)
-	Limit    int // the fleet's limit: what SetLimit set, or this replica's MaxConcurrent if it was never set
+	backend.Stats
+	// Replicas is the replicas whose lease is live; a dead one lingers
+	// until its lease runs out.
+	Replicas int
 }
 
 // GlobalStats asks Redis for the slots held and the waiters of the whole
@@ -113,5 +116,5 @@ func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
 			extra, _ = strconv.Atoi(s)
 		}
 	}
-	return GlobalStats{Running: int(h.Val()) + extra, Queued: int(q.Val()), Replicas: int(r.Val()), Limit: limit}, nil
+	return GlobalStats{Stats: backend.Stats{Running: int(h.Val()) + extra, Queued: int(q.Val()), Limit: limit}, Replicas: int(r.Val())}, nil
 }

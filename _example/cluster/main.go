@@ -206,7 +206,7 @@ func shares(addr, name string) error {
 	}
 	close(stop)
 	wg.Wait()
-	fmt.Println("(a new Name grows no share for its first SharePeriod + 2 × CallTimeout, 350 ms here; idle, the limit is then split")
+	fmt.Println("(a new Name grows no share for its first Shares.Period + 2 × CallTimeout, 350 ms here; idle, the limit is then split")
 	fmt.Println(" evenly as room for arrivals; under load each replica's share follows its clients, and no replica waits on Redis")
 	fmt.Println(" to admit a request: Redis only moves the shares)")
 	return nil
