@@ -31,7 +31,7 @@ import (
 // starts a probe of its own as well, on a goroutine that lasts one short
 // call. Close stops the reader at once, and waits for such a probe; the
 // maintainer stays until the last running request has released its slot,
-// so that its lease is kept, then says goodbye to Redis and stops.
+// so that its lease is kept, then tells Redis it leaves and stops.
 type Backend struct {
 	connection
 	healthState
@@ -261,7 +261,7 @@ var _ backend.Backend = (*Backend)(nil)
 // OnRedisDown applies until it does; the declaration is then checked when
 // Redis answers. Start may be called once. In GlobalQueue mode it refuses
 // CoDel (Config.CoDel) and l.MaxQueuePerFlow, which no replica can honour
-// for the fleet (the README says why); in Shares mode every Limits field
+// for the fleet (docs/fleet.md says why); in Shares mode every Limits field
 // works, on each replica. With l.Weighted (ginqueue.Config.Cost) each
 // request holds its Arrival.Cost in slots of the fleet's limit.
 func (b *Backend) Start(l backend.Limits) error {

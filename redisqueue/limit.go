@@ -14,8 +14,8 @@ var _ backend.LimitSetter = (*Backend)(nil)
 // waiters at once, in the global order, wherever their replica is; lowering
 // it preempts nobody, and nobody is admitted until fewer than n slots are
 // held. The limit stays until the next SetLimit on any replica, or until Redis
-// loses its data; it does not change what a replica declares (the README's
-// "Changing the limit at run time" says what follows).
+// loses its data; it does not change what a replica declares
+// (docs/fleet.md says what follows).
 //
 // SetLimit returns an error wrapping backend.CheckLimit's when n is below 1
 // or above backend.MaxLimit; one wrapping ErrUnavailable when Redis is

@@ -11,8 +11,8 @@ import (
 // maintain is the maintainer goroutine. Every TickInterval it syncs (the
 // heartbeat, the lease refresh and the safety net); every downProbe while
 // Redis is down (the probe); at once when a release or cancel is pending.
-// After Close it goes on until nothing is held here, then says goodbye to
-// Redis and returns.
+// After Close it goes on until nothing is held here, then tells Redis it
+// leaves and returns.
 func (b *Backend) maintain() {
 	defer close(b.mainDn)
 	defer b.givenUp.Wait()

@@ -12,15 +12,12 @@ import (
 type Policy uint8
 
 const (
-	// FailOpen admits requests inside this process while Redis is marked
-	// down, within an allowance of slots: Options.GlobalQueue.LocalLimit, or when that
-	// is zero a part of the fleet's limit worked out from what Redis last
-	// told this replica, so that the allowances of the fleet add up to at
-	// most its limit (the README's "When Redis is slow, paused or down"
-	// says how). Requests still running on slots granted by Redis count
-	// against it. A replica with no allowance, and a request whose cost
-	// exceeds it, is answered as under FailClosed. It is the zero value and
-	// the default.
+	// FailOpen keeps admitting while Redis is marked down: in Shares mode
+	// within the share this replica holds, in GlobalQueue mode within an
+	// allowance of slots (Options.GlobalQueue.LocalLimit, or a part of the
+	// fleet's limit such that the replicas' allowances add up to at most
+	// the limit). docs/fleet.md says how. It is the zero value and the
+	// default.
 	FailOpen Policy = iota
 
 	// FailClosed answers every request that needs Redis with an error that

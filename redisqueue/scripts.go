@@ -97,7 +97,7 @@ const (
 )
 
 // Head of the line: a head waiter whose slots (its cost, clamped to the
-// limit) are not all free holds the line; nobody behind it is granted, and
+// limit) are not all free blocks the waiters behind it: nobody behind it is granted, and
 // an arrival takes free slots without queueing only if it is of a higher
 // priority than the head. While nobody has a cost (x and hw are zero), the
 // scripts make the same Redis calls as they would without costs.

@@ -13,7 +13,7 @@ import (
 // fleet may serve, a demand that grew or fell by a quarter, a turn to ask
 // for again. While Redis is down it probes with backoff and jitter. After
 // Close it goes on until the last running request has released its slot,
-// then says goodbye.
+// then tells Redis it leaves.
 func (s *shares) run() {
 	b := s.b
 	defer close(b.mainDn)
