@@ -67,108 +67,134 @@ func (b *Backend) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticke
 		cost = min(max(a.Cost, 1), backend.MaxLimit)
 	}
 	for {
-		b.mu.Lock()
-		switch {
-		case b.closed || !b.started:
-			b.mu.Unlock()
-			return backend.Ticket{}, backend.ErrClosed
-		case b.conflict != nil:
-			err := b.conflict
-			b.mu.Unlock()
-			return backend.Ticket{}, fmt.Errorf("%w (%w)", err, backend.ErrQueueFull)
-		case b.down.Load():
-			b.probeLocked()
-			b.mu.Unlock()
-			t, err, again := b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
-			if again {
-				continue
-			}
-			return t, err
-		}
-		// Register before the call: the grant notice can beat the reply.
-		w := &waiter{id: b.nextID.Add(1), prio: a.Priority, cost: cost, since: time.Now(), ready: make(chan struct{})}
-		b.waiters[w.id] = w
-		downCh := b.downCh
-		b.mu.Unlock()
-
-		res, err := b.callIn(b.stopCtx, acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio, cost)
-		var outcome, slots, fleet int64
-		if err == nil {
-			outcome, slots, fleet, err = b.acquireReply(res)
-		}
-		if err != nil {
-			// The script may have run: undo it in the background.
-			b.abandon(w)
-			b.mu.Lock()
-			closed := b.closed
-			b.mu.Unlock()
-			if closed {
-				// Close answered it, and ended the call.
-				return backend.Ticket{}, backend.ErrClosed
-			}
-			// This request gets OnRedisDown now; the replica turns to it
-			// only after Options.FailureThreshold failures in a row.
-			t, err, again := b.fallback(ctx, a, deadline, err)
-			if again {
-				continue
-			}
-			return t, err
-		}
-		// Close may have answered it while the call was on its way, and
-		// given its id back before the script ran: then what the script
-		// granted or queued is given back now. (Not any other state: a
-		// grant notice can beat the reply.)
-		closed := false
-		b.mu.Lock()
-		switch outcome {
-		case 0:
-			w.queued = true
-			closed = w.state == closedOut
-		case 1:
-			if w.state == waiting {
-				w.granted = int(slots)
-				b.grantLocked(w)
-			}
-			closed = w.state == closedOut
-		case -1:
-			if w.state == waiting {
-				w.state = abandoned
-				delete(b.waiters, w.id)
-			}
-		}
-		// What the fleet held after the script, this grant included.
-		b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots
-		b.mu.Unlock()
-		if outcome == -1 {
-			return backend.Ticket{}, backend.ErrQueueFull
-		}
-		if closed {
-			b.leave(w.id, w.cost)
-		}
-		t, err, again := b.wait(ctx, w, deadline, downCh)
+		t, err, again := b.acquireOnce(ctx, a, deadline, prio, cost)
 		if !again {
-			if err == nil && outcome == 0 && tooLate(ctx, a.MinTimeLeft) {
-				// It waited, and its client would leave before its handler
-				// finished: the slots go to the next waiter (never counted
-				// as served).
-				b.release(t)
-				return backend.Ticket{}, errTooLate
-			}
-			if err == nil {
-				b.served.Add(1)
-				b.servedSlots.Add(uint64(t.Cost))
-			}
 			return t, err
 		}
-		if err != nil {
-			t, err, again := b.fallback(ctx, a, deadline, err)
-			if again {
-				continue
-			}
-			return t, err
-		}
-		// Lost by Redis (restarted, flushed): enqueue again with a new id.
 	}
+}
+
+// acquireOnce makes one attempt of Acquire: it enqueues a new lease id in
+// Redis and waits for its grant, or applies OnRedisDown. again reports that
+// Acquire is to try again with a new id.
+func (b *Backend) acquireOnce(ctx context.Context, a backend.Arrival, deadline time.Time, prio string, cost int) (_ backend.Ticket, _ error, again bool) {
+	b.mu.Lock()
+	switch {
+	case b.closed || !b.started:
+		b.mu.Unlock()
+		return backend.Ticket{}, backend.ErrClosed, false
+	case b.conflict != nil:
+		err := b.conflict
+		b.mu.Unlock()
+		return backend.Ticket{}, fmt.Errorf("%w (%w)", err, backend.ErrQueueFull), false
+	case b.down.Load():
+		b.probeLocked()
+		b.mu.Unlock()
+		return b.fallback(ctx, a, deadline, errors.New("earlier calls failed"))
+	}
+	// Register before the call: the grant notice can beat the reply.
+	w := &waiter{id: b.nextID.Add(1), prio: a.Priority, cost: cost, since: time.Now(), ready: make(chan struct{})}
+	b.waiters[w.id] = w
+	downCh := b.downCh
+	b.mu.Unlock()
+
+	outcome, slots, fleet, err := b.callAcquire(w, prio, cost)
+	if err != nil {
+		return b.acquireFailed(ctx, a, deadline, w, err)
+	}
+	b.mu.Lock()
+	closed := b.noteOutcomeLocked(w, outcome, slots, fleet)
+	b.mu.Unlock()
+	if outcome == -1 {
+		return backend.Ticket{}, backend.ErrQueueFull, false
+	}
+	if closed {
+		b.leave(w.id, w.cost)
+	}
+	t, err, again := b.wait(ctx, w, deadline, downCh)
+	if !again {
+		t, err := b.handOut(ctx, a, t, err, outcome == 0)
+		return t, err, false
+	}
+	if err != nil {
+		return b.fallback(ctx, a, deadline, err)
+	}
+	// Lost by Redis (restarted, flushed): enqueue again with a new id.
+	return backend.Ticket{}, nil, true
+}
+
+// callAcquire runs the acquire script for w and reads its reply.
+func (b *Backend) callAcquire(w *waiter, prio string, cost int) (outcome, slots, fleet int64, err error) {
+	res, err := b.callIn(b.stopCtx, acquireScript, b.limits.MaxQueue, b.leaseID(w.id), prio, cost)
+	if err == nil {
+		outcome, slots, fleet, err = b.acquireReply(res)
+	}
+	return outcome, slots, fleet, err
+}
+
+// acquireFailed answers a request whose acquire call for w failed (err):
+// ErrClosed if Close ran, else what OnRedisDown says.
+func (b *Backend) acquireFailed(ctx context.Context, a backend.Arrival, deadline time.Time, w *waiter, err error) (_ backend.Ticket, _ error, again bool) {
+	// The script may have run: undo it in the background.
+	b.abandon(w)
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		// Close answered it, and ended the call.
+		return backend.Ticket{}, backend.ErrClosed, false
+	}
+	// This request gets OnRedisDown now; the replica turns to it
+	// only after Options.FailureThreshold failures in a row.
+	return b.fallback(ctx, a, deadline, err)
+}
+
+// noteOutcomeLocked acts on the acquire script's outcome for w (queued,
+// granted, or queue full) and notes what the fleet held. It reports whether
+// Close answered w meanwhile: what Redis gave it is to be given back.
+// Requires b.mu.
+func (b *Backend) noteOutcomeLocked(w *waiter, outcome, slots, fleet int64) (closed bool) {
+	// Close may have answered it while the call was on its way, and
+	// given its id back before the script ran: then what the script
+	// granted or queued is given back now. (Not any other state: a
+	// grant notice can beat the reply.)
+	switch outcome {
+	case 0:
+		w.queued = true
+		closed = w.state == closedOut
+	case 1:
+		if w.state == waiting {
+			w.granted = int(slots)
+			b.grantLocked(w)
+		}
+		closed = w.state == closedOut
+	case -1:
+		if w.state == waiting {
+			w.state = abandoned
+			delete(b.waiters, w.id)
+		}
+	}
+	// What the fleet held after the script, this grant included.
+	b.heard.fleet, b.heard.mine = int(fleet), b.slots+b.localSlots
+	return closed
+}
+
+// handOut answers a request with what its wait ended in. A ticket it
+// waited for (queued) is released as errTooLate if its client would leave
+// before its handler finished; a ticket handed out is counted as served.
+func (b *Backend) handOut(ctx context.Context, a backend.Arrival, t backend.Ticket, err error, queued bool) (backend.Ticket, error) {
+	if err == nil && queued && tooLate(ctx, a.MinTimeLeft) {
+		// It waited, and its client would leave before its handler
+		// finished: the slots go to the next waiter (never counted
+		// as served).
+		b.release(t)
+		return backend.Ticket{}, errTooLate
+	}
+	if err == nil {
+		b.served.Add(1)
+		b.servedSlots.Add(uint64(t.Cost))
+	}
+	return t, err
 }
 
 // errTooLate is ErrQueueTimeout for a waiter granted with less time left
@@ -219,17 +245,8 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 		}
 		return backend.Ticket{}, ctx.Err(), false
 	case <-expired:
-		if !b.abandon(w) {
-			// Granted in the same instant as the deadline: serve it.
-			return b.ticket(w), nil, false
-		}
-		if b.opts.OnRedisDown == FailClosed && !b.answering() {
-			// Redis stopped answering while it waited (a pause, a failover
-			// not yet marked down): that, not the queue, is why no grant
-			// came. FailClosed answers it as unavailable.
-			return backend.Ticket{}, &unavailableError{cause: errors.New("no answer from Redis while the request waited")}, false
-		}
-		return backend.Ticket{}, backend.ErrQueueTimeout, false
+		t, err := b.answerExpired(w)
+		return t, err, false
 	case <-downCh:
 		if !b.abandon(w) {
 			return b.ticket(w), nil, false
@@ -237,6 +254,29 @@ func (b *Backend) wait(ctx context.Context, w *waiter, deadline time.Time, downC
 		return backend.Ticket{}, errors.New("safety-net call failed"), true
 	}
 	// ready is closed, so w.state is final and safe to read.
+	return b.answerEnded(w, deadline)
+}
+
+// answerExpired answers w when its deadline passed: a grant that came in
+// the same instant, else ErrQueueTimeout, or unavailable (FailClosed) when
+// Redis stopped answering.
+func (b *Backend) answerExpired(w *waiter) (backend.Ticket, error) {
+	if !b.abandon(w) {
+		// Granted in the same instant as the deadline: serve it.
+		return b.ticket(w), nil
+	}
+	if b.opts.OnRedisDown == FailClosed && !b.answering() {
+		// Redis stopped answering while it waited (a pause, a failover
+		// not yet marked down): that, not the queue, is why no grant
+		// came. FailClosed answers it as unavailable.
+		return backend.Ticket{}, &unavailableError{cause: errors.New("no answer from Redis while the request waited")}
+	}
+	return backend.Ticket{}, backend.ErrQueueTimeout
+}
+
+// answerEnded answers w once its ready is closed, by its final state. again
+// reports that Redis lost it and Acquire is to enqueue it again.
+func (b *Backend) answerEnded(w *waiter, deadline time.Time) (_ backend.Ticket, _ error, again bool) {
 	switch w.state {
 	case granted:
 		return b.ticket(w), nil, false

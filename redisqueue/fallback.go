@@ -116,22 +116,7 @@ func (b *Backend) fallback(ctx context.Context, a backend.Arrival, deadline time
 		// One failed call: until the replica marks Redis down (or finds
 		// it answering), nothing is admitted on its own.
 		b.mu.Unlock()
-		t := time.NewTimer(retryPause)
-		defer t.Stop()
-		var expired <-chan time.Time
-		if !deadline.IsZero() {
-			d := time.NewTimer(time.Until(deadline))
-			defer d.Stop()
-			expired = d.C
-		}
-		select {
-		case <-ctx.Done():
-			return backend.Ticket{}, ctx.Err(), false
-		case <-expired:
-			return backend.Ticket{}, backend.ErrQueueTimeout, false
-		case <-t.C:
-			return backend.Ticket{}, errRetry, true
-		}
+		return pauseBeforeRetry(ctx, deadline)
 	}
 	fb, dctx, allowance := b.fb, b.downCtx, b.fbAllowance
 	b.mu.Unlock()
@@ -144,24 +129,68 @@ func (b *Backend) fallback(ctx context.Context, a backend.Arrival, deadline time
 		lctx, cancelD = context.WithDeadline(lctx, deadline)
 		defer cancelD()
 	}
-	if cost := min(max(a.Cost, 1), int(b.limit.Load())); allowance < 1 || b.limits.Weighted && cost > allowance {
-		// It could never run within this replica's allowance: say so now
-		// rather than at its QueueTimeout.
-		return backend.Ticket{}, &unavailableError{cause: fmt.Errorf(
-			"a request of %d slots while this replica may run %d on its own until Redis answers", cost, allowance)}, false
+	if err := b.beyondAllowance(a, allowance); err != nil {
+		return backend.Ticket{}, err, false
 	}
 	t, err := fb.Acquire(lctx, a)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			return backend.Ticket{}, ctx.Err(), false
-		case dctx.Err() != nil && (deadline.IsZero() || time.Now().Before(deadline)) && !errors.Is(err, backend.ErrClosed):
-			return backend.Ticket{}, errRetry, true // Redis is back
-		case lctx.Err() != nil:
-			return backend.Ticket{}, backend.ErrQueueTimeout, false
-		}
-		return backend.Ticket{}, err, false
+		return fallbackFailure(ctx, lctx, dctx, deadline, err)
 	}
+	return b.holdLocal(dctx, fb, t)
+}
+
+// pauseBeforeRetry waits retryPause before a request tries Redis again,
+// unless ctx ends or the deadline passes first.
+func pauseBeforeRetry(ctx context.Context, deadline time.Time) (_ backend.Ticket, _ error, again bool) {
+	t := time.NewTimer(retryPause)
+	defer t.Stop()
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		d := time.NewTimer(time.Until(deadline))
+		defer d.Stop()
+		expired = d.C
+	}
+	select {
+	case <-ctx.Done():
+		return backend.Ticket{}, ctx.Err(), false
+	case <-expired:
+		return backend.Ticket{}, backend.ErrQueueTimeout, false
+	case <-t.C:
+		return backend.Ticket{}, errRetry, true
+	}
+}
+
+// beyondAllowance returns an unavailable error if a request a could never
+// run within this replica's allowance, or nil.
+func (b *Backend) beyondAllowance(a backend.Arrival, allowance int) error {
+	if cost := min(max(a.Cost, 1), int(b.limit.Load())); allowance < 1 || b.limits.Weighted && cost > allowance {
+		// It could never run within this replica's allowance: say so now
+		// rather than at its QueueTimeout.
+		return &unavailableError{cause: fmt.Errorf(
+			"a request of %d slots while this replica may run %d on its own until Redis answers", cost, allowance)}
+	}
+	return nil
+}
+
+// fallbackFailure answers a request whose acquire in the fallback failed
+// with err: ctx's error, errRetry when Redis is back (dctx ended) before
+// the deadline, ErrQueueTimeout when lctx ended, else err.
+func fallbackFailure(ctx, lctx, dctx context.Context, deadline time.Time, err error) (_ backend.Ticket, _ error, again bool) {
+	switch {
+	case ctx.Err() != nil:
+		return backend.Ticket{}, ctx.Err(), false
+	case dctx.Err() != nil && (deadline.IsZero() || time.Now().Before(deadline)) && !errors.Is(err, backend.ErrClosed):
+		return backend.Ticket{}, errRetry, true // Redis is back
+	case lctx.Err() != nil:
+		return backend.Ticket{}, backend.ErrQueueTimeout, false
+	}
+	return backend.Ticket{}, err, false
+}
+
+// holdLocal books t, granted by the fallback fb, as a local hold and counts
+// it as served, unless Redis was marked up meanwhile (dctx ended): then t
+// goes back and the request is to try Redis again.
+func (b *Backend) holdLocal(dctx context.Context, fb fallbackBackend, t backend.Ticket) (_ backend.Ticket, _ error, again bool) {
 	slots := max(t.Cost, 1)
 	id := b.nextID.Add(1)
 	b.mu.Lock()

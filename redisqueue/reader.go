@@ -26,34 +26,8 @@ func (b *Backend) read() {
 		c, err := b.readerClient()
 		if err == nil {
 			pause = 0
-			var res []string
-			// Bounded: go-redis would wait the block time plus 10 s on a
-			// server that froze (a hung host, a partition), far past a
-			// failover.
-			ctx, cancel := context.WithTimeout(context.Background(), readerBlock+b.opts.CallTimeout)
-			res, err = c.BLPop(ctx, readerBlock, b.list).Result()
-			cancel()
-			if err == nil || errors.Is(err, redis.Nil) {
-				b.listening.Store(true)
-			}
-			if err == nil {
-				if len(res) == 2 && b.notice(res[1]) {
-					// Let the waiter just woken run on this P before the
-					// next BLPOP's write and read: that saves a hop to
-					// another P (tens of µs) on the hand-off path.
-					runtime.Gosched()
-				}
+			if b.popNotice(c) {
 				continue
-			}
-			if errors.Is(err, redis.Nil) {
-				// The block timed out: a quiet list may mean the master moved
-				// (a failover turns the old one into a replica, which keeps
-				// the connection open). Follow it.
-				if b.onMaster(c) {
-					b.checkReader() // and still the server the client uses
-					continue
-				}
-				// No longer a master: dial again, below.
 			}
 		}
 		b.listening.Store(false)
@@ -62,18 +36,7 @@ func (b *Backend) read() {
 			return
 		default:
 		}
-		if b.sh != nil {
-			// The connection broke: Redis may have restarted or failed
-			// over, and lost what this replica holds. Tell it soon.
-			b.resync.Store(true)
-			b.wake()
-		}
-		b.dropReader(c)
-		if cc, ok := b.rdb.(*redis.ClusterClient); ok {
-			// The master may have moved: the next dial asks the slot map.
-			cc.ReloadState(context.Background())
-		}
-		b.wake() // the maintainer's safety net runs faster while the reader is away
+		b.readerLost(c)
 		// Dial again soon: grants made meanwhile wait unread in the list
 		// (the safety net finds them, but only at its next tick). Quickly
 		// at first, then at the safety net's pace while the server stays
@@ -86,6 +49,59 @@ func (b *Backend) read() {
 		case <-time.After(pause):
 		}
 	}
+}
+
+// popNotice pops one notice from the list over c, blocking up to
+// readerBlock, and hands it to its waiter. It reports whether the reader
+// may pop again over c; false means c broke or no longer talks to a master.
+func (b *Backend) popNotice(c *redis.Client) bool {
+	// Bounded: go-redis would wait the block time plus 10 s on a
+	// server that froze (a hung host, a partition), far past a
+	// failover.
+	ctx, cancel := context.WithTimeout(context.Background(), readerBlock+b.opts.CallTimeout)
+	res, err := c.BLPop(ctx, readerBlock, b.list).Result()
+	cancel()
+	if err == nil || errors.Is(err, redis.Nil) {
+		b.listening.Store(true)
+	}
+	if err == nil {
+		if len(res) == 2 && b.notice(res[1]) {
+			// Let the waiter just woken run on this P before the
+			// next BLPOP's write and read: that saves a hop to
+			// another P (tens of µs) on the hand-off path.
+			runtime.Gosched()
+		}
+		return true
+	}
+	if errors.Is(err, redis.Nil) {
+		// The block timed out: a quiet list may mean the master moved
+		// (a failover turns the old one into a replica, which keeps
+		// the connection open). Follow it.
+		if b.onMaster(c) {
+			b.checkReader() // and still the server the client uses
+			return true
+		}
+		// No longer a master: dial again.
+	}
+	return false
+}
+
+// readerLost handles a reader without a connection: it asks for a sync in
+// Shares mode, drops c, has a cluster client reload its slot map, and
+// wakes the maintainer.
+func (b *Backend) readerLost(c *redis.Client) {
+	if b.sh != nil {
+		// The connection broke: Redis may have restarted or failed
+		// over, and lost what this replica holds. Tell it soon.
+		b.resync.Store(true)
+		b.wake()
+	}
+	b.dropReader(c)
+	if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+		// The master may have moved: the next dial asks the slot map.
+		cc.ReloadState(context.Background())
+	}
+	b.wake() // the maintainer's safety net runs faster while the reader is away
 }
 
 const (
