@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -167,6 +168,9 @@ func (f *fleet) queue(name string, mode redisqueue.Mode, cfg ginqueue.Config, se
 // fleetPoint is what one way gave in one scenario.
 type fleetPoint struct {
 	admitted int64         // handlers that ended in the window
+	handled  time.Duration // the whole time of those handlers, summed
+	procCPU  float64       // this process's CPU seconds over the window
+	gcs      uint32        // the collections that ended in the window
 	busy     time.Duration // handler time inside the window, summed over the fleet
 	peak     int64         // the most handlers running at once, over the warm-up and the window
 	refused  int64         // requests answered other than 204, over the warm-up and the window
@@ -227,7 +231,7 @@ func commands(calls map[string]float64) string {
 func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []int, work time.Duration) (*fleetPoint, error) {
 	runtime.GC() // the previous measurement's garbage is collected on its own time
 	pt := &fleetPoint{}
-	var running, peak, admitted, busy, refused, status atomic.Int64
+	var running, peak, admitted, handled, busy, refused, status atomic.Int64
 	var from, to time.Time // set before the clients start, read by the handlers
 	h := func(c *gin.Context) {
 		n := running.Add(1)
@@ -239,6 +243,7 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		running.Add(-1)
 		if !t1.Before(from) && t1.Before(to) {
 			admitted.Add(1)
+			handled.Add(int64(t1.Sub(t0)))
 		}
 		if d := min(t1.Sub(from), to.Sub(from)) - max(t0.Sub(from), 0); d > 0 {
 			busy.Add(int64(d))
@@ -315,16 +320,22 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		errs = append(errs, err)
 		return info, sent.counts()
 	}
+	var m0, m1 runtime.MemStats
 	time.Sleep(time.Until(from))
+	cpu0 := processCPU()
+	runtime.ReadMemStats(&m0)
 	before, hooks0 := readInfo()
 	time.Sleep(time.Until(to))
 	after, hooks1 := readInfo()
+	pt.procCPU = processCPU() - cpu0
+	runtime.ReadMemStats(&m1)
+	pt.gcs = m1.NumGC - m0.NumGC
 	wg.Wait()
 	<-sampled
 	for _, q := range queues {
 		pt.outages += q.Stats().Outages
 	}
-	pt.admitted, pt.busy, pt.peak = admitted.Load(), time.Duration(busy.Load()), peak.Load()
+	pt.admitted, pt.handled, pt.busy, pt.peak = admitted.Load(), time.Duration(handled.Load()), time.Duration(busy.Load()), peak.Load()
 	pt.refused, pt.status = refused.Load(), status.Load()
 	if err := errors.Join(errs...); err != nil {
 		return pt, fmt.Errorf("INFO cpu and commandstats: %w", err)
@@ -366,9 +377,9 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 	return pt, nil
 }
 
-// fleet is section 14: every way under saturation of every replica, then
-// every way under uneven saturation. Without a Redis, the static split
-// alone. Its backends' keys are deleted at the end.
+// fleet is section 14: every way under an even load, under an uneven one,
+// and under an even load of handlers shorter than a millisecond. Without a Redis, the static split alone. Its
+// backends' keys are deleted at the end.
 func (r *runner) fleet() {
 	t, ctx := &r.res.Fleet, context.Background()
 	ways := fleetWays()
@@ -383,62 +394,101 @@ func (r *runner) fleet() {
 	} else {
 		defer r.deleteKeys(ctx, f, ctl, FleetShares, "14. deleting the run's keys")
 	}
-	limit := float64(r.FleetLimits.MaxConcurrent)
-	rows := []Row{
-		{Metric: "14a. admitted", Unit: fmt.Sprintf("req/s, %d × %d clients, %v handlers", r.FleetReplicas, r.FleetClients, r.FleetWork), Format: FormatRate, Higher: true},
-		{Metric: "14a. ratio to the static split", Unit: "admitted", Format: FormatRatio, Higher: true},
-		{Metric: "14b. Redis round trips per admitted request", Unit: "commands the replicas sent, at saturation", Format: FormatSmall},
-		{Metric: "14b. Redis CPU per admitted request", Unit: "used_cpu_sys + used_cpu_user", Format: FormatDuration},
-		{Metric: "14c. peak running across the fleet", Unit: fmt.Sprintf("of %d, both scenarios", r.FleetLimits.MaxConcurrent), Format: FormatCount},
-		{Metric: "14d. mean running, uneven", Unit: fmt.Sprintf("of %d; %s clients, %v handlers", r.FleetLimits.MaxConcurrent, r.FleetUnevenClients(), r.FleetUnevenWork), Format: FormatCount, Higher: true},
-		{Metric: "14d. utilization, uneven", Unit: fmt.Sprintf("mean running ÷ %d", r.FleetLimits.MaxConcurrent), Format: FormatShare, Higher: true},
-	}
-	for i := range rows {
-		rows[i].Values = map[string]float64{}
-	}
+	rows := r.fleetRows()
 	saturated := slices.Repeat([]int{r.FleetClients}, r.FleetReplicas)
 	seq := 0
-	for _, scenario := range []struct {
+	for _, sc := range []struct {
 		name    string
 		clients []int
 		work    time.Duration
-	}{{"saturated", saturated, r.FleetWork}, {"uneven", r.FleetUneven, r.FleetUnevenWork}} {
+	}{
+		{"even", saturated, r.FleetWork},
+		{"short", saturated, r.FleetShortWork},
+		{"uneven", r.FleetUneven, r.FleetUnevenWork},
+	} {
 		for _, way := range ways {
 			seq++
-			metric := "14. " + scenario.name
-			pt, err := r.fleetRun(f, ctl, way, fmt.Sprintf("-fleet%d", seq), scenario.clients, scenario.work)
+			pt, err := r.fleetRun(f, ctl, way, fmt.Sprintf("-fleet%d", seq), sc.clients, sc.work)
 			if err != nil {
-				r.fail(way, metric, err)
+				r.fail(way, "14. "+sc.name, err)
 			}
-			if pt == nil {
-				continue
-			}
-			line := fmt.Sprintf("  %s, %s: admitted %s, peak %d, mean running %.1f, refused %d, outages %d",
-				scenario.name, way, format(FormatRate, float64(pt.admitted)/r.FleetWindow.Seconds()), pt.peak, pt.busy.Seconds()/r.FleetWindow.Seconds(), pt.refused, pt.outages)
-			if pt.sent != nil {
-				line += fmt.Sprintf("; Redis: CPU %s, commands sent %s (the replicas' hooks counted %s), run by the scripts %s; Stats().Limit mean per replica %.1f",
-					format(FormatDuration, pt.cpu*1e9), commands(pt.sent), commands(pt.hooks), commands(pt.inScript), pt.shares)
-			}
-			r.logf("%s", line)
-			rows[4].Values[way] = max(rows[4].Values[way], float64(pt.peak))
-			if scenario.name == "uneven" {
-				mean := pt.busy.Seconds() / r.FleetWindow.Seconds()
-				rows[5].Values[way], rows[6].Values[way] = mean, mean/limit
-				continue
-			}
-			rows[0].Values[way] = float64(pt.admitted) / r.FleetWindow.Seconds()
-			if pt.sent != nil && pt.admitted > 0 {
-				rows[2].Values[way] = sum(slices.Collect(maps.Values(pt.sent))) / float64(pt.admitted)
-				rows[3].Values[way] = pt.cpu * 1e9 / float64(pt.admitted)
+			if pt != nil {
+				r.logFleet(sc.name, way, pt)
+				r.fleetRecord(rows, sc.name, way, pt)
 			}
 		}
 	}
-	if base := rows[0].Values[FleetStatic]; base > 0 {
-		for _, way := range ways[1:] {
-			if x, ok := rows[0].Values[way]; ok {
-				rows[1].Values[way] = x / base
+	for _, i := range []int{0, 9} { // 14a and 14e: the ratio to the static split
+		if base := rows[i].Values[FleetStatic]; base > 0 {
+			for way, x := range rows[i].Values {
+				if way != FleetStatic {
+					rows[i+1].Values[way] = x / base
+				}
 			}
 		}
 	}
 	t.Rows = append(t.Rows, rows...)
+}
+
+// fleetRows are the rows of section 14, with no figures yet.
+func (r *runner) fleetRows() []Row {
+	limit := r.FleetLimits.MaxConcurrent
+	even := func(work time.Duration) string {
+		return fmt.Sprintf("req/s, %d × %d clients, %v handlers", r.FleetReplicas, r.FleetClients, work)
+	}
+	rows := []Row{
+		{Metric: "14a. admitted, even load", Unit: even(r.FleetWork), Format: FormatRate, Higher: true},
+		{Metric: "14a. ratio to the static split", Unit: "admitted, like for like", Format: FormatRatio, Higher: true},
+		{Metric: "14a. handler time, mean", Unit: fmt.Sprintf("asked %v", r.FleetWork), Format: FormatDuration},
+		{Metric: "14a. CPU per admitted request", Unit: "this process, clients included", Format: FormatDuration},
+		{Metric: "14b. Redis round trips per admitted request", Unit: "commands the replicas sent, at saturation, 14e", Format: FormatSmall},
+		{Metric: "14b. Redis CPU per admitted request", Unit: "used_cpu_sys + used_cpu_user, 14e", Format: FormatDuration},
+		{Metric: "14c. peak running across the fleet", Unit: fmt.Sprintf("of %d, every scenario", limit), Format: FormatCount},
+		{Metric: "14d. mean running, uneven", Unit: fmt.Sprintf("of %d; %s clients, %v handlers", limit, r.FleetUnevenClients(), r.FleetUnevenWork), Format: FormatCount, Higher: true},
+		{Metric: "14d. utilization, uneven", Unit: fmt.Sprintf("mean running ÷ %d", limit), Format: FormatShare, Higher: true},
+		{Metric: "14e. admitted, sub-millisecond handlers", Unit: even(r.FleetShortWork), Format: FormatRate, Higher: true},
+		{Metric: "14e. ratio to the static split", Unit: "admitted, not like for like", Format: FormatRatio, Higher: true},
+		{Metric: "14e. handler time, mean", Unit: fmt.Sprintf("asked %v", r.FleetShortWork), Format: FormatDuration},
+	}
+	for i := range rows {
+		rows[i].Values = map[string]float64{}
+	}
+	return rows
+}
+
+// fleetRecord puts what way gave in scenario into rows (see fleetRows).
+func (r *runner) fleetRecord(rows []Row, scenario, way string, pt *fleetPoint) {
+	window := r.FleetWindow.Seconds()
+	rows[6].Values[way] = max(rows[6].Values[way], float64(pt.peak))
+	if scenario == "uneven" {
+		mean := pt.busy.Seconds() / window
+		rows[7].Values[way], rows[8].Values[way] = mean, mean/float64(r.FleetLimits.MaxConcurrent)
+		return
+	}
+	i := map[string]int{"even": 0, "short": 9}[scenario] // 14a or 14e
+	rows[i].Values[way] = float64(pt.admitted) / window
+	if pt.admitted == 0 {
+		return
+	}
+	rows[i+2].Values[way] = float64(pt.handled) / float64(pt.admitted)
+	if scenario == "even" && !math.IsNaN(pt.procCPU) {
+		rows[3].Values[way] = pt.procCPU * 1e9 / float64(pt.admitted)
+	}
+	if scenario == "short" && pt.sent != nil {
+		rows[4].Values[way] = sum(slices.Collect(maps.Values(pt.sent))) / float64(pt.admitted)
+		rows[5].Values[way] = pt.cpu * 1e9 / float64(pt.admitted)
+	}
+}
+
+// logFleet logs what way gave in scenario.
+func (r *runner) logFleet(scenario, way string, pt *fleetPoint) {
+	window := r.FleetWindow.Seconds()
+	line := fmt.Sprintf("  %s, %s: admitted %s, handler time %s, peak %d, mean running %.1f, refused %d, outages %d, process CPU %.2f s, %d GCs",
+		scenario, way, format(FormatRate, float64(pt.admitted)/window), format(FormatDuration, float64(pt.handled)/float64(max(pt.admitted, 1))),
+		pt.peak, pt.busy.Seconds()/window, pt.refused, pt.outages, pt.procCPU, pt.gcs)
+	if pt.sent != nil {
+		line += fmt.Sprintf("; Redis: CPU %s, commands sent %s (the replicas' hooks counted %s), run by the scripts %s; Stats().Limit mean per replica %.1f",
+			format(FormatDuration, pt.cpu*1e9), commands(pt.sent), commands(pt.hooks), commands(pt.inScript), pt.shares)
+	}
+	r.logf("%s", line)
 }

@@ -61,7 +61,7 @@ type Plan struct {
 	FleetLimits                                           Limits  // section 14: the fleet's slots; each replica's waiting places and timeout
 	FleetReplicas, FleetClients                           int     // replicas; closed-loop clients per replica at saturation
 	FleetUneven                                           []int   // closed-loop clients of each replica under uneven saturation
-	FleetWork, FleetUnevenWork                            time.Duration
+	FleetWork, FleetUnevenWork, FleetShortWork            time.Duration
 	Scale                                                 ScalePlan // section 15, which runs only when named
 }
 
@@ -90,7 +90,7 @@ func FullPlan() Plan {
 		WeightedWork:   10 * time.Millisecond, WeightedHeavy: 4, WeightedHeavyShare: 0.25, WeightedLoad: 0.8,
 		FleetLimits:   Limits{MaxConcurrent: 64, MaxQueue: 1024, QueueTimeout: 10 * time.Second},
 		FleetReplicas: 4, FleetClients: 64, FleetUneven: []int{8, 8, 8, 104},
-		FleetWork: 200 * time.Microsecond, FleetUnevenWork: 20 * time.Millisecond,
+		FleetWork: 2 * time.Millisecond, FleetUnevenWork: 20 * time.Millisecond, FleetShortWork: 200 * time.Microsecond,
 		Scale: ScalePlan{Replicas: []int{16, 64, 256, 1024}, Clients: 2, Work: 20 * time.Millisecond,
 			MaxQueue: 64, QueueTimeout: 2 * time.Second, StartBatch: 64,
 			WarmUp: time.Second, Window: 5 * time.Second, Settle: 2 * time.Second},

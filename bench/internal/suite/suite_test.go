@@ -31,7 +31,7 @@ func TestRun(t *testing.T) {
 	for _, s := range []string{"## Summary\n", "| overhead per request, the route alone (1a) | lower |", "| 7. growth, deepest / shallowest (ratio) |",
 		"| 10d. growth over flows, deepest / shallowest (ratio) |", "| 12. 5× C: goodput (share of C) |", "| 13. most slots running at once (slots, of 8) | lower | – | – |",
 		"| interval-polled, as written | 3 | 5 | 7 |", "## 14. Fleet: one limit for 4 replicas, three ways\n",
-		"| way | 14a. admitted (req/s, 4 × 64 clients, 200µs handlers) |", "\n| static split | ", "| fleet | static split: peak running across the fleet ≤ 64 |",
+		"| way | 14a. admitted, even load (req/s, 4 × 64 clients, 2ms handlers) |", "\n| static split | ", "| fleet | static split: peak running across the fleet ≤ 64 |",
 		"## 15. Fleet at scale: one Name, up to 4 replicas in Shares mode\n"} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("report lacks %q", s)
@@ -62,7 +62,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("section 15 alone: %v\n%s", err, md.String())
 	}
 	md.Reset()
-	if err := Markdown(&md, r, "fleet"); err != nil || !strings.HasPrefix(md.String(), "## 14. Fleet") || !strings.Contains(md.String(), "\n| fleet | Shares: admitted ≥ 0.8× the static split's |") {
+	if err := Markdown(&md, r, "fleet"); err != nil || !strings.HasPrefix(md.String(), "## 14. Fleet") || !strings.Contains(md.String(), "\n| fleet | Shares: admitted on an even load ≥ 0.8× the static split's |") {
 		t.Errorf("section 14 alone: %v\n%s", err, md.String())
 	}
 }
@@ -160,11 +160,11 @@ func TestTargets(t *testing.T) {
 	}
 	r.Features.Rows = []Row{{Metric: "10c. saturated hand-off", Higher: true, Format: FormatRate, Values: map[string]float64{Plain: 1000, PrioFlows: 700}}}
 	r.Fleet = Table{Cols: fleetWays(), Rows: []Row{
-		{Metric: "14a. admitted", Unit: "req/s", Higher: true, Format: FormatRate, Values: map[string]float64{FleetStatic: 50000, FleetShares: 39000}},
+		{Metric: "14a. admitted, even load", Unit: "req/s", Higher: true, Format: FormatRate, Values: map[string]float64{FleetStatic: 50000, FleetShares: 39000}},
 		{Metric: "14b. Redis round trips per admitted request", Format: FormatSmall, Values: map[string]float64{FleetGlobal: 2.5, FleetShares: 0.002344}},
 		{Metric: "14c. peak running across the fleet", Format: FormatCount, Values: map[string]float64{FleetStatic: 64, FleetGlobal: 65, FleetShares: 64}},
 	}}
-	if got, want := byColumn(r.Fleet, "way"), "| way | 14a. admitted (req/s) | 14b. Redis round trips per admitted request | 14c. peak running across the fleet |\n"+
+	if got, want := byColumn(r.Fleet, "way"), "| way | 14a. admitted, even load (req/s) | 14b. Redis round trips per admitted request | 14c. peak running across the fleet |\n"+
 		"|---|---|---|---|\n| static split | 50,000/s | – | 64 |\n| redisqueue GlobalQueue | – | 2.50 | 65 |\n| redisqueue Shares | 39,000/s | 0.00234 | 64 |\n"; got != want {
 		t.Errorf("byColumn:\n%s\nwant\n%s", got, want)
 	}
@@ -174,7 +174,7 @@ func TestTargets(t *testing.T) {
 		"grant latency p99 ≤ 100 µs":                                            "no: 150.0 µs (limit 100.0 µs)",
 		"Priority + FlowKey: saturated hand-off, time per request ≤ 1.3× plain": "no: 700/s vs plain ginqueue 1,000/s: 1.43× the cost (≤ 1.30×)",
 		"schedule efficiency ≥ the best peer's":                                 "not measured: –",
-		"Shares: admitted ≥ 0.8× the static split's":                            "no: 39,000/s vs static split 50,000/s: 0.78× (≥ 0.80×)",
+		"Shares: admitted on an even load ≥ 0.8× the static split's":            "no: 39,000/s vs static split 50,000/s: 0.78× (≥ 0.80×)",
 		"Shares: ≤ 0.01 Redis round trips per admitted request at saturation":   "yes: 0.00234 (limit 0.0100)",
 		"GlobalQueue: peak running across the fleet ≤ 64":                       "no: 65 (limit 64)",
 	}
