@@ -186,29 +186,6 @@ type fleetPoint struct {
 	shares                []float64
 }
 
-// redisCounters reads what INFO cpu and commandstats say Redis has spent:
-// CPU seconds (used_cpu_sys + used_cpu_user) and the calls of every
-// command, by name.
-func redisCounters(info string) (cpu float64, calls map[string]float64) {
-	calls = map[string]float64{}
-	for line := range strings.SplitSeq(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		switch cmd, ok := strings.CutPrefix(k, "cmdstat_"); {
-		case k == "used_cpu_sys", k == "used_cpu_user":
-			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f
-		case ok:
-			for kv := range strings.SplitSeq(v, ",") {
-				if n, ok := strings.CutPrefix(kv, "calls="); ok {
-					f, _ := strconv.ParseFloat(n, 64)
-					calls[cmd] += f
-				}
-			}
-		}
-	}
-	return cpu, calls
-}
-
 // commands lists calls by name, most first: "evalsha 1,234, blpop 56".
 func commands(calls map[string]float64) string {
 	names := slices.SortedFunc(maps.Keys(calls), func(a, b string) int { return cmp.Or(cmp.Compare(calls[b], calls[a]), cmp.Compare(a, b)) })
@@ -341,8 +318,8 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		return pt, fmt.Errorf("INFO cpu and commandstats: %w", err)
 	}
 	if len(backends) > 0 {
-		cpu0, calls0 := redisCounters(before)
-		cpu1, calls1 := redisCounters(after)
+		cpu0, calls0, _ := redisCounters(before)
+		cpu1, calls1, _ := redisCounters(after)
 		pt.cpu, pt.sent, pt.inScript, pt.hooks = cpu1-cpu0, map[string]float64{}, map[string]float64{}, map[string]float64{}
 		for c, n := range hooks1 {
 			pt.hooks[c] = n - hooks0[c]

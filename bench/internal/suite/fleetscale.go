@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -510,14 +509,6 @@ func (f *scaleFleet) census(ctx context.Context, ctl redisNodes) (conns, live in
 	return conns, live
 }
 
-// infoInt is the integer field name of an INFO reply, or -1.
-func infoInt(info, name string) int {
-	if n, err := strconv.Atoi(infoString(info, name)); err == nil {
-		return n
-	}
-	return -1
-}
-
 // scaleSize starts a fleet of n replicas, runs its phases and closes it.
 // What it measured comes back even with an error.
 func (r *runner) scaleSize(ctx context.Context, addrs []string, ctl redisNodes, n int) (*ScaleSize, error) {
@@ -641,14 +632,4 @@ func (r *runner) scaleServers(ctx context.Context) ([]*redisServer, error) {
 		return nil, err
 	}
 	return []*redisServer{srv}, nil
-}
-
-// infoString is the field name of an INFO reply, or "".
-func infoString(info, name string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }

@@ -72,12 +72,7 @@ func openFleet(ctx context.Context) (f *fleet, ctl *redis.Client, version, why s
 		}
 		return f, ctl, "", msg
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			version = v
-		}
-	}
-	return f, ctl, version, ""
+	return f, ctl, infoString(info, "redis_version"), ""
 }
 
 // deleteKeys closes f and deletes the keys of its Names
@@ -131,29 +126,59 @@ func pair(ctx context.Context, b *redisqueue.Backend) error {
 	return err
 }
 
-// parseRedisLoad reads what INFO cpu and commandstats say Redis has spent:
+// redisCounters reads what INFO cpu and commandstats say Redis has spent:
 // CPU seconds (used_cpu_sys + used_cpu_user), and the calls and
-// microseconds of its script commands.
-func parseRedisLoad(info string) (cpu, calls, usec float64) {
+// microseconds of every command, by name.
+func redisCounters(info string) (cpu float64, calls, usec map[string]float64) {
+	calls, usec = map[string]float64{}, map[string]float64{}
 	for line := range strings.SplitSeq(info, "\n") {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		switch k {
-		case "used_cpu_sys", "used_cpu_user":
+		switch cmd, ok := strings.CutPrefix(k, "cmdstat_"); {
+		case k == "used_cpu_sys", k == "used_cpu_user":
 			f, _ := strconv.ParseFloat(v, 64)
 			cpu += f
-		case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro", "cmdstat_fcall":
+		case ok:
 			for kv := range strings.SplitSeq(v, ",") {
 				name, val, _ := strings.Cut(kv, "=")
 				f, _ := strconv.ParseFloat(val, 64)
-				if name == "calls" {
-					calls += f
-				} else if name == "usec" {
-					usec += f
+				switch name {
+				case "calls":
+					calls[cmd] += f
+				case "usec":
+					usec[cmd] += f
 				}
 			}
 		}
 	}
 	return cpu, calls, usec
+}
+
+// parseRedisLoad is redisCounters' CPU seconds, and the calls and
+// microseconds of the script commands.
+func parseRedisLoad(info string) (cpu, calls, usec float64) {
+	cpu, c, u := redisCounters(info)
+	for _, n := range []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall"} {
+		calls, usec = calls+c[n], usec+u[n]
+	}
+	return cpu, calls, usec
+}
+
+// infoString is the field name of an INFO reply, or "".
+func infoString(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// infoInt is the integer field name of an INFO reply, or -1.
+func infoInt(info, name string) int {
+	if n, err := strconv.Atoi(infoString(info, name)); err == nil {
+		return n
+	}
+	return -1
 }
 
 // redisPairs is 11b: RedisClients on one backend doing pairs for

@@ -138,7 +138,7 @@ func TestSendOnce(t *testing.T) {
 	if !<-hungUp {
 		t.Error("the server never saw the client give up")
 	}
-	cpu, calls := redisCounters("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
+	cpu, calls, _ := redisCounters("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
 		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_client|setinfo:calls=2,usec=4\r\ncmdstat_blpop:calls=3,usec=9\r\n")
 	if got := commands(calls); cpu != 3.75 || got != "evalsha 10, blpop 3, client|setinfo 2" {
 		t.Errorf("redisCounters = %v, %q; want 3.75, evalsha 10, blpop 3, client|setinfo 2", cpu, got)
