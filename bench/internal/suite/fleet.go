@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,13 +45,7 @@ func (p Plan) FleetShare() int { return p.FleetLimits.MaxConcurrent / p.FleetRep
 
 // FleetUnevenClients lists the clients of each replica under uneven
 // saturation: "8, 8, 8 and 104".
-func (p Plan) FleetUnevenClients() string {
-	s := make([]string, len(p.FleetUneven))
-	for i, n := range p.FleetUneven {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
-}
+func (p Plan) FleetUnevenClients() string { return andList(p.FleetUneven) }
 
 // sentNames counts the commands clients send, by name, through a go-redis
 // hook on each: INFO commandstats counts the calls that scripts make inside
@@ -144,19 +137,13 @@ func noscript(ctx context.Context, ctl *redis.Client, names []string) (map[strin
 	return m, nil
 }
 
-// queue is a Queue of cfg on a new redisqueue Backend of mode under the
-// Name prefix+name, on a client of its own, as a replica would have,
-// hooked to sent; f closes both.
+// queue is a Queue of cfg on f.backend(name, mode, sent); f closes it.
 func (f *fleet) queue(name string, mode redisqueue.Mode, cfg ginqueue.Config, sent *sentNames) (*ginqueue.Queue, *redisqueue.Backend, error) {
-	rdb := newRedisClient(f.addr)
-	rdb.AddHook(sent)
-	f.closers = append(f.closers, func() { _ = rdb.Close() })
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name, Mode: mode})
+	b, err := f.backend(name, mode, sent)
 	if err != nil {
 		return nil, nil, err
 	}
-	f.closers = append(f.closers, func() { _ = b.Close() }) // NewQueue leaves b open when it fails
-	cfg.Backend = b
+	cfg.Backend = b // NewQueue leaves b open when it fails: f closes it
 	q, err := ginqueue.NewQueue(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -211,9 +198,7 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 	var running, peak, admitted, handled, busy, refused, status atomic.Int64
 	var from, to time.Time // set before the clients start, read by the handlers
 	h := func(c *gin.Context) {
-		n := running.Add(1)
-		for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
-		}
+		raise(&peak, running.Add(1))
 		t0 := time.Now()
 		time.Sleep(work)
 		t1 := time.Now()

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -54,20 +55,7 @@ type ScalePlan struct {
 func (s ScalePlan) Limit(n int) int { return max(1, n/2) }
 
 // Sizes lists the fleet sizes: "16, 64, 256 and 1,024".
-func (s ScalePlan) Sizes() string {
-	out := ""
-	for i, n := range s.Replicas {
-		switch {
-		case i == 0:
-		case i == len(s.Replicas)-1:
-			out += " and "
-		default:
-			out += ", "
-		}
-		out += digits(n)
-	}
-	return out
-}
+func (s ScalePlan) Sizes() string { return andList(s.Replicas) }
 
 // Capacity is what the limit of n replicas serves per second when every
 // slot is busy.
@@ -161,9 +149,7 @@ func (c *scaleCounts) reset() {
 
 // enter counts a handler that starts, on the second half or not.
 func (c *scaleCounts) enter(second bool) {
-	n := c.running.Add(1)
-	for m := c.peak.Load(); n > m && !c.peak.CompareAndSwap(m, n); m = c.peak.Load() {
-	}
+	raise(&c.peak, c.running.Add(1))
 	if second {
 		c.second.Add(1)
 	}
@@ -303,34 +289,31 @@ func (f *scaleFleet) close() {
 	})
 }
 
-// outages sums the times the replicas marked Redis down.
-func (f *scaleFleet) outages() uint64 {
+// sum adds up of over the Stats of the replicas from first on.
+func (f *scaleFleet) sum(first int, of func(backend.Stats) uint64) uint64 {
 	var n uint64
-	for _, rep := range f.replicas {
-		n += rep.b.Stats().Outages
+	for _, rep := range f.replicas[first:] {
+		n += of(rep.b.Stats())
 	}
 	return n
 }
 
-// down counts the replicas that have Redis marked down now.
+// outages sums the times the replicas marked Redis down; down counts the
+// replicas that have it marked down now; secondShares sums the shares
+// (Stats().Limit) of the second half of the replicas.
+func (f *scaleFleet) outages() uint64 {
+	return f.sum(0, func(s backend.Stats) uint64 { return s.Outages })
+}
 func (f *scaleFleet) down() int {
-	n := 0
-	for _, rep := range f.replicas {
-		if rep.b.Stats().Unavailable {
-			n++
+	return int(f.sum(0, func(s backend.Stats) uint64 {
+		if s.Unavailable {
+			return 1
 		}
-	}
-	return n
+		return 0
+	}))
 }
-
-// secondShares sums the shares (Stats().Limit) of the second half of the
-// replicas.
 func (f *scaleFleet) secondShares() int {
-	n := 0
-	for _, rep := range f.replicas[len(f.replicas)/2:] {
-		n += rep.b.Stats().Limit
-	}
-	return n
+	return int(f.sum(len(f.replicas)/2, func(s backend.Stats) uint64 { return uint64(s.Limit) }))
 }
 
 // clients starts Clients closed-loop clients on each of the replicas from
@@ -627,7 +610,7 @@ func (r *runner) scaleServers(ctx context.Context) ([]*redisServer, error) {
 	if r.Scale.Parts > 1 {
 		return startRedisCluster(ctx, r.Scale.Parts)
 	}
-	srv, err := startRedisServer(ctx)
+	srv, err := startRedisServer(ctx, "")
 	if err != nil {
 		return nil, err
 	}

@@ -39,14 +39,26 @@ func newRedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond, MaxRetries: -1})
 }
 
-func (f *fleet) backend(name string, l backend.Limits) (*redisqueue.Backend, error) {
+// backend is a redisqueue Backend of mode under the Name prefix+name, on a
+// client of its own as a replica would have, with hooks; f closes both.
+func (f *fleet) backend(name string, mode redisqueue.Mode, hooks ...redis.Hook) (*redisqueue.Backend, error) {
 	rdb := newRedisClient(f.addr)
+	for _, h := range hooks {
+		rdb.AddHook(h)
+	}
 	f.closers = append(f.closers, func() { _ = rdb.Close() })
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name, Mode: redisqueue.GlobalQueue})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name, Mode: mode})
 	if err == nil {
-		if err = b.Start(l); err == nil {
-			f.closers = append(f.closers, func() { _ = b.Close() })
-		}
+		f.closers = append(f.closers, func() { _ = b.Close() })
+	}
+	return b, err
+}
+
+// started is a backend in GlobalQueue mode, started with l.
+func (f *fleet) started(name string, l backend.Limits) (*redisqueue.Backend, error) {
+	b, err := f.backend(name, redisqueue.GlobalQueue)
+	if err == nil {
+		err = b.Start(l)
 	}
 	return b, err
 }
@@ -281,7 +293,7 @@ func (r *runner) redis() {
 		add(metric+" p99", FormatDuration, false, pct(0, 0.99)([][]float64{d}))
 	}
 	uncontended := backend.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
-	rt, err := f.backend("-rt", uncontended)
+	rt, err := f.started("-rt", uncontended)
 	d := []float64(nil)
 	if err == nil {
 		d, err = timed(r.RedisPairs, func() error { return pair(ctx, rt) })
@@ -292,7 +304,7 @@ func (r *runner) redis() {
 	quantiles("11a. two PINGs, the floor of a pair,", d, err)
 	pairs := fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients)
 	before, err0 := ctl.Info(ctx, "cpu", "commandstats").Result() // 11d counts the backend's start and close too
-	b, err := f.backend("-pairs", uncontended)
+	b, err := f.started("-pairs", uncontended)
 	var rates []float64
 	var n int64
 	if err == nil {
@@ -307,8 +319,8 @@ func (r *runner) redis() {
 		add(pairs, FormatRate, true, med(0)([][]float64{rates}))
 	}
 	one := backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
-	a, errA := f.backend("-handoff", one)
-	b, errB := f.backend("-handoff", one)
+	a, errA := f.started("-handoff", one)
+	b, errB := f.started("-handoff", one)
 	if err := errors.Join(errA, errB); err != nil {
 		r.fail(redisCol, "11c. hand-off", err)
 	} else {

@@ -50,19 +50,17 @@ func (b *lockedBuffer) tail() string {
 // errNoRedisServer says that no redis-server binary is on the PATH.
 var errNoRedisServer = errors.New("no redis-server on the PATH")
 
-// startRedisServer starts redis-server without persistence on a free
-// loopback port and waits until it answers PING, at most 5 s. The server
-// dies with this process on Linux even if this process is killed.
-func startRedisServer(ctx context.Context) (*redisServer, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+// startRedisServer starts redis-server without persistence on port (a
+// free loopback port if empty), with the extra arguments, and waits until
+// it answers PING, at most 5 s. The server dies with this process on Linux
+// even if this process is killed.
+func startRedisServer(ctx context.Context, port string, extra ...string) (*redisServer, error) {
+	if port == "" {
+		var err error
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
-	return startRedisOn(ctx, port)
-}
-
-// startRedisOn is startRedisServer on port, with the extra arguments.
-func startRedisOn(ctx context.Context, port string, extra ...string) (*redisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errNoRedisServer
@@ -159,7 +157,7 @@ func startRedisCluster(ctx context.Context, n int) ([]*redisServer, error) {
 		if err != nil {
 			return fail(err)
 		}
-		s, err := startRedisOn(ctx, port, "--cluster-enabled", "yes", "--dir", dir,
+		s, err := startRedisServer(ctx, port, "--cluster-enabled", "yes", "--dir", dir,
 			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i))
 		if err != nil {
 			return fail(err)

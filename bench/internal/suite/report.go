@@ -82,10 +82,7 @@ func markdown(t Table, base func(Row) float64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| metric | better | %s |\n|---|---|%s\n", strings.Join(t.Cols, " | "), strings.Repeat("---|", len(t.Cols)))
 	for _, row := range t.Rows {
-		metric, better := row.Metric, map[bool]string{false: "lower", true: "higher"}[row.Higher]
-		if row.Unit != "" {
-			metric += " (" + row.Unit + ")"
-		}
+		metric, better := label(row), map[bool]string{false: "lower", true: "higher"}[row.Higher]
 		if row.Given {
 			better = "–"
 		}
@@ -105,17 +102,21 @@ func markdown(t Table, base func(Row) float64) string {
 	return b.String()
 }
 
+// label is a row's metric and, in brackets, its unit.
+func label(row Row) string {
+	if row.Unit == "" {
+		return row.Metric
+	}
+	return row.Metric + " (" + row.Unit + ")"
+}
+
 // byColumn renders t turned over: a row per column of t, headed corner,
 // and a column per row of t.
 func byColumn(t Table, corner string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| %s |", corner)
 	for _, row := range t.Rows {
-		h := row.Metric
-		if row.Unit != "" {
-			h += " (" + row.Unit + ")"
-		}
-		b.WriteString(" " + h + " |")
+		b.WriteString(" " + label(row) + " |")
 	}
 	fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("---|", len(t.Rows)))
 	for _, c := range t.Cols {

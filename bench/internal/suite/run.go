@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -452,6 +453,24 @@ func (r *runner) growth(t *Table, prefix, flows string, vs []Variant, depths []i
 		}
 		return s, nil
 	})
+}
+
+// andList prints ns as "16, 64, 256 and 1,024".
+func andList(ns []int) string {
+	s := ""
+	for i, n := range ns {
+		if i > 0 {
+			s += map[bool]string{true: " and ", false: ", "}[i == len(ns)-1]
+		}
+		s += digits(n)
+	}
+	return s
+}
+
+// raise lifts peak to n, if n is higher.
+func raise(peak *atomic.Int64, n int64) {
+	for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
+	}
 }
 
 // digits prints n in groups of three digits: 100,000.

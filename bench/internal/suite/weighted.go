@@ -39,9 +39,7 @@ func (p Plan) weightedRun() (window []*weightedSample, most int64, err error) {
 	h, _ := route(func(c *gin.Context) {
 		s := sample(c)
 		s.start = time.Now()
-		n := running.Add(int64(s.cost))
-		for m := top.Load(); n > m && !top.CompareAndSwap(m, n); m = top.Load() {
-		}
+		raise(&top, running.Add(int64(s.cost)))
 		time.Sleep(p.WeightedWork)
 		running.Add(-int64(s.cost))
 		s.end = time.Now()
