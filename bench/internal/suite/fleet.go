@@ -339,9 +339,9 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 	return pt, nil
 }
 
-// fleet is section 14: every way under an even load, under an uneven one,
-// and under an even load of handlers shorter than a millisecond. Without a Redis, the static split alone. Its
-// backends' keys are deleted at the end.
+// fleet is section 14: every way under an even load, under an even load of
+// handlers shorter than a millisecond, and under an uneven load. Without a
+// Redis, the static split alone. Its backends' keys are deleted at the end.
 func (r *runner) fleet() {
 	t, ctx := &r.res.Fleet, context.Background()
 	ways := fleetWays()

@@ -214,6 +214,24 @@ func FeatureVariants(flows int, spread bool) []Variant {
 // far more often than any Prometheus scrapes, the worst case.
 const ScrapeInterval = 5 * time.Millisecond
 
+// every calls f every d on a goroutine of its own until the func it
+// returns is called, which returns once f has run for the last time.
+func every(d time.Duration, f func()) (stop func()) {
+	done, t := make(chan struct{}), time.NewTicker(d)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait(); t.Stop() }
+}
+
 // newObserved is ginqueue with ServerTiming and a promqueue Collector,
 // gathered every ScrapeInterval while the variant serves.
 func newObserved(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
@@ -223,21 +241,12 @@ func newObserved(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 		panic(err)
 	}
 	reg.MustRegister(col)
-	done, t := make(chan struct{}), time.NewTicker(ScrapeInterval)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if _, err := reg.Gather(); err != nil {
-					panic(err) // a collector that cannot be gathered is a bug
-				}
-			}
+	stop := every(ScrapeInterval, func() {
+		if _, err := reg.Gather(); err != nil {
+			panic(err) // a collector that cannot be gathered is a bug
 		}
 	})
-	return route(h, func() { close(done); wg.Wait(); t.Stop(); _ = q.Close() }, q.Handler())
+	return route(h, func() { stop(); _ = q.Close() }, q.Handler())
 }
 
 // GoodputVariants are the columns of section 12: six configurations of
@@ -286,25 +295,14 @@ func newOTel(traced bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
 		if err := m.Add("bench", q); err != nil {
 			panic(err)
 		}
-		done, t := make(chan struct{}), time.NewTicker(ScrapeInterval)
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			var rm metricdata.ResourceMetrics
-			for {
-				select {
-				case <-done:
-					return
-				case <-t.C:
-					if err := reader.Collect(context.Background(), &rm); err != nil {
-						panic(err) // a collection that fails is a bug
-					}
-				}
+		var rm metricdata.ResourceMetrics
+		collecting := every(ScrapeInterval, func() {
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				panic(err) // a collection that fails is a bug
 			}
 		})
 		stop := func() {
-			close(done)
-			wg.Wait()
-			t.Stop()
+			collecting()
 			_ = m.Unregister()
 			_ = provider.Shutdown(context.Background())
 			_ = q.Close()
