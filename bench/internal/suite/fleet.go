@@ -213,34 +213,10 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		c.Status(http.StatusNoContent)
 	}
 	defer f.close()
-	handlers := make([]http.Handler, len(clients))
 	var sent sentNames
-	var queues []*ginqueue.Queue
-	var backends []*redisqueue.Backend
-	for i := range clients {
-		cfg := ginqueue.Config{MaxConcurrent: p.FleetLimits.MaxConcurrent, MaxQueue: p.FleetLimits.MaxQueue, QueueTimeout: p.FleetLimits.QueueTimeout}
-		var q *ginqueue.Queue
-		var err error
-		switch way {
-		case FleetStatic: // nil Config.Backend: the in-memory Backend
-			cfg.MaxConcurrent = p.FleetShare()
-			if q, err = ginqueue.NewQueue(cfg); err == nil {
-				f.closers = append(f.closers, func() { _ = q.Close() })
-			}
-		case FleetGlobal, FleetShares:
-			mode := redisqueue.GlobalQueue
-			if way == FleetShares {
-				mode = redisqueue.Shares
-			}
-			var b *redisqueue.Backend
-			q, b, err = f.queue(name, mode, cfg, &sent)
-			backends = append(backends, b)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("replica %d: %w", i+1, err)
-		}
-		queues = append(queues, q)
-		handlers[i], _ = route(h, nil, q.Handler())
+	handlers, queues, backends, err := p.fleetReplicas(f, way, name, len(clients), h, &sent)
+	if err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	from = start.Add(p.FleetWarmUp)
@@ -303,32 +279,9 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		return pt, fmt.Errorf("INFO cpu and commandstats: %w", err)
 	}
 	if len(backends) > 0 {
-		cpu0, calls0, _ := redisCounters(before)
-		cpu1, calls1, _ := redisCounters(after)
-		pt.cpu, pt.sent, pt.inScript, pt.hooks = cpu1-cpu0, map[string]float64{}, map[string]float64{}, map[string]float64{}
-		for c, n := range hooks1 {
-			pt.hooks[c] = n - hooks0[c]
+		if err := pt.countRedis(ctl, &sent, [2]string{before, after}, [2]map[string]float64{hooks0, hooks1}); err != nil {
+			return pt, err
 		}
-		var moved []string
-		for c, n := range calls1 {
-			if n != calls0[c] {
-				moved = append(moved, c)
-			}
-		}
-		flagged, err := noscript(context.Background(), ctl, moved)
-		if err != nil {
-			return pt, fmt.Errorf("COMMAND INFO: %w", err)
-		}
-		for c, n := range calls1 {
-			if n -= calls0[c]; sent.sent(c, flagged) {
-				pt.sent[c] = n
-			} else {
-				pt.inScript[c] = n
-			}
-		}
-		// INFO counts itself in the next reply: the first reading is in
-		// the second's count, and is the measurement's, not a client's.
-		pt.sent["info"]--
 		for i := range sums {
 			pt.shares = append(pt.shares, sums[i]/float64(max(samples, 1)))
 		}
@@ -337,6 +290,74 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		return pt, fmt.Errorf("%d requests not served, the first answered %d", pt.refused, pt.status)
 	}
 	return pt, nil
+}
+
+// fleetReplicas builds n replicas that share the fleet's limit as way
+// says, each serving h behind its Queue: their handlers, their Queues and
+// their redisqueue Backends (none for the static split). f closes them.
+func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc, sent *sentNames) ([]http.Handler, []*ginqueue.Queue, []*redisqueue.Backend, error) {
+	handlers := make([]http.Handler, n)
+	var queues []*ginqueue.Queue
+	var backends []*redisqueue.Backend
+	for i := range n {
+		cfg := ginqueue.Config{MaxConcurrent: p.FleetLimits.MaxConcurrent, MaxQueue: p.FleetLimits.MaxQueue, QueueTimeout: p.FleetLimits.QueueTimeout}
+		var q *ginqueue.Queue
+		var err error
+		switch way {
+		case FleetStatic: // nil Config.Backend: the in-memory Backend
+			cfg.MaxConcurrent = p.FleetShare()
+			if q, err = ginqueue.NewQueue(cfg); err == nil {
+				f.closers = append(f.closers, func() { _ = q.Close() })
+			}
+		case FleetGlobal, FleetShares:
+			mode := redisqueue.GlobalQueue
+			if way == FleetShares {
+				mode = redisqueue.Shares
+			}
+			var b *redisqueue.Backend
+			q, b, err = f.queue(name, mode, cfg, sent)
+			backends = append(backends, b)
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("replica %d: %w", i+1, err)
+		}
+		queues = append(queues, q)
+		handlers[i], _ = route(h, nil, q.Handler())
+	}
+	return handlers, queues, backends, nil
+}
+
+// countRedis sets pt's Redis figures from the INFO replies and the hooks'
+// counts at the window's start and end, asking ctl which commands Redis
+// refuses to run inside a script.
+func (pt *fleetPoint) countRedis(ctl *redis.Client, sent *sentNames, info [2]string, hooks [2]map[string]float64) error {
+	cpu0, calls0, _ := redisCounters(info[0])
+	cpu1, calls1, _ := redisCounters(info[1])
+	pt.cpu, pt.sent, pt.inScript, pt.hooks = cpu1-cpu0, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for c, n := range hooks[1] {
+		pt.hooks[c] = n - hooks[0][c]
+	}
+	var moved []string
+	for c, n := range calls1 {
+		if n != calls0[c] {
+			moved = append(moved, c)
+		}
+	}
+	flagged, err := noscript(context.Background(), ctl, moved)
+	if err != nil {
+		return fmt.Errorf("COMMAND INFO: %w", err)
+	}
+	for c, n := range calls1 {
+		if n -= calls0[c]; sent.sent(c, flagged) {
+			pt.sent[c] = n
+		} else {
+			pt.inScript[c] = n
+		}
+	}
+	// INFO counts itself in the next reply: the first reading is in the
+	// second's count, and is the measurement's, not a client's.
+	pt.sent["info"]--
+	return nil
 }
 
 // fleet is section 14: every way under an even load, under an even load of
