@@ -408,7 +408,7 @@ func (q *Queue) Close() error {
 // has finished or ctx ends. It returns Close's error, or else ctx.Err() if
 // ctx ended first. Call it before http.Server.Shutdown, so that waiters get
 // their 503 at once. The Backend's Close runs to its end before ctx is
-// looked at: redisqueue's can take up to its LeaseTTL.
+// looked at; redisqueue's takes at most about 2 × its CallTimeout.
 func (q *Queue) Shutdown(ctx context.Context) error {
 	if err := q.Close(); err != nil {
 		return err

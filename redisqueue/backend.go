@@ -351,8 +351,8 @@ func (b *Backend) Drain(ctx context.Context) error {
 // requests, on slots from Redis or from the fallback, keep their slots (and
 // leases) until they Release. Close returns once the reader has stopped
 // (and a request's probe of a Redis marked down, if one is in flight: at
-// most 20 ms) and, if nothing is held here, the maintainer too; otherwise the
-// maintainer stops after the last Release.
+// most 20 ms) and, if nothing is held here, the maintainer too, for at most
+// 2 × CallTimeout; otherwise the maintainer stops after the last Release.
 // Close does not close the Redis client. It may be called more than once.
 func (b *Backend) Close() error {
 	if b.sh != nil {
@@ -393,7 +393,13 @@ func (b *Backend) Close() error {
 	idle := len(b.held) == 0 && len(b.localHeld) == 0
 	b.mu.Unlock()
 	if idle {
-		<-b.mainDn
+		// The goodbye: at once if Redis answers; else the maintainer tries
+		// again in the background until it does or LeaseTTL has passed,
+		// and Drain waits for it.
+		select {
+		case <-b.mainDn:
+		case <-time.After(2 * b.opts.CallTimeout):
+		}
 	}
 	return nil
 }

@@ -3,10 +3,12 @@ package redisqueue_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/ginqueue/ginqueue"
 	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
@@ -243,4 +245,43 @@ func TestCloseDuringAnAcquireCallIsClosed(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Acquire not answered")
 	}
+}
+
+// Shutdown keeps to its context when Redis stops answering while a request
+// waits: Close gives the goodbye 2 × CallTimeout, the maintainer goes on
+// trying in the background, and Drain waits for it only as long as ctx
+// allows. Close used to wait for the goodbye until LeaseTTL had passed.
+func TestShutdownWithRedisFrozenKeepsToItsContext(t *testing.T) {
+	needRedis(t)
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.GlobalQueue, LeaseTTL: 10 * time.Second}
+	cfg := ginqueue.Config{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 30 * time.Second}
+	release := make(chan struct{})
+	holder := newReplica(t, redisAddr, cfg, o, func(c *gin.Context) { <-release })
+	go holder.get()
+	eventually(t, 2*time.Second, "the slot is held", func() bool {
+		s, err := holder.b.GlobalStats(context.Background())
+		return err == nil && s.Running == 1
+	})
+	px := newFreezeProxy(t, redisAddr)
+	waiter := newReplica(t, px.addr(), cfg, o, func(c *gin.Context) {})
+	codes := make(chan int, 1)
+	go func() { codes <- waiter.get() }()
+	eventually(t, 2*time.Second, "the request waits", func() bool { return waiter.q.Stats().Queued == 1 })
+	px.setFrozen(true)
+	defer px.setFrozen(false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err := waiter.q.Shutdown(ctx)
+	took := time.Since(start)
+	if took > 1500*time.Millisecond {
+		t.Fatalf("Shutdown with a 1 s context took %v (LeaseTTL 10 s)", took)
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want nil or the context's error", err)
+	}
+	if code := <-codes; code != http.StatusServiceUnavailable {
+		t.Fatalf("the waiter got %d, want 503 (closed)", code)
+	}
+	close(release)
 }

@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	// The root package sets inmem.New, the in-memory Backend that Shares
+	// mode admits on: a program that imports only this package needs it.
+	_ "github.com/ginqueue/ginqueue"
 	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/internal/inmem"
 )
