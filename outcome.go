@@ -23,8 +23,8 @@ const StatusClientClosedRequest = 499
 // String is the name used in metric labels.
 type Outcome uint8
 
-// The outcomes. Each has its own counter in Stats and its own default
-// response.
+// The outcomes. Each has its own counter in Stats; each rejection has its
+// own default response.
 const (
 	// OutcomeServed: the request was granted its slots and ran the rest of
 	// the chain.

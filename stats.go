@@ -14,7 +14,8 @@ import (
 
 // Stats is a snapshot of a Queue: the Backend's figures (Running, Queued,
 // Limit, Served and the rest of backend.Stats) and the Queue's own counters
-// and waits. Running and Limit count slots, everything else requests.
+// and waits. Running, Held and Limit count slots, everything else
+// requests.
 // Counters only grow, from the Queue's creation. docs/observability.md
 // describes every field.
 type Stats struct {
