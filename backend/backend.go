@@ -57,7 +57,9 @@ type Limits struct {
 }
 
 // Arrival describes a request asking for slots. The zero value is a request
-// of priority 0 in the single default flow, with no bound on its wait.
+// of priority 0 in the single default flow, with no bound on its wait. The
+// Queue builds one only for a request that goes through Acquire: a request
+// that a fast path's TryAcquire admitted has none.
 type Arrival struct {
 	// Priority orders waiters: higher is granted first.
 	Priority int
