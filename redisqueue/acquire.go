@@ -37,19 +37,36 @@ const (
 	abandoned            // its request left; a leave is under way
 )
 
-// Acquire implements backend.Backend. It returns backend.ErrQueueFull
-// (for a waiter whose place in the full global queue an arrival of higher
-// priority took, an error wrapping it), backend.ErrQueueTimeout (after
-// Limits.QueueTimeout, measured here), backend.ErrClosed, ctx.Err() when
-// ctx ends first, or while Redis is down what OnRedisDown says: a local
-// grant (FailOpen) or an error wrapping ErrUnavailable and
-// backend.ErrQueueFull (FailClosed). A request never waits longer than
-// QueueTimeout plus one CallTimeout.
+// Acquire implements backend.Backend: it returns a Ticket once the request
+// may run, or an error.
 //
-// With Limits.Weighted the request asks for a.Cost slots (below 1, one);
-// Redis grants them, clamped to the fleet's limit at that moment, once they
-// are free and no waiter ahead of it in the global order waits, and the
-// Ticket's Cost says how many it got.
+// In Shares mode it is the in-memory backend's Acquire, within this
+// replica's share, and makes no Redis call: a request that finds a slot of
+// the share free runs at once; others wait in this replica's own queue
+// (and may make the replica ask Redis for more of the limit), and so do
+// requests of a priority band the share was not made for, until a sync
+// makes room for them. It returns backend.ErrQueueFull,
+// backend.ErrQueueTimeout, backend.ErrClosed or ctx.Err() as the in-memory
+// backend does. While this replica admits nothing (the lease on its share
+// ran out with Redis unreachable, it holds no share while Redis is marked
+// down, or a conflict was found) it returns an error wrapping
+// ErrUnavailable and backend.ErrQueueFull, under either OnRedisDown.
+//
+// In GlobalQueue mode it makes one Redis call or more: Redis grants the
+// slots or queues the request in the fleet's one queue. It returns
+// backend.ErrQueueFull (for a waiter whose place in the full queue an
+// arrival of higher priority took, an error wrapping it),
+// backend.ErrQueueTimeout (after Limits.QueueTimeout, measured here),
+// backend.ErrClosed, ctx.Err() when ctx ends first, or while Redis is down
+// what OnRedisDown says: a local grant (FailOpen) or an error wrapping
+// ErrUnavailable and backend.ErrQueueFull (FailClosed). A request never
+// waits longer than QueueTimeout plus one CallTimeout.
+//
+// With Limits.Weighted the request asks for a.Cost slots (below 1, one),
+// clamped to the fleet's limit, and the Ticket's Cost says how many it got.
+// In Shares mode it waits until the share covers them; in GlobalQueue mode
+// Redis grants them once they are free and no waiter ahead of it in the
+// fleet's order waits.
 func (b *Backend) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	if b.sh != nil {
 		return b.sh.acquire(ctx, a)

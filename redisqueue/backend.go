@@ -16,22 +16,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Backend is a backend.Backend whose limit is shared through Redis by every
-// Backend of the same Name: in GlobalQueue mode its slots and queue live in
-// Redis; in Shares mode it admits in memory within a share of the limit it
-// leases from Redis (Options.Mode). Build it with New (the zero value is not
-// usable) and give it to exactly one ginqueue.Config. It is safe for
-// concurrent use.
+// Backend is a backend.Backend whose limit is shared, through Redis, by
+// every Backend of the same Name on the same Redis. In Shares mode (the
+// default) it admits in memory within a share of the limit that it leases
+// from Redis; in GlobalQueue mode its slots and queue are in Redis
+// (Options.Mode). Build it with New (the zero value is not usable) and give
+// it to exactly one ginqueue.Config. It is safe for concurrent use.
 //
-// A Backend runs two goroutines from Start until Close: the notice reader
-// and the maintainer (GlobalQueue: heartbeat, lease refresh, safety-net
-// tick, retries of releases and cancels, probing while Redis is down;
-// Shares: the coordinator that reconciles the share with Redis). In
-// GlobalQueue mode, while Redis is marked down, a request that arrives
-// starts a probe of its own as well, on a goroutine that lasts one short
-// call. Close stops the reader at once, and waits for such a probe; the
-// maintainer stays until the last running request has released its slot,
-// so that its lease is kept, then tells Redis it leaves and stops.
+// From Start until Close a Backend runs two goroutines: one waits, on a
+// Redis connection of its own, for the notices Redis sends this replica
+// (a share moved, a grant, an eviction); the other keeps the replica in step
+// with Redis: in Shares mode it renews the lease and moves the share, in
+// GlobalQueue mode it refreshes the leases every
+// Options.GlobalQueue.TickInterval, retries releases that failed and finds
+// grants whose notice was lost; in both it probes Redis while it is marked
+// down. With Options.Shares.Parts above 1, a third goroutine takes turns at
+// moving the limit between the parts. In GlobalQueue mode a request that
+// arrives while Redis is marked down may start a probe of its own, on a
+// goroutine that lasts one short call. Close says when they stop.
 type Backend struct {
 	connection
 	healthState
@@ -180,9 +182,11 @@ type fallbackState struct {
 	localSlots int // the sum of localHeld's slots
 }
 
-// New returns a Backend that keeps its slots and queue in Redis through rdb,
-// under opts.Name. rdb must be a *redis.Client (a failover client is one) or
-// a *redis.ClusterClient, built with ContextTimeoutEnabled: true, so that
+// New returns a Backend that shares one limit, through rdb, with every
+// Backend of opts.Name on the same Redis: in Shares mode (the default) by
+// leasing a share of it, in GlobalQueue mode with its slots and queue in
+// Redis. rdb must be a *redis.Client (a failover client is one) or a
+// *redis.ClusterClient, built with ContextTimeoutEnabled: true, so that
 // Options.CallTimeout can bound every call. The Backend does not close rdb.
 // New does not talk to Redis; Start (called by ginqueue.NewQueue) does. New
 // returns an error naming the bad option or client setting.
@@ -254,16 +258,24 @@ func New(rdb redis.UniversalClient, opts Options) (*Backend, error) {
 
 var _ backend.Backend = (*Backend)(nil)
 
-// Start implements backend.Backend. It declares l to the other replicas of
-// the Name and returns an error wrapping ErrConflict if a live one declared
-// other MaxConcurrent or MaxQueue (in Shares mode: other MaxConcurrent), or
-// runs in the other Mode. If Redis does not answer, Start succeeds and
-// OnRedisDown applies until it does; the declaration is then checked when
-// Redis answers. Start may be called once. In GlobalQueue mode it refuses
+// Start implements backend.Backend: it declares l to the other replicas of
+// the Name and starts the Backend's goroutines. It may be called once. It
+// returns an error wrapping ErrConflict if a live replica declared another
+// MaxConcurrent (or, in GlobalQueue mode, another MaxQueue), runs in the
+// other Mode, or splits the Name into other Parts.
+//
+// If Redis does not answer, Start still succeeds, and the declaration is
+// checked once Redis answers. Meanwhile, in Shares mode, the replica holds
+// no share: its requests wait, and once Redis is marked down they get an
+// error wrapping ErrUnavailable under either OnRedisDown; in GlobalQueue
+// mode OnRedisDown applies.
+//
+// In Shares mode every Limits field works, on each replica, but a Name
+// split into parts refuses l.Weighted. In GlobalQueue mode Start refuses
 // CoDel (Config.CoDel) and l.MaxQueuePerFlow, which no replica can honour
-// for the fleet (docs/fleet.md says why); in Shares mode every Limits field
-// works, on each replica. With l.Weighted (ginqueue.Config.Cost) each
-// request holds its Arrival.Cost in slots of the fleet's limit.
+// for the fleet (docs/fleet.md says why). With l.Weighted
+// (ginqueue.Config.Cost) each request holds its Arrival.Cost in slots of
+// the fleet's limit.
 func (b *Backend) Start(l backend.Limits) error {
 	if err := inmem.Check(l); err != nil {
 		return err
@@ -318,9 +330,11 @@ func (b *Backend) refuseStart() {
 	close(b.mainDn)
 }
 
-// Drain implements backend.Backend: it returns once every slot granted here
-// (by Redis or by the FailOpen fallback) was released and every release
-// reached Redis (or was given up after Close), or with ctx.Err().
+// Drain implements backend.Backend: it returns nil once every request
+// admitted here has released its slots, or ctx.Err() if ctx ends first. In
+// GlobalQueue mode that includes the requests the FailOpen fallback
+// admitted, and Drain also waits until every release has reached Redis (or
+// was given up after Close).
 func (b *Backend) Drain(ctx context.Context) error {
 	if b.sh != nil {
 		return b.sh.mem.Drain(ctx)
@@ -344,16 +358,25 @@ func (b *Backend) Drain(ctx context.Context) error {
 	}
 }
 
-// Close implements backend.Backend. Waiters get backend.ErrClosed and
-// their queue places are given back, the FailOpen fallback's waiters too; a
-// request whose acquire call is on its way gets it when the call returns
-// (within CallTimeout); new arrivals get backend.ErrClosed. Running
-// requests, on slots from Redis or from the fallback, keep their slots (and
-// leases) until they Release. Close returns once the reader has stopped
-// (and a request's probe of a Redis marked down, if one is in flight: at
-// most 20 ms) and, if nothing is held here, the maintainer too, for at most
-// 2 × CallTimeout; otherwise the maintainer stops after the last Release.
-// Close does not close the Redis client. It may be called more than once.
+// Close implements backend.Backend: waiters and new arrivals get
+// backend.ErrClosed, and running requests keep their slots (and leases)
+// until they Release. Close does not close the Redis client. It may be
+// called more than once.
+//
+// Close stops waiting for notices at once. Once nothing runs here, the
+// replica tells Redis it leaves, which frees its share (Shares mode) or
+// its entry (GlobalQueue mode) at once: if nothing runs when Close is
+// called, Close waits for that call for at most 2 × CallTimeout; otherwise
+// the call follows the last Release. In Shares mode a call that gets no
+// answer is tried again every 100 ms in the background, until Redis
+// answers, the client is closed, or the Name's keys have expired
+// (10 × LeaseTTL).
+//
+// In GlobalQueue mode the waiters' places in Redis are given back, the
+// FailOpen fallback's waiters get backend.ErrClosed too, a request whose
+// acquire call is on its way gets it when the call returns (within
+// CallTimeout), and Close also waits for a request's probe of a Redis
+// marked down, if one is in flight (at most 20 ms).
 func (b *Backend) Close() error {
 	if b.sh != nil {
 		return b.sh.close()
@@ -393,9 +416,9 @@ func (b *Backend) Close() error {
 	idle := len(b.held) == 0 && len(b.localHeld) == 0
 	b.mu.Unlock()
 	if idle {
-		// The goodbye: at once if Redis answers; else the maintainer tries
-		// again in the background until it does or LeaseTTL has passed,
-		// and Drain waits for it.
+		// The leave call (bye): at once if Redis answers; else, with
+		// releases pending, the maintainer tries again in the background
+		// until it does or LeaseTTL has passed, and Drain waits for it.
 		select {
 		case <-b.mainDn:
 		case <-time.After(2 * b.opts.CallTimeout):

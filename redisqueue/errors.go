@@ -7,16 +7,38 @@ import (
 	"github.com/ginqueue/ginqueue/backend"
 )
 
-// ErrUnavailable is wrapped by the error Acquire returns under FailClosed
-// while Redis cannot be reached. That error also wraps backend.ErrQueueFull,
-// so a Queue answers it as queue full (503 with Retry-After).
+// ErrUnavailable means that this replica cannot reach Redis, and so did not
+// admit a request or change the limit. Acquire returns an error wrapping it
+// and backend.ErrQueueFull, which a Queue answers as queue full (503 with
+// Retry-After): under FailClosed, and in Shares mode under either policy
+// once the replica has no share to admit within (see Backend.Acquire).
+// SetLimit returns an error wrapping it when Redis is marked down or the
+// call fails.
 var ErrUnavailable = errors.New("redisqueue: redis unavailable")
 
-// ErrConflict is wrapped by the error that Start (and so ginqueue.NewQueue)
-// returns when a live replica of the same Name declared other limits; Acquire
-// returns it too, wrapping backend.ErrQueueFull, when the conflict is found
-// only after Redis came back.
+// ErrConflict means that a live replica of the same Name disagrees with
+// this one: it declared another MaxConcurrent (or, in GlobalQueue mode,
+// another MaxQueue), runs in the other Mode, or splits the Name into other
+// Options.Shares.Parts. Start (and so ginqueue.NewQueue) returns an error
+// wrapping it, which names the Name and what disagrees.
+//
+// A conflict can also be found after Start, when Redis did not answer
+// then. In Shares mode the replica then stops admitting: Acquire answers
+// with an error wrapping ErrUnavailable and backend.ErrQueueFull that
+// names the conflict, and SetLimit an error wrapping ErrConflict, until a
+// sync finds no conflict. In GlobalQueue mode Acquire and SetLimit return
+// an error wrapping ErrConflict (from Acquire, with backend.ErrQueueFull)
+// until a sync finds no conflict.
 var ErrConflict = errors.New("redisqueue: limits disagree with another replica")
+
+// conflictError is a conflict that a Shares-mode script found, why being
+// the script's words. Its message is "redisqueue: Name %q: why", with the
+// prefix once, and it wraps ErrConflict.
+type conflictError struct{ name, why string }
+
+func (e *conflictError) Error() string { return fmt.Sprintf("redisqueue: Name %q: %s", e.name, e.why) }
+
+func (e *conflictError) Unwrap() error { return ErrConflict }
 
 // errEvicted is what a waiter gets when an arrival of higher priority took
 // its place in the full global queue: a Queue answers it as queue full.

@@ -55,7 +55,7 @@ func (b *Backend) openFallbackLocked() {
 
 // allowanceLocked is the slots this replica may run while Redis is down, those
 // of its requests still running on grants from Redis included: the slots it
-// held when Redis last told it how many the fleet held, plus its part of the
+// held when Redis last reported how many the fleet held, plus its part of the
 // slots free then; but no more than its share of the fleet's limit (the
 // limit split among the live replicas). Options.GlobalQueue.LocalLimit, when set, is the
 // allowance. If what each replica last heard is still true (each hears it at

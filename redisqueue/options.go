@@ -6,23 +6,30 @@ import (
 	"time"
 )
 
-// Policy is what a Backend does while Redis cannot be reached: when a call
-// fails or takes longer than Options.CallTimeout, and until a probe answers
-// again.
+// Policy is what a Backend does while it cannot reach Redis: from when
+// Options.FailureThreshold calls in a row failed or took longer than
+// Options.CallTimeout (Redis is then marked down) until a probe gets an
+// answer.
 type Policy uint8
 
 const (
-	// FailOpen keeps admitting while Redis is marked down: in Shares mode
-	// within the share this replica holds, in GlobalQueue mode within an
-	// allowance of slots (Options.GlobalQueue.LocalLimit, or a part of the
-	// fleet's limit such that the replicas' allowances add up to at most
-	// the limit). docs/fleet.md says how. It is the zero value and the
-	// default.
+	// FailOpen keeps admitting while Redis is marked down. In Shares mode a
+	// replica admits within the share it holds until the lease on it runs
+	// out, then answers as under FailClosed. In GlobalQueue mode it admits
+	// within an allowance of slots (Options.GlobalQueue.LocalLimit, or a
+	// part of the fleet's limit such that the replicas' allowances add up
+	// to at most the limit). docs/fleet.md says how. It is the zero value
+	// and the default.
 	FailOpen Policy = iota
 
-	// FailClosed answers every request that needs Redis with an error that
-	// wraps ErrUnavailable and backend.ErrQueueFull, so the Queue answers
-	// 503 with Retry-After, until Redis answers again.
+	// FailClosed stops admitting when Redis cannot be reached: requests get
+	// an error that wraps ErrUnavailable and backend.ErrQueueFull (the
+	// Queue answers 503 with Retry-After) until Redis answers again. In
+	// Shares mode a replica first goes on admitting within its share, and
+	// stops a tenth of a lease before the lease on it runs out, so that the
+	// requests running then can end before Redis gives their slots to
+	// others. In GlobalQueue mode a request that cannot reach Redis gets the
+	// error at once.
 	FailClosed
 )
 
@@ -55,7 +62,7 @@ const (
 	GlobalQueue
 )
 
-// String returns "global-queue" or "shares".
+// String returns "shares" or "global-queue".
 func (m Mode) String() string {
 	switch m {
 	case GlobalQueue:
@@ -68,13 +75,21 @@ func (m Mode) String() string {
 
 // Defaults used for zero Options fields.
 const (
-	DefaultLeaseTTL     = 15 * time.Second
-	DefaultCallTimeout  = 150 * time.Millisecond
+	// DefaultLeaseTTL is the default Options.LeaseTTL.
+	DefaultLeaseTTL = 15 * time.Second
+	// DefaultCallTimeout is the default Options.CallTimeout.
+	DefaultCallTimeout = 150 * time.Millisecond
+	// DefaultTickInterval is the default Options.GlobalQueue.TickInterval
+	// (LeaseTTL/3 if that is shorter).
 	DefaultTickInterval = 500 * time.Millisecond
-	DefaultSharePeriod  = 50 * time.Millisecond
-	// DefaultRebalancePeriod is the default Options.Shares.RebalancePeriod.
+	// DefaultSharePeriod is the default Options.Shares.Period (LeaseTTL/4
+	// if that is shorter).
+	DefaultSharePeriod = 50 * time.Millisecond
+	// DefaultRebalancePeriod is the default Options.Shares.RebalancePeriod
+	// (at least 4 × Shares.Period, at most LeaseTTL).
 	DefaultRebalancePeriod = time.Second
 
+	// DefaultFailureThreshold is the default Options.FailureThreshold.
 	DefaultFailureThreshold = 3
 )
 
@@ -102,10 +117,17 @@ type Options struct {
 	// GlobalQueue tunes GlobalQueue mode; it must be zero in Shares mode.
 	GlobalQueue GlobalQueueOptions
 
-	// LeaseTTL is how long Redis keeps the slots of a replica it cannot
-	// hear from while Redis itself was unreachable; the keys of a Name
-	// outlive its last replica by 10 of them. Zero means DefaultLeaseTTL
-	// (15 s). It must be at least 4 call timeouts and 100 ms.
+	// LeaseTTL is how long what Redis gave a replica stays its own without
+	// a renewal. In Shares mode it is the lease on the replica's share,
+	// renewed by each sync: a replica that cannot reach Redis admits within
+	// its share until the lease runs out (see OnRedisDown), and the share of
+	// a replica that died or was cut off goes back to the others once its
+	// lease runs out in Redis. In GlobalQueue mode it is the lease on each
+	// slot granted, renewed every tick; a dead replica's slots usually come
+	// back sooner, once its heartbeat runs out (see
+	// GlobalQueueOptions.TickInterval). The keys of a Name outlive its last
+	// replica by 10 × LeaseTTL. Zero means DefaultLeaseTTL (15 s). It must
+	// be at least 4 × CallTimeout and 100 ms.
 	LeaseTTL time.Duration
 
 	// CallTimeout bounds every Redis call. A call that fails or takes
@@ -132,11 +154,12 @@ type Options struct {
 
 // SharesOptions tune Shares mode. The zero value is the default.
 type SharesOptions struct {
-	// Period is how quickly shares follow demand: a replica whose share
-	// matches its demand renews it a few times per lease, and one whose
-	// requests start to wait syncs at once, at most every Period/8. Zero
-	// means DefaultSharePeriod (50 ms). It must be at least 5 ms and at
-	// most LeaseTTL/4.
+	// Period is how quickly shares follow demand: a replica renews its
+	// lease every Period in a small fleet (less often in a large one, and
+	// at least four times per LeaseTTL), and one whose requests start to
+	// wait syncs at once, at most every Period/8. Zero means
+	// DefaultSharePeriod (50 ms), or LeaseTTL/4 if shorter. It must be at
+	// least 5 ms and at most LeaseTTL/4.
 	Period time.Duration
 
 	// Parts splits the Name into this many parts, each a Shares fleet with
@@ -156,7 +179,8 @@ type SharesOptions struct {
 type GlobalQueueOptions struct {
 	// TickInterval is the period of every replica's heartbeat, which
 	// refreshes its slots and queue places in Redis; a replica silent for
-	// 3 ticks while the others go on is taken for dead. Zero means
+	// 3 ticks (at least a tick and 4 × CallTimeout, at most LeaseTTL) while
+	// the others go on is taken for dead. Zero means
 	// DefaultTickInterval (500 ms), or LeaseTTL/3 if shorter. It must be
 	// at least 10 ms and at most LeaseTTL/3.
 	TickInterval time.Duration
@@ -184,7 +208,7 @@ type settings struct {
 	SharePeriod           time.Duration // Shares.Period
 	Parts                 int
 	RebalancePeriod       time.Duration
-	TickInterval          time.Duration // also paces a Shares replica's probes
+	TickInterval          time.Duration // GlobalQueue.TickInterval; in Shares mode its default, which bounds the reader's pause between dials
 	LocalLimit            int
 	LocalQueue            int
 }

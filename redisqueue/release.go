@@ -2,13 +2,20 @@ package redisqueue
 
 import "github.com/ginqueue/ginqueue/backend"
 
-// Release implements backend.Backend. It gives the slots back in Redis with
-// one call bounded by CallTimeout, or, when another release's call is in
-// flight, returns at once and the slot goes back with the next call, which
-// carries every release that came meanwhile. If the call fails, or Redis is
-// known to be down, the release is retried in the background until Redis
-// answers (or, after Close, until LeaseTTL has passed: the lease has expired
-// by then).
+// Release implements backend.Backend: it gives back the slots of t, a
+// Ticket that Acquire returned.
+//
+// In Shares mode the slots go back to this replica's share, in memory,
+// with no Redis call. When the share was lowered below what runs here, the
+// Release that brings what runs down to the share has the replica report
+// the freed slots to Redis at once, in the background.
+//
+// In GlobalQueue mode the slots go back in Redis with one call bounded by
+// CallTimeout; when another release's call is in flight, Release returns at
+// once and the slots go back with the next call, which carries every
+// release that came meanwhile. If the call fails, or Redis is marked down,
+// the release is retried in the background until Redis answers (after
+// Close, until LeaseTTL has passed: the lease has expired by then).
 func (b *Backend) Release(t backend.Ticket) {
 	if b.sh != nil {
 		b.sh.release(t)

@@ -35,7 +35,7 @@ package redisqueue
 //	             then in the order they began to wait (the turns)
 //	sx    ZSET   the replicas that hold slots: lowest band first, then the
 //	             most slots for their demand (who gives back first)
-//	sn    ZSET   replica id → when it was told slots are free for it: one
+//	sn    ZSET   replica id → when it was notified slots are free for it: one
 //	             that does not sync within the claim window is dead or
 //	             stuck, and leaves sw
 //	sc    ZSET   replica id → minus the fraction its share lost to rounding
@@ -73,7 +73,7 @@ const (
 	skSK        // sk: slots short of target by band
 	skSW        // sw: the replicas whose demand is not met, in turn order
 	skSX        // sx: the holders, who gives back first
-	skSN        // sn: the replicas told that slots are free for them
+	skSN        // sn: the replicas notified that slots are free for them
 	skSC        // sc: the replicas that may round their share up
 	skSV        // sv: the holders asked to give slots back
 	numShareKeys

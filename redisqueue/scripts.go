@@ -54,9 +54,9 @@ import (
 //	            a cost expired long before, and x goes with the costs. b:
 //	            when any replica last synced (every replica syncs every
 //	            tick), so that a gap in the heartbeats (Redis paused, or a
-//	            failover) is told from replicas that died. rc: while set and
-//	            not passed, grants are held back until every replica in u
-//	            has synced.
+//	            failover) is not taken for replicas that died. rc: while
+//	            set and not passed, grants are held back until every
+//	            replica in u has synced.
 //	u    SET    the FailOpen replicas live when a replica came back from an
 //	            outage or a gap was seen: each may have been cut off too and
 //	            admitted requests on its own, which Redis does not count
@@ -66,7 +66,7 @@ import (
 //	            KEYS[12].
 //
 // Every key gets a TTL of 10 lease TTLs where it is created and at every
-// sync and goodbye, so that nothing outlives the last replica of a Name.
+// sync and bye, so that nothing outlives the last replica of a Name.
 //
 // The slots held are len(h) + x. Invariants, kept by every script: a lease
 // id is in at most one of h and w; w and q agree (a member of q whose w

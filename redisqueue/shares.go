@@ -17,7 +17,7 @@ import (
 
 // Shares mode: each replica runs the in-memory Backend of ginqueue, whose
 // limit is the share this replica leases from Redis; a coordinator (the
-// goroutine shares.run) renews the lease a few times per lease, and
+// goroutine shares.run) renews the lease (every renewEvery), and
 // reconciles the share with Redis at once when requests start to wait here
 // and slots may be free, when Redis sends a notice, and when slots this
 // replica owes can be given back. script_shares.go says what Redis keeps
@@ -347,9 +347,10 @@ func (s *shares) close() error {
 		<-b.sp.done
 	}
 	if s.fast.Counts().Held == 0 {
-		// The goodbye: at once if Redis answers; else the coordinator tries
-		// again in the background, every byeRetry, until it does, the
-		// client is closed, or the keys have expired (10 lease TTLs).
+		// The leave call (bye): at once if Redis answers; else the
+		// coordinator tries again in the background, every byeRetry, until
+		// it does, the client is closed, or the keys have expired (10
+		// lease TTLs).
 		select {
 		case <-b.mainDn:
 		case <-time.After(2 * b.opts.CallTimeout):

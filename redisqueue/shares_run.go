@@ -7,13 +7,13 @@ import (
 
 // Shares mode: the coordinator and its pace.
 
-// run is the coordinator. It renews the lease a few times per lease
-// (renewEvery, with jitter), and syncs sooner when there is a reason: a
-// notice from Redis, slots to give back, a waiter that slots free in the
-// fleet may serve, a demand that grew or fell by a quarter, a turn to ask
-// for again. While Redis is down it probes with backoff and jitter. After
-// Close it goes on until the last running request has released its slot,
-// then tells Redis it leaves.
+// run is the coordinator. It renews the lease every renewEvery (with
+// jitter), and syncs sooner when there is a reason: a notice from Redis,
+// slots to give back, a waiter that slots free in the fleet may serve, a
+// demand that grew or fell by a quarter, a turn to ask for again. While
+// Redis is down it probes with backoff and jitter. After Close it goes on
+// until the last running request has released its slot, then tells Redis
+// it leaves.
 func (s *shares) run() {
 	b := s.b
 	defer close(b.mainDn)

@@ -91,7 +91,7 @@ func (s *shares) unappliedReply(res any) (done bool, err error) {
 	}
 	if ok && len(r) == 2 && r[0] == "conflict" {
 		why, _ := r[1].(string)
-		err := fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
+		err := &conflictError{name: s.b.opts.Name, why: why}
 		s.refuse(err)
 		return true, err
 	}
@@ -173,6 +173,10 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 	s.setShareLocked(next, rep, sent)
 	s.noteReplyLocked(rep, need, renewal)
 	s.mu.Unlock()
+	// Redis took this replica's declaration: a conflict found before is gone.
+	b.mu.Lock()
+	b.conflict = nil
+	b.mu.Unlock()
 	s.oweAbove(next, rep.held, lowered)
 }
 
@@ -295,7 +299,7 @@ func (s *shares) fleetSize() int64 {
 	return s.replicas
 }
 
-// claimWindow is how soon a replica told that slots are free for it must
+// claimWindow is how soon a replica notified that slots are free for it must
 // sync: one that does not leaves the turns, so that a dead replica costs
 // the fleet no slot.
 func (s *shares) claimWindow() time.Duration {
@@ -303,7 +307,7 @@ func (s *shares) claimWindow() time.Duration {
 	return max(4*o.SharePeriod, 2*o.CallTimeout, 20*time.Millisecond)
 }
 
-// byeRetry is how often a closed Backend tries its goodbye again.
+// byeRetry is how often a closed Backend tries its leave call (bye) again.
 const byeRetry = 100 * time.Millisecond
 
 // resetTimer makes t fire after d, whether or not it fired and was read.
@@ -334,7 +338,7 @@ func (s *shares) bye() bool {
 	gone := time.Since(closedAt) >= 10*b.opts.LeaseTTL
 	// Through the Backend's client even while Redis is marked down: one
 	// that its owner closed answers redis.ErrClosed at once, and then the
-	// goodbye will never get through.
+	// leave call will never get through.
 	_, err := b.call(sharesScript, "bye")
 	if err == nil {
 		b.markUp()

@@ -990,3 +990,39 @@ func TestSharesWithoutAShareAnswerUnavailableDuringAnOutage(t *testing.T) {
 		})
 	}
 }
+
+// A Shares replica that found a conflict after Start (it started while
+// Redis was out of reach, beside a live replica that declared another
+// MaxConcurrent) serves again, SetLimit included, once that replica has
+// left. SetLimit used to keep answering ErrConflict for good.
+func TestSharesConflictEndsWithTheConflictingReplica(t *testing.T) {
+	needRedis(t)
+	o := redisqueue.Options{Name: newName(t), CallTimeout: 50 * time.Millisecond}
+	other, err := redisqueue.New(newClient(t, redisAddr), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(backend.Limits{MaxConcurrent: 4, MaxQueue: 8}); err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, redisAddr)
+	px.setCut(true)
+	b, err := redisqueue.New(newClient(t, px.addr()), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if err := b.Start(backend.Limits{MaxConcurrent: 5, MaxQueue: 8}); err != nil {
+		t.Fatalf("Start while Redis is out of reach: %v", err)
+	}
+	px.setCut(false)
+	eventually(t, 5*time.Second, "the conflict found", func() bool {
+		return errors.Is(b.SetLimit(5), redisqueue.ErrConflict)
+	})
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "SetLimit accepted once the other replica left", func() bool {
+		return b.SetLimit(5) == nil
+	})
+}

@@ -25,7 +25,7 @@ func (s *shares) endTurn(now time.Time) {
 		return
 	}
 	if !s.answeredLately(now) {
-		// Given back while Redis is paused, the slot would stand unused
+		// Given back while Redis is paused, the slot would sit unused
 		// until it answers, and with every turn that ends meanwhile the
 		// fleet would run less. Redis must answer first; while it does
 		// not, the turn is kept (above).
@@ -47,7 +47,7 @@ func (s *shares) endTurn(now time.Time) {
 
 // keepTurnIfSilent takes a turn back when the slots it ran on are to be
 // reported free but Redis does not answer: the report would not land, and
-// the slots, which Redis still counts as this replica's, would stand idle
+// the slots, which Redis still counts as this replica's, would sit idle
 // until it does. A turn's requests can outlast it, and a pause that began
 // between the turn's end and their end stranded it. Only up to what Redis
 // surely counts as this replica's, within the lease.

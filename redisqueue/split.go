@@ -137,7 +137,7 @@ func (sp *split) join(ctx context.Context) error {
 	r, ok := res.([]any)
 	if ok && len(r) == 2 && r[0] == "conflict" {
 		why, _ := r[1].(string)
-		return fmt.Errorf("redisqueue: %s: %w", why, ErrConflict)
+		return &conflictError{name: sp.b.opts.Name, why: why}
 	}
 	if ok && len(r) == 2 {
 		n, _ := r[1].(int64)

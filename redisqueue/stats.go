@@ -12,14 +12,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Stats implements backend.Backend with this replica's view: Running counts
-// the slots held by the requests of this process (local fallback included),
-// Queued its waiting requests, Limit the fleet's limit as last seen:
-// MaxConcurrent until SetLimit moves it, then the value of the last acquire,
-// sync or SetLimit reply from Redis (a change made on another replica shows
-// here at this replica's next acquire or sync, within a TickInterval).
-// GlobalStats asks Redis for the fleet's. In Shares mode Stats is the
-// in-memory backend's, whose Limit is this replica's share.
+// Stats implements backend.Backend with this replica's view, from memory:
+// Running counts the slots held by this replica's requests, Queued its
+// waiting requests, and Unavailable and Outages whether it has Redis marked
+// down and how many times it did. GlobalStats asks Redis for the fleet's
+// figures, its limit included.
+//
+// In Shares mode Stats is the in-memory backend's, and Limit is this
+// replica's share of the limit, not the fleet's limit; Queued counts the
+// requests that wait for a share made for their priority band too.
+//
+// In GlobalQueue mode Running includes the FailOpen fallback's slots, and
+// Limit is the fleet's limit as last seen: MaxConcurrent until SetLimit
+// moves it, then the value of the last acquire, sync or SetLimit reply from
+// Redis (a change made on another replica shows here at this replica's
+// next acquire or sync, within an Options.GlobalQueue.TickInterval).
 func (b *Backend) Stats() backend.Stats {
 	if b.sh != nil {
 		return b.sh.stats()
@@ -82,11 +89,16 @@ type GlobalStats struct {
 	Replicas int
 }
 
-// GlobalStats asks Redis for the slots held and the waiters of the whole
-// fleet. Leases that expired but were not yet swept still count. In Shares
-// mode Running is the slots the replicas hold (each its share, or what it
-// runs if more) and Queued their waiters as of their last syncs. It returns
-// the Redis error, if any; it is safe for concurrent use.
+// GlobalStats asks Redis for the fleet's figures of the Name: the slots
+// held, the waiters, the live replicas and the limit. It returns the Redis
+// error, if any; it is safe for concurrent use.
+//
+// In Shares mode Running is the slots the replicas hold (each its share, or
+// what it runs if more) and Queued their waiters as of their last syncs;
+// each call is bounded by CallTimeout (a Name split into parts takes one
+// call per part, and one more). In GlobalQueue mode Running is the slots
+// granted, leases that expired but were not yet swept included, and only
+// ctx bounds the call.
 func (b *Backend) GlobalStats(ctx context.Context) (GlobalStats, error) {
 	if b.sh != nil {
 		return b.sh.globalStats(ctx)
