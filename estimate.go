@@ -27,14 +27,14 @@ func (q *Queue) load() backend.Stats {
 	return backend.Stats{Running: b.Running, Queued: b.Queued, Limit: b.Limit}
 }
 
-// progress is how many requests were served without waiting (by the fast
-// path, which records no wait) and how many released their slot.
-func (q *Queue) progress() (fast, finished uint64) {
+// progress is the fast path's counts, read once: Fast, the requests served
+// without waiting (which record no wait), Finished and Held. Without a fast
+// path, only Finished, which the Queue counts itself.
+func (q *Queue) progress() backend.Stats {
 	if q.fast != nil {
-		c := q.fast.Counts()
-		return c.Fast, c.Finished
+		return q.fast.Counts()
 	}
-	return 0, q.finished.Load()
+	return backend.Stats{Finished: q.finished.Load()}
 }
 
 // errRejectedEarly is ErrQueueFull for RejectEarly.

@@ -345,8 +345,7 @@ func (q *Queue) wait(c *gin.Context, a backend.Arrival) (waited, error) {
 	now := time.Now()
 	w.wait = now.Sub(start)
 	if err == nil {
-		fast, _ := q.progress()
-		q.waits.record(w.wait, now, fast)
+		q.waits.record(w.wait, now, q.progress().Fast)
 	}
 	return w, err
 }

@@ -54,13 +54,13 @@ func (q *Queue) Stats() Stats {
 	st, b := q.cut()
 	now := time.Now()
 	st.Stats = b
-	fast, finished := q.progress()
-	st.Fast, st.Finished, st.Held = fast, finished, b.Running
+	p := q.progress()
+	st.Fast, st.Finished, st.Held = p.Fast, p.Finished, b.Running
 	if q.fast != nil {
-		st.Held = q.fast.Counts().Held
+		st.Held = p.Held
 	}
-	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, fast)
-	st.DrainRate, _ = q.drain.rate(now, finished)
+	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, p.Fast)
+	st.DrainRate, _ = q.drain.rate(now, p.Finished)
 	if q.adaptive != nil {
 		st.NoLoadLatency = q.adaptive.noLoadLatency()
 	}
@@ -126,8 +126,7 @@ func (t tally) stats() Stats {
 // served since the Queue was built; those that ran at once are in the first
 // bucket. It is what the promqueue collector exports.
 func (q *Queue) WaitHistogram() WaitHistogram {
-	fast, _ := q.progress()
-	return q.waits.histogram(fast)
+	return q.waits.histogram(q.progress().Fast)
 }
 
 // StatusHandler returns a handler that writes Stats as JSON, for an

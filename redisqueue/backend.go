@@ -419,10 +419,7 @@ func (b *Backend) Close() error {
 		// The leave call (bye): at once if Redis answers; else, with
 		// releases pending, the maintainer tries again in the background
 		// until it does or LeaseTTL has passed, and Drain waits for it.
-		select {
-		case <-b.mainDn:
-		case <-time.After(2 * b.opts.CallTimeout):
-		}
+		b.awaitLeave()
 	}
 	return nil
 }

@@ -245,3 +245,15 @@ func (b *Backend) bye() bool {
 	b.mu.Unlock()
 	return true
 }
+
+// awaitLeave waits for the goroutine that tells Redis this replica leaves,
+// at most 2 × CallTimeout: if Redis does not answer, it goes on trying in
+// the background.
+func (b *Backend) awaitLeave() {
+	t := time.NewTimer(2 * b.opts.CallTimeout)
+	defer t.Stop()
+	select {
+	case <-b.mainDn:
+	case <-t.C:
+	}
+}

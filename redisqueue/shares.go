@@ -351,10 +351,7 @@ func (s *shares) close() error {
 		// coordinator tries again in the background, every byeRetry, until
 		// it does, the client is closed, or the keys have expired (10
 		// lease TTLs).
-		select {
-		case <-b.mainDn:
-		case <-time.After(2 * b.opts.CallTimeout):
-		}
+		b.awaitLeave()
 	}
 	return err
 }

@@ -163,8 +163,13 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 	s.mu.Lock()
 	next := s.shareFromReplyLocked(rep, need)
 	if s.lost {
+		// Redis took this replica's declaration: a conflict that stopped
+		// it (refuse halts) is gone. b.mu inside s.mu, as isClosed below.
 		s.lost = false
 		s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
+		b.mu.Lock()
+		b.conflict = nil
+		b.mu.Unlock()
 	}
 	if b.isClosed() {
 		next = 0
@@ -173,10 +178,6 @@ func (s *shares) apply(rep shareReply, sent time.Time, need int, renewal bool) {
 	s.setShareLocked(next, rep, sent)
 	s.noteReplyLocked(rep, need, renewal)
 	s.mu.Unlock()
-	// Redis took this replica's declaration: a conflict found before is gone.
-	b.mu.Lock()
-	b.conflict = nil
-	b.mu.Unlock()
 	s.oweAbove(next, rep.held, lowered)
 }
 
