@@ -62,10 +62,12 @@ redis.call('HSET', SM, 'd', declared)
 -- A few leases that ran out: their replicas stopped syncing. Only a sync
 -- sweeps, after the gap above: a call of another kind that reached Redis
 -- first after an outage would take every replica for dead. After the checks
--- above: a sync that returns early must change no total.
+-- above: a sync that returns early must change no total. Not this replica:
+-- it is alive, and its record (read above) is swapped for its report below;
+-- swept too, its slots would leave the totals twice.
 local freed = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', SE, '-inf', clock, 'LIMIT', 0, 4)) do
-  freed = freed + forget(id)
+  if id ~= me then freed = freed + forget(id) end
 end
 -- Replicas told that slots are free that did not sync since: they leave
 -- the turns (a replica that syncs again joins at the end).

@@ -950,3 +950,32 @@ func TestAWeightedGatedRequestIsReportedInItsBand(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+// A replica whose lease ran out and that syncs before anyone swept it is
+// still counted once. Its own sync used to sweep it (taking its slots out
+// of the running totals) and then swap its old record for its report
+// (taking them out again): Redis counted 2 slots fewer than the fleet
+// held, and gave them to another replica over the limit.
+func TestAReplicaPastItsLeaseIsCountedOnce(t *testing.T) {
+	rdb, rs := rawFleet(t, 2, 4)
+	a, b := rs[0], rs[1]
+	const leaseMs = 150
+	a.b.base[1] = int64(leaseMs)
+	if rep := a.sync(0, 4); rep.held != 4 {
+		t.Fatalf("A got %d slots, want 4", rep.held)
+	}
+	time.Sleep(2 * leaseMs * time.Millisecond) // A's lease runs out; nobody syncs
+	if rep := a.sync(4, 4); rep.held != 4 {
+		t.Fatalf("A kept %d slots, want the 4 it runs", rep.held)
+	}
+	held, err := rdb.HGet(context.Background(), a.b.keys[skSM], "H").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held != 4 {
+		t.Fatalf("Redis counts %d slots held, want 4 (A's)", held)
+	}
+	if rep := b.sync(0, 4); rep.held != 0 {
+		t.Fatalf("B got %d slots while A holds all 4", rep.held)
+	}
+}
