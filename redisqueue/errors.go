@@ -3,6 +3,7 @@ package redisqueue
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ginqueue/ginqueue/backend"
 )
@@ -40,9 +41,37 @@ func (e *conflictError) Error() string { return fmt.Sprintf("redisqueue: Name %q
 
 func (e *conflictError) Unwrap() error { return ErrConflict }
 
+// wrapError is an error with a message of its own that wraps others (see
+// errorf).
+type wrapError struct {
+	msg string
+	err error
+}
+
+func (e *wrapError) Error() string { return e.msg }
+func (e *wrapError) Unwrap() error { return e.err }
+
+// errorf is fmt.Errorf, but the messages of the errors it wraps lose their
+// package prefix ("redisqueue: " or "ginqueue: "), so that a message names
+// its package once.
+func errorf(format string, args ...any) error {
+	plain := make([]any, len(args))
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			msg := err.Error()
+			for _, p := range []string{"redisqueue: ", "ginqueue: "} {
+				msg = strings.TrimPrefix(msg, p)
+			}
+			a = msg
+		}
+		plain[i] = a
+	}
+	return &wrapError{msg: fmt.Sprintf(strings.ReplaceAll(format, "%w", "%s"), plain...), err: fmt.Errorf(format, args...)}
+}
+
 // errEvicted is what a waiter gets when an arrival of higher priority took
 // its place in the full global queue: a Queue answers it as queue full.
-var errEvicted = fmt.Errorf("redisqueue: an arrival of higher priority took this place in the full queue: %w", backend.ErrQueueFull)
+var errEvicted = errorf("redisqueue: an arrival of higher priority took this place in the full queue: %w", backend.ErrQueueFull)
 
 // unavailableError is what FailClosed answers: ErrUnavailable, queue full,
 // and the cause.

@@ -36,27 +36,27 @@ var _ backend.LimitSetter = (*Backend)(nil)
 // Start. It is safe for concurrent use.
 func (b *Backend) SetLimit(n int) error {
 	if err := backend.CheckLimit(n); err != nil {
-		return fmt.Errorf("redisqueue: SetLimit(%d): %w", n, err)
+		return errorf("redisqueue: SetLimit(%d): %w", n, err)
 	}
 	b.mu.Lock()
 	decl, started, closed, conflict := b.decl, b.started, b.closed, b.conflict
 	b.mu.Unlock()
 	switch {
 	case closed:
-		return fmt.Errorf("redisqueue: SetLimit(%d) after Close: %w", n, backend.ErrClosed)
+		return errorf("redisqueue: SetLimit(%d) after Close: %w", n, backend.ErrClosed)
 	case !started:
 		return errors.New("redisqueue: SetLimit before Start; a Backend gets its limits from ginqueue.NewQueue")
 	case conflict != nil:
-		return fmt.Errorf("redisqueue: SetLimit(%d): %w", n, conflict)
+		return errorf("redisqueue: SetLimit(%d): %w", n, conflict)
 	case b.down.Load():
-		return fmt.Errorf("redisqueue: SetLimit(%d): Redis is marked down, nothing changed: %w", n, ErrUnavailable)
+		return errorf("redisqueue: SetLimit(%d): Redis is marked down, nothing changed: %w", n, ErrUnavailable)
 	}
 	if b.sh != nil {
 		return b.sh.setLimit(n)
 	}
 	res, err := b.call(setLimitScript, n, decl, b.replica)
 	if err != nil {
-		return fmt.Errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
+		return errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
 	}
 	l, ok := res.(int64)
 	if !ok {

@@ -387,7 +387,7 @@ func (s *shares) setLimit(n int) error {
 	}
 	res, err := s.b.call(sharesScript, "limit", n)
 	if err != nil {
-		return fmt.Errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
+		return errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
 	}
 	l, ok := res.(int64)
 	if !ok {

@@ -388,7 +388,7 @@ func (sp *split) setPart(ctx context.Context, p int, g, n int64) (partState, err
 func (sp *split) setLimit(n int) error {
 	res, err := sp.callRoot(sp.b.stopCtx, "limit", n)
 	if err != nil {
-		return fmt.Errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
+		return errorf("redisqueue: SetLimit(%d): %w: %w", n, ErrUnavailable, err)
 	}
 	l, ok := res.(int64)
 	if !ok {
