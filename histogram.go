@@ -9,7 +9,7 @@ import (
 // waitBounds are the upper bounds, in seconds, of the buckets of
 // Queue.WaitHistogram: from 100 µs to a minute, finer from half a second to
 // 2.5 s, where queue timeouts and clients' patience usually sit. Read only.
-var waitBounds = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5,
+var waitBounds = [26]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5,
 	.6, .7, .8, .9, 1, 1.25, 1.5, 1.75, 2, 2.5, 5, 10, 30, 60}
 
 // WaitBuckets returns the upper bounds, in seconds, of the buckets of
@@ -22,7 +22,7 @@ func WaitBuckets() []float64 { b := waitBounds; return b[:] }
 type WaitHistogram struct {
 	// Counts[i] is the number of waits up to WaitBuckets()[i], cumulative:
 	// one for each of the 26 bounds.
-	Counts [len(waitBounds)]uint64
+	Counts [26]uint64
 	// Count is the number of served requests; Sum their waits in seconds.
 	Count uint64
 	Sum   float64
