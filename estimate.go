@@ -27,14 +27,14 @@ func (q *Queue) load() backend.Stats {
 	return backend.Stats{Running: b.Running, Queued: b.Queued, Limit: b.Limit}
 }
 
-// progress is the fast path's counts, read once: Fast, the requests served
-// without waiting (which record no wait), Finished and Held. Without a fast
-// path, only Finished, which the Queue counts itself.
+// progress is the fast path's counts, read once: ServedAtOnce, the requests served
+// without waiting (which record no wait), Released and Held. Without a fast
+// path, only Released, which the Queue counts itself.
 func (q *Queue) progress() backend.Stats {
 	if q.fast != nil {
 		return q.fast.Counts()
 	}
-	return backend.Stats{Finished: q.finished.Load()}
+	return backend.Stats{Released: q.finished.Load()}
 }
 
 // errRejectedEarly is ErrQueueFull for RejectEarly.

@@ -345,7 +345,7 @@ func (q *Queue) wait(c *gin.Context, a backend.Arrival) (waited, error) {
 	now := time.Now()
 	w.wait = now.Sub(start)
 	if err == nil {
-		q.waits.record(w.wait, now, q.progress().Fast)
+		q.waits.record(w.wait, now, q.progress().ServedAtOnce)
 	}
 	return w, err
 }

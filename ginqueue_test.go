@@ -389,7 +389,7 @@ func TestSetLimit(t *testing.T) {
 		synctest.Wait()
 		assert.ElementsMatch(t, []int{1, 2, 3}, []int{<-g.started, <-g.started, <-g.started}, "three woken at once")
 		assert.Equal(t, ginqueue.Stats{Stats: backend.Stats{Running: 4, Queued: 1, Limit: 4, Served: 4,
-			QueuedByPriority: []backend.PriorityCount{{Priority: 0, Queued: 1}}, Held: 4, Fast: 1}}, q.Stats())
+			QueuedByPriority: []backend.PriorityCount{{Priority: 0, Queued: 1}}, Held: 4, ServedAtOnce: 1}}, q.Stats())
 
 		require.NoError(t, q.SetLimit(2))
 		assert.Equal(t, 4, q.Stats().Running, "nobody is preempted")
@@ -546,7 +546,7 @@ func TestSeedScenario(t *testing.T) {
 		assert.InEpsilon(t, 1200*time.Millisecond, st.WaitP99, 0.1)
 		assert.InDelta(t, 13/1.5, st.DrainRate, 1e-9, "13 finished in 1.5 s")
 		st.WaitP50, st.WaitP90, st.WaitP99, st.DrainRate = 0, 0, 0, 0
-		assert.Equal(t, ginqueue.Stats{Stats: backend.Stats{Limit: 3, Served: 13, Fast: 3, Finished: 13}, QueueFull: 2}, st)
+		assert.Equal(t, ginqueue.Stats{Stats: backend.Stats{Limit: 3, Served: 13, ServedAtOnce: 3, Released: 13}, QueueFull: 2}, st)
 	})
 }
 

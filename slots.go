@@ -102,12 +102,12 @@ func (d *dispatcher) counts() (c backend.Stats, served uint64) {
 	fast, slow := d.fastServed.Load(), d.slowServed.Load()
 	finished, heavyDone := d.finished.Load(), d.heavyFinished.Load()
 	return backend.Stats{
-		Running:  int(max(int64(fast+slow+heavy-finished-heavyDone), 0)),
-		Queued:   int(d.pubs[d.pubSeq.Load()%2].queued.Load()),
-		Limit:    int(limitOf(d.state.Load())),
-		Fast:     fast,
-		Finished: finished,
-		Held:     int(running(d.state.Load())),
+		Running:      int(max(int64(fast+slow+heavy-finished-heavyDone), 0)),
+		Queued:       int(d.pubs[d.pubSeq.Load()%2].queued.Load()),
+		Limit:        int(limitOf(d.state.Load())),
+		ServedAtOnce: fast,
+		Released:     finished,
+		Held:         int(running(d.state.Load())),
 	}, fast + slow
 }
 

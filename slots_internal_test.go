@@ -101,7 +101,7 @@ func TestCostIsClampedAtTheGrant(t *testing.T) {
 }
 
 // Stats and Counts count slots in Running and Limit, requests in Queued,
-// Served, Fast and Finished.
+// Served, ServedAtOnce and Released.
 func TestStatsCountSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := startDispatcher(t, backend.Limits{MaxConcurrent: 6, MaxQueue: 4})
@@ -113,18 +113,18 @@ func TestStatsCountSlots(t *testing.T) {
 		assert.Equal(t, 5, d.Stats().Running)
 		assert.Equal(t, 1, d.Stats().Queued)
 		assert.Equal(t, uint64(3), d.Stats().Served)
-		assert.Equal(t, backend.Stats{Running: 5, Queued: 1, Limit: 6, Fast: 2, Held: 5}, d.Counts())
+		assert.Equal(t, backend.Stats{Running: 5, Queued: 1, Limit: 6, ServedAtOnce: 2, Held: 5}, d.Counts())
 
 		d.Release(backend.Ticket{})
 		d.Release(three)
 		r := <-heavy
 		require.NoError(t, r.err)
 		assert.Equal(t, backend.Stats{Running: 5, Limit: 6, Served: 4}, d.Stats())
-		assert.Equal(t, backend.Stats{Running: 5, Limit: 6, Fast: 2, Finished: 2, Held: 5}, d.Counts())
+		assert.Equal(t, backend.Stats{Running: 5, Limit: 6, ServedAtOnce: 2, Released: 2, Held: 5}, d.Counts())
 		d.Release(backend.Ticket{})
 		d.Release(r.t)
 		assert.Equal(t, backend.Stats{Limit: 6, Served: 4}, d.Stats())
-		assert.Equal(t, backend.Stats{Limit: 6, Fast: 2, Finished: 4}, d.Counts())
+		assert.Equal(t, backend.Stats{Limit: 6, ServedAtOnce: 2, Released: 4}, d.Counts())
 	})
 }
 

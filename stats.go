@@ -55,12 +55,12 @@ func (q *Queue) Stats() Stats {
 	now := time.Now()
 	st.Stats = b
 	p := q.progress()
-	st.Fast, st.Finished, st.Held = p.Fast, p.Finished, b.Running
+	st.ServedAtOnce, st.Released, st.Held = p.ServedAtOnce, p.Released, b.Running
 	if q.fast != nil {
 		st.Held = p.Held
 	}
-	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, p.Fast)
-	st.DrainRate, _ = q.drain.rate(now, p.Finished)
+	st.WaitP50, st.WaitP90, st.WaitP99 = q.waits.percentiles(now, p.ServedAtOnce)
+	st.DrainRate, _ = q.drain.rate(now, p.Released)
 	if q.adaptive != nil {
 		st.NoLoadLatency = q.adaptive.noLoadLatency()
 	}
@@ -126,7 +126,7 @@ func (t tally) stats() Stats {
 // served since the Queue was built; those that ran at once are in the first
 // bucket. It is what the promqueue collector exports.
 func (q *Queue) WaitHistogram() WaitHistogram {
-	return q.waits.histogram(q.progress().Fast)
+	return q.waits.histogram(q.progress().ServedAtOnce)
 }
 
 // StatusHandler returns a handler that writes Stats as JSON, for an
@@ -166,9 +166,9 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		Unavailable      bool         `json:"unavailable"`
 		Outages          uint64       `json:"outages"`
 		Held             int          `json:"held"`
-		Fast             uint64       `json:"fast"`
-		Finished         uint64       `json:"finished"`
+		ServedAtOnce     uint64       `json:"served_at_once"`
+		Released         uint64       `json:"released"`
 	}{s.Running, s.Queued, s.Limit, split, s.Served, s.QueueFull, s.QueueTimeout, s.Canceled, s.Closed, s.Panicked, s.Abandoned,
 		s.OldestWait.Seconds(), s.WaitP50.Seconds(), s.WaitP90.Seconds(), s.WaitP99.Seconds(), s.DrainRate,
-		s.NoLoadLatency.Seconds(), s.Unavailable, s.Outages, s.Held, s.Fast, s.Finished})
+		s.NoLoadLatency.Seconds(), s.Unavailable, s.Outages, s.Held, s.ServedAtOnce, s.Released})
 }

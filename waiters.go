@@ -53,7 +53,7 @@ type waiter struct {
 // (at least 1, at most the limit at the grant), carried in the Ticket.
 //
 // A slot it takes at once counts as a grant through Acquire, never as a
-// fast one (Counts.Fast): the caller records the wait of what Acquire
+// fast one (Counts.ServedAtOnce): the caller records the wait of what Acquire
 // grants, so a fast count too would count the request twice.
 func (d *dispatcher) Acquire(ctx context.Context, a backend.Arrival) (backend.Ticket, error) {
 	if n := d.tryAcquireN(max(a.Cost, 1)); n != 0 {

@@ -138,7 +138,7 @@ func TestOutcomesAtEveryPriority(t *testing.T) {
 		g.open(1)
 		assert.Equal(t, http.StatusOK, (<-out).code)
 		st := q.Stats()
-		assert.Equal(t, ginqueue.Stats{Stats: backend.Stats{Limit: 1, Served: 1, Fast: 1, Finished: 1}, QueueTimeout: 2, Canceled: 1, Closed: 1, DrainRate: 1}, st)
+		assert.Equal(t, ginqueue.Stats{Stats: backend.Stats{Limit: 1, Served: 1, ServedAtOnce: 1, Released: 1}, QueueTimeout: 2, Canceled: 1, Closed: 1, DrainRate: 1}, st)
 	})
 }
 

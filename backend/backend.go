@@ -97,7 +97,8 @@ type Ticket struct {
 }
 
 // Stats is what a Backend reports of its slots and queue. Running, Held and
-// Limit count slots; Queued, Served, Fast and Finished count requests.
+// Limit count slots; Queued, Served, ServedAtOnce and Released count
+// requests.
 // Counters only grow.
 type Stats struct {
 	Running int // slots held by running requests, never above what Served was granted
@@ -126,8 +127,9 @@ type Stats struct {
 	// miss a grant or a release made during the read, where Held never
 	// does.
 	Held int
-	// Fast counts the slots TryAcquire took; Finished the Releases.
-	Fast, Finished uint64
+	// ServedAtOnce counts the slots TryAcquire took: requests served
+	// without waiting. Released counts the Releases.
+	ServedAtOnce, Released uint64
 }
 
 // PriorityCount is the number of requests waiting at one priority.
@@ -209,6 +211,6 @@ type FastBackend interface {
 	TryAcquire() uint64
 
 	// Counts is Stats without QueuedByPriority and OldestWait, cheap enough
-	// to read on every queued grant, with Held, Fast and Finished filled.
+	// to read on every queued grant, with Held, ServedAtOnce and Released filled.
 	Counts() Stats
 }
