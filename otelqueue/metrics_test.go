@@ -521,6 +521,7 @@ func TestConcurrentCollections(t *testing.T) {
 	m, err := otelqueue.NewMetrics(provider)
 	require.NoError(t, err)
 
+	perQueue := seriesOfOneQueue(t, q)
 	var wg sync.WaitGroup
 	errs := make(chan string, 4*len(readers))
 	stop := make(chan struct{})
@@ -538,9 +539,9 @@ func TestConcurrentCollections(t *testing.T) {
 						errs <- err.Error()
 						return
 					}
-					// 46 series per Queue, none half reported.
-					if n := len(ps); n%46 != 0 {
-						errs <- fmt.Sprintf("%d series, not a multiple of 46", n)
+					// whole Queues, none half reported
+					if n := len(ps); n%perQueue != 0 {
+						errs <- fmt.Sprintf("%d series, not a multiple of %d", n, perQueue)
 						return
 					}
 				}
@@ -565,6 +566,20 @@ func TestConcurrentCollections(t *testing.T) {
 	for _, reader := range readers {
 		assert.Empty(t, collect(t, reader), "after Unregister")
 	}
+}
+
+// seriesOfOneQueue is how many series q alone reports.
+func seriesOfOneQueue(t *testing.T, q *ginqueue.Queue) int {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = provider.Shutdown(context.Background()) }()
+	m, err := otelqueue.NewMetrics(provider)
+	require.NoError(t, err)
+	require.NoError(t, m.Add("one", q))
+	n := len(collect(t, reader))
+	require.Positive(t, n)
+	return n
 }
 
 // On a no-op MeterProvider everything works and nothing is reported.
