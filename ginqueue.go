@@ -363,7 +363,7 @@ func (q *Queue) arrival(c *gin.Context, cost int) backend.Arrival {
 }
 
 // ask returns f(c), f being a Config function asked before c takes its
-// slots (Skip, Deadline, Cost, Priority, FlowKey). If f panics, c is
+// slots (see OutcomePanic). If f panics, c is
 // counted as OutcomePanic as the panic goes on up to gin.Recovery: nothing
 // is held yet, so nothing needs giving back. Its own function, so that the
 // defer costs nothing to a Queue without such functions.

@@ -25,8 +25,8 @@ type Stats struct {
 	QueueTimeout uint64 // requests answered queue timeout
 	Canceled     uint64 // requests whose client hung up while waiting
 	Closed       uint64 // requests answered because the Queue was closed
-	// Panicked counts the requests whose Skip, Deadline, Cost, Priority or
-	// FlowKey panicked (OutcomePanic); gin.Recovery answered them.
+	// Panicked counts the requests answered OutcomePanic: a Config function
+	// asked of them panicked, and gin.Recovery answered them.
 	Panicked uint64
 	// Abandoned counts the served requests whose request context had ended
 	// by the time their handler chain returned: their answers most likely
