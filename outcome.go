@@ -107,9 +107,9 @@ func (q *Queue) reject(c *gin.Context, err error, w waited) {
 	}
 }
 
-// panicked counts a request as OutcomePanic and reports it to OnOutcome. It runs while the panic unwinds
-// and does not recover it: gin.Recovery answers the request (500). The
-// request held no slot and no place.
+// panicked counts a request as OutcomePanic and reports it to OnOutcome.
+// It runs while the panic unwinds and does not recover it: gin.Recovery
+// answers the request (500). The request held no slot and no place.
 func (q *Queue) panicked(c *gin.Context) {
 	q.counts[OutcomePanic].Add(1)
 	if q.onOutcome != nil {
