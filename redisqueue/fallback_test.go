@@ -267,7 +267,7 @@ func TestWeightedAboveTheAllowanceIsRefusedWhileDown(t *testing.T) {
 // until it ends. That request runs on the replica of the larger share: on
 // a replica of share 1 it would take that replica's whole allowance, and
 // the fleet would run one slot short through the outage (a skewed fleet
-// keeps less than its limit; redisqueue/README.md says so).
+// keeps less than its limit; docs/fleet.md says so).
 func TestFailOpenLocalLimitsAddUpToTheFleets(t *testing.T) {
 	needRedis(t)
 	t.Parallel()
