@@ -7,28 +7,28 @@ import (
 )
 
 // CoDel: the option, its defaults and checks, its compiled form, and when
-// the queue stands. The maximum wait it sets, and the timer that enforces
+// the queue is standing. The maximum wait it sets, and the timer that enforces
 // it, are in timeout.go. Where the queue starts being busy, and the LIFO
 // grants, are in waiters.go.
 
 // CoDel is controlled-delay queueing ("Fail at Scale", ACM Queue, 2015).
 // While the queue empties now and then, a waiter may wait up to Interval.
-// Once it has gone a whole Interval without emptying, the queue stands and a
+// Once it has gone a whole Interval without emptying, the queue is standing and a
 // waiter may wait only Target. A nonzero Config.QueueTimeout caps both, and a
 // waiter that runs out is a queue timeout. The zero value is usable: 5 ms,
 // 100 ms, first in first out. docs/configuration.md (CoDel) says how to
 // choose them.
 type CoDel struct {
-	// Target is how long a waiter may wait while the queue stands. Zero
+	// Target is how long a waiter may wait while the queue is standing. Zero
 	// means 5 ms. Negative, or above Interval, is refused.
 	Target time.Duration
 
 	// Interval is how long a waiter may wait while the queue absorbs a
 	// burst, and how long the queue must go without emptying before it
-	// stands. Zero means 100 ms. Negative is refused.
+	// is standing. Zero means 100 ms. Negative is refused.
 	Interval time.Duration
 
-	// LIFO grants the newest waiter first while the queue stands, still by
+	// LIFO grants the newest waiter first while the queue is standing, still by
 	// priority and flow. False means first in first out always.
 	LIFO bool
 }
@@ -75,9 +75,9 @@ func byDefault(v time.Duration) string {
 // at any moment one of them is every waiter's maximum wait.
 type codel struct {
 	long     int64 // while the queue absorbs a burst: Interval, capped
-	short    int64 // while it stands: Target, capped; never above long
-	interval int64 // the queue stands once it has not emptied for this long
-	lifo     bool  // while it stands, grant the newest waiter first
+	short    int64 // while it is standing: Target, capped; never above long
+	interval int64 // the queue is standing once it has not emptied for this long
+	lifo     bool  // while it is standing, grant the newest waiter first
 }
 
 // newCoDel compiles c, whose defaults are filled in, for a QueueTimeout.
@@ -89,7 +89,7 @@ func newCoDel(c CoDel, timeout time.Duration) *codel {
 	return &codel{long: int64(long), short: int64(short), interval: int64(c.Interval), lifo: c.LIFO}
 }
 
-// standing reports whether, under CoDel, the queue stands at now: it has
+// standing reports whether, under CoDel, the queue is standing at now: it has
 // waiters and has not emptied for a whole interval. Requires d.mu.
 func (d *dispatcher) standing(now int64) bool {
 	return d.room.n > 0 && now-d.busySince >= d.codel.interval

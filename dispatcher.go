@@ -61,7 +61,7 @@ type dispatcher struct {
 	// codel is the CoDel of Limits compiled; nil when off, and then busySince is
 	// neither written nor read. busySince is when the room last went from
 	// empty to not empty: while room.n > 0 the queue has not emptied since,
-	// and it stands from busySince + codel.interval on.
+	// and it is standing from busySince + codel.interval on.
 	codel     *codel
 	busySince int64
 

@@ -256,7 +256,7 @@ func (m *serviceMeter) mean() (time.Duration, bool) {
 // tooFarBack reports whether a.MaxAhead, which is not 0, refuses a. A
 // MaxAhead of -1 refuses it if it would wait at all. One of n > 0 refuses it
 // if n or more would be granted before it, in the order of grants now: under
-// CoDel's LIFO, while the queue stands, newest first. An arrival that would
+// CoDel's LIFO, while the queue is standing, newest first. An arrival that would
 // be granted at once, first in order with its slots free, is never refused.
 // That can happen while others wait: for an arrival of a higher priority
 // than a heavy head that waits for its slots, say. Requires d.mu.

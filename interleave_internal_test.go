@@ -547,7 +547,7 @@ func TestInterleavings(t *testing.T) {
 			minSchedules: 300,
 		},
 		// Costs. A cost-2 arrival finds one of two slots held: it parks and
-		// holds the line, so the cost-1 arrival on the fast path gets in
+		// blocks the queue, so the cost-1 arrival on the fast path gets in
 		// only before it parks (the per-step check), and the release that
 		// frees its second slot grants it.
 		{

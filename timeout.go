@@ -30,7 +30,7 @@ func (d *dispatcher) maxWait(now int64) int64 {
 //
 // One timer is enough. Between two such moments the maximum wait is fixed,
 // so arrival order is expiry order and only the head can be due. Once the
-// queue stands, only its emptying changes the maximum wait. That lengthens
+// queue is standing, only its emptying changes the maximum wait. That lengthens
 // it, and the room is then empty, with nobody to expire. So the timer never
 // fires late. It may fire early, when the head left or the room emptied and
 // filled again, and then it re-arms. The sum saturates: a maximum wait of

@@ -11,8 +11,8 @@ import (
 )
 
 // A client its owner closed right after Close (a common shutdown order)
-// will never answer: the maintainer stops at once instead of retrying the
-// goodbye until LeaseTTL.
+// will never answer: the maintainer stops at once instead of retrying, until
+// LeaseTTL, the call that gives its share back.
 func TestMaintainerStopsWhenTheClientIsClosed(t *testing.T) {
 	needRedis(t)
 	defer goleak.VerifyNone(t, goRedisProbe)
@@ -30,5 +30,5 @@ func TestMaintainerStopsWhenTheClientIsClosed(t *testing.T) {
 	}
 	_ = b.Close()
 	_ = rdb.Close()
-	b.Release(tk) // its release and the goodbye find the client closed
+	b.Release(tk) // its release and the call that gives its share back find the client closed
 }

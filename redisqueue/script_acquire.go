@@ -65,7 +65,7 @@ if qn >= maxq then
   while redis.call('ZCARD', Q) >= maxq do
     local last = redis.call('ZRANGE', Q, -1, -1)
     if #last == 0 or string.sub(last[1], 1, 16) <= pk then
-      -- a waiter with a cost that left may have let the line move
+      -- a waiter with a cost that left may have unblocked the queue
       if dropped then promote() end
       return {-1, limit, 0, held()}
     end

@@ -183,7 +183,7 @@ end
 -- grant the head waiter if its slots (its cost clamped to the limit) are
 -- at most free: move it to the holders and push it a grant notice on its
 -- replica's list. Returns the slots granted, or false when the queue is
--- empty or the head's slots are not all free (it holds the line). A member
+-- empty or the head's slots are not all free (it blocks the queue). A member
 -- whose w entry is gone is stale and is dropped (an id is enqueued at most
 -- once, so its w entry, if any, is this member). While no waiter has a
 -- cost, the head is popped as it is: it needs one slot, and free is at

@@ -158,7 +158,7 @@ func runShutdownDuringKill(t *testing.T, top topology) {
 	stop()
 	end := time.Now()
 	if top.mode == redisqueue.Shares {
-		// The replica shut down keeps its share in Redis until its goodbye
+		// The replica shut down keeps its share in Redis until the call that gives its share back
 		// reaches the new master, and a replica left holding none answers
 		// 503 while Redis is away (by design): only the resume bound applies.
 		r.lost.unshared = true
