@@ -204,13 +204,16 @@ type FastBackend interface {
 	Backend
 
 	// TryAcquire takes one slot if one is free and nobody waits, and returns
-	// how many slots it has taken so far, this one included; 0 means it took
-	// none. The Queue gives the slot back with Release(Ticket{}). It must
+	// how many slots it has taken so far, this one included (the Queue
+	// samples one request in many by it, without a counter of its own); 0
+	// means it took none. The Queue gives the slot back with
+	// Release(Ticket{}). It must
 	// never let a request pass a waiter and must take nothing once Close
 	// has been called.
 	TryAcquire() uint64
 
 	// Counts is Stats without QueuedByPriority and OldestWait, cheap enough
-	// to read on every queued grant, with Held, ServedAtOnce and Released filled.
+	// to read on every queued grant, with Held, ServedAtOnce and Released
+	// filled.
 	Counts() Stats
 }
