@@ -76,30 +76,45 @@ func bestPeer(row Row) (name string, best float64) {
 	return name, best
 }
 
+// mdTable renders a Markdown table: the header, then a line of cells per row.
+func mdTable(header []string, rows [][]string) string {
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(header, " | ") + " |\n|" + strings.Repeat("---|", len(header)) + "\n")
+	for _, cells := range rows {
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+// cell prints row's figure in column col, or "–" where it has none.
+func cell(row Row, col string) string {
+	if x, ok := row.Values[col]; ok {
+		return format(row.Format, x)
+	}
+	return "–"
+}
+
 // markdown renders t; where base gives a row a positive figure, each cell
 // shows its ratio to it in brackets.
 func markdown(t Table, base func(Row) float64) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "| metric | better | %s |\n|---|---|%s\n", strings.Join(t.Cols, " | "), strings.Repeat("---|", len(t.Cols)))
+	var rows [][]string
 	for _, row := range t.Rows {
-		metric, better := label(row), map[bool]string{false: "lower", true: "higher"}[row.Higher]
+		better := map[bool]string{false: "lower", true: "higher"}[row.Higher]
 		if row.Given {
 			better = "–"
 		}
-		fmt.Fprintf(&b, "| %s | %s |", metric, better)
+		cells := []string{label(row), better}
 		for _, c := range t.Cols {
-			cell := "–"
-			if x, ok := row.Values[c]; ok {
-				cell = format(row.Format, x)
-				if d := base(row); d > 0 {
-					cell += fmt.Sprintf(" (%.2f×)", x/d)
-				}
+			x, ok := row.Values[c]
+			if d := base(row); ok && d > 0 {
+				cells = append(cells, cell(row, c)+fmt.Sprintf(" (%.2f×)", x/d))
+			} else {
+				cells = append(cells, cell(row, c))
 			}
-			b.WriteString(" " + cell + " |")
 		}
-		b.WriteString("\n")
+		rows = append(rows, cells)
 	}
-	return b.String()
+	return mdTable(append([]string{"metric", "better"}, t.Cols...), rows)
 }
 
 // label is a row's metric and, in brackets, its unit.
@@ -110,27 +125,19 @@ func label(row Row) string {
 	return row.Metric + " (" + row.Unit + ")"
 }
 
-// byColumn renders t turned over: a row per column of t, headed corner,
-// and a column per row of t.
+// byColumn renders t turned over: a row per column of t, headed corner.
 func byColumn(t Table, corner string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "| %s |", corner)
+	header, rows := []string{corner}, make([][]string, len(t.Cols))
 	for _, row := range t.Rows {
-		b.WriteString(" " + label(row) + " |")
+		header = append(header, label(row))
 	}
-	fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("---|", len(t.Rows)))
-	for _, c := range t.Cols {
-		fmt.Fprintf(&b, "| %s |", c)
+	for i, c := range t.Cols {
+		rows[i] = []string{c}
 		for _, row := range t.Rows {
-			cell := "–"
-			if x, ok := row.Values[c]; ok {
-				cell = format(row.Format, x)
-			}
-			b.WriteString(" " + cell + " |")
+			rows[i] = append(rows[i], cell(row, c))
 		}
-		b.WriteString("\n")
 	}
-	return b.String()
+	return mdTable(header, rows)
 }
 
 // summary is the table a user wants first, ginqueue beside its peers: rows
@@ -419,9 +426,7 @@ func DrawGoodput(out io.Writer, r *Results) error {
 
 // scaleTable renders section 15: a row per fleet size and phase.
 func scaleTable(r *Results) string {
-	var b strings.Builder
-	b.WriteString("| N | phase | script calls/s | Redis CPU per call | Redis CPU (of one core) | served/s (of capacity) | 503 | 408 | other non-2xx | marked down: times; replicas at the end | peak running (of the limit) | load moved: shares; running |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var rows [][]string
 	for _, size := range r.FleetScale.Sizes {
 		for _, pt := range size.Phases {
 			w := pt.Window.Seconds()
@@ -433,25 +438,24 @@ func scaleTable(r *Results) string {
 			if pt.Name == ScaleMoves {
 				moved = convergence(pt.SharesAt, pt.Window) + "; " + convergence(pt.RunningAt, pt.Window)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s; %s | %d of %d | %s |\n",
-				digits(size.N), pt.Name, format(FormatRate, pt.Calls/w), format(FormatDuration, perCall(pt)), format(FormatShare, pt.RedisCPU/w),
-				served, digits(int(pt.Refused[refused503])), digits(int(pt.Refused[refused408])), digits(int(pt.Refused[refusedOther])),
-				digits(int(pt.Outages)), digits(pt.Down), pt.Peak, size.Limit, moved)
+			rows = append(rows, []string{digits(size.N), pt.Name, format(FormatRate, pt.Calls/w), format(FormatDuration, perCall(pt)),
+				format(FormatShare, pt.RedisCPU/w), served, digits(int(pt.Refused[refused503])), digits(int(pt.Refused[refused408])),
+				digits(int(pt.Refused[refusedOther])), digits(int(pt.Outages)) + "; " + digits(pt.Down), fmt.Sprintf("%d of %d", pt.Peak, size.Limit), moved})
 		}
 	}
-	return b.String()
+	return mdTable([]string{"N", "phase", "script calls/s", "Redis CPU per call", "Redis CPU (of one core)", "served/s (of capacity)", "503", "408",
+		"other non-2xx", "marked down: times; replicas at the end", "peak running (of the limit)", "load moved: shares; running"}, rows)
 }
 
 // scaleStartTable renders how each fleet size of section 15 started.
 func scaleStartTable(r *Results) string {
-	var b strings.Builder
-	b.WriteString("| N | limit | clients, loaded | start-up | marked down: times; replicas at the end | Redis connections | replicas live |\n|---|---|---|---|---|---|---|\n")
 	known := func(n int) string { return map[bool]string{true: digits(n), false: "–"}[n >= 0] }
+	var rows [][]string
 	for _, s := range r.FleetScale.Sizes {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s; %s | %s | %s |\n", digits(s.N), digits(s.Limit), digits(s.N*r.Scale.Clients),
-			format(FormatDuration, float64(s.StartUp)), digits(int(s.Outages)), digits(s.Down), known(s.Connections), known(s.Live))
+		rows = append(rows, []string{digits(s.N), digits(s.Limit), digits(s.N * r.Scale.Clients), format(FormatDuration, float64(s.StartUp)),
+			digits(int(s.Outages)) + "; " + digits(s.Down), known(s.Connections), known(s.Live)})
 	}
-	return b.String()
+	return mdTable([]string{"N", "limit", "clients, loaded", "start-up", "marked down: times; replicas at the end", "Redis connections", "replicas live"}, rows)
 }
 
 // scaleTargets checks section 15 against the targets of its issue, at the
