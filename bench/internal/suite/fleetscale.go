@@ -26,12 +26,8 @@ import (
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
-// Section 15: how one Redis coordinates many replicas of one Name in
-// redisqueue's Shares mode (BENCHMARKS.md says how each figure is
-// measured). It runs only when named (make bench-fleet-scale), on a
-// redis-server of its own, and uses redisqueue's public API alone. Every
-// replica is a ginqueue.Queue on a gin engine of its own, called in process
-// by closed-loop clients, as in section 14.
+// Section 15: many replicas of one Name in Shares mode, on a redis-server
+// of its own; it runs only when named (BENCHMARKS.md says how).
 
 // ScalePlan is what section 15 does: fleets of growing sizes, one after
 // another, each under a Name of its own.
@@ -48,23 +44,18 @@ type ScalePlan struct {
 	Settle       time.Duration // the load on the first half before it moves
 }
 
-// Limit is the fleet's limit for n replicas: n/2 slots. With Clients of 2
-// on every replica the fleet is offered 4 times its limit, and a fair share
-// is half a slot, so that the shares must move between the replicas over
-// time; with the load on half of the replicas, a fair share is one slot.
+// Limit is the fleet's limit for n replicas: n/2 slots, so that a fair
+// share is half a slot and the shares must move between the replicas.
 func (s ScalePlan) Limit(n int) int { return max(1, n/2) }
 
 // Sizes lists the fleet sizes: "16, 64, 256 and 1,024".
 func (s ScalePlan) Sizes() string { return andList(s.Replicas) }
 
-// Capacity is what the limit of n replicas serves per second when every
-// slot is busy.
+// Capacity is what n replicas serve per second with every slot busy.
 func (s ScalePlan) Capacity(n int) float64 { return float64(s.Limit(n)) / s.work(n).Seconds() }
 
-// work is what a handler sleeps in a fleet of n replicas: Work up to 1,024
-// replicas, and above, Work × n/256, so that this one process can offer
-// the load of the larger fleets (at 4,096 replicas, a quarter of the
-// requests a second of 1,024).
+// work is what a handler sleeps: Work up to 1,024 replicas, Work × n/256
+// above, so that one process can offer the load of the larger fleets.
 func (s ScalePlan) work(n int) time.Duration {
 	if n <= 1024 {
 		return s.Work
@@ -79,8 +70,8 @@ const (
 	ScaleMoves  = "load moves"
 )
 
-// scaleConverged is the share of the limit that the replicas which have
-// the load must hold for the load to have moved.
+// scaleConverged is the share of the limit the loaded replicas must hold
+// for the load to have moved.
 const scaleConverged = 0.9
 
 // ScaleResults is what section 15 measured.
@@ -101,9 +92,8 @@ type ScaleSize struct {
 	Phases      []ScalePhase
 }
 
-// ScalePhase is what one phase of one fleet size gave. The script calls,
-// CPU times and answers served count within the window; the refusals,
-// outages and peak over the whole phase.
+// ScalePhase is what one phase of one fleet size gave: the calls, CPU and
+// served within the window; the refusals, outages and peak over the phase.
 type ScalePhase struct {
 	Name     string
 	Window   time.Duration
@@ -117,8 +107,7 @@ type ScalePhase struct {
 	Down     int      // replicas that had Redis marked down (Stats().Unavailable) at the window's end
 	Peak     int64    // the most handlers running at once in the fleet
 	// Load moves only: from the move until the second half held
-	// scaleConverged of the limit as shares, and as handlers running
-	// there; -1 if not within the window.
+	// scaleConverged of the limit, as shares and as running; -1 if never.
 	SharesAt, RunningAt time.Duration
 }
 
@@ -129,8 +118,8 @@ const (
 	refusedOther        // any other status that is not 2xx
 )
 
-// scaleCounts is what the handlers and clients of one fleet count, outside
-// the library. A phase resets it before its clients start.
+// scaleCounts is what a fleet's handlers and clients count, outside the
+// library; each phase resets it.
 type scaleCounts struct {
 	running, peak atomic.Int64 // handlers running in the fleet; the most at once
 	second        atomic.Int64 // handlers running on the second half of the replicas
@@ -180,8 +169,8 @@ func (c *scaleCounts) answer(code int) bool {
 	return false
 }
 
-// scaleReplica is one replica: a Backend in Shares mode on a Redis client
-// of its own, under a Queue on a gin engine of its own.
+// scaleReplica is a Backend in Shares mode on a client of its own, under
+// a Queue on a gin engine of its own.
 type scaleReplica struct {
 	rdb redis.UniversalClient
 	b   *redisqueue.Backend
@@ -199,8 +188,7 @@ type scaleFleet struct {
 	counts   scaleCounts
 }
 
-// newScaleFleet is a fleet of n replicas, not started, under a Name made
-// fresh for it.
+// newScaleFleet is a fleet of n replicas, not started, under a fresh Name.
 func newScaleFleet(plan ScalePlan, addrs []string, n int) *scaleFleet {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -208,14 +196,8 @@ func newScaleFleet(plan ScalePlan, addrs []string, n int) *scaleFleet {
 		limit: plan.Limit(n), replicas: make([]scaleReplica, n)}
 }
 
-// start starts every replica, StartBatch at once, and stops at the first
-// batch with an error or once ctx ends. Close the fleet either way.
-func (f *scaleFleet) start(ctx context.Context) error {
-	return f.inBatches(ctx, f.startReplica)
-}
-
-// inBatches calls do for every replica, StartBatch at once, batch after
-// batch, and stops after a batch with an error or once ctx ends.
+// inBatches calls do for every replica, StartBatch at once, and stops
+// after a batch with an error or once ctx ends.
 func (f *scaleFleet) inBatches(ctx context.Context, do func(i int) error) error {
 	batch := max(f.plan.StartBatch, 1)
 	for lo := 0; lo < len(f.replicas); lo += batch {
@@ -236,8 +218,8 @@ func (f *scaleFleet) inBatches(ctx context.Context, do func(i int) error) error 
 	return nil
 }
 
-// startReplica starts replica i: a go-redis client with a small pool, a
-// Backend in Shares mode with default Options otherwise, and its Queue.
+// startReplica starts replica i: a client with a small pool, a Backend in
+// Shares mode with default Options otherwise, and its Queue.
 func (f *scaleFleet) startReplica(i int) error {
 	rep := &f.replicas[i]
 	o := redisqueue.Options{Name: f.name, Mode: redisqueue.Shares}
@@ -261,8 +243,7 @@ func (f *scaleFleet) startReplica(i int) error {
 	return nil
 }
 
-// handler sleeps Work and counts itself running, in the fleet and, if
-// second, on the second half of the replicas.
+// handler sleeps work and counts itself running; second: on the second half.
 func (f *scaleFleet) handler(second bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		f.counts.enter(second)
@@ -272,7 +253,7 @@ func (f *scaleFleet) handler(second bool) gin.HandlerFunc {
 	}
 }
 
-// close closes every replica that started, StartBatch at once.
+// close closes every replica that started.
 func (f *scaleFleet) close() {
 	_ = f.inBatches(context.Background(), func(i int) error {
 		rep := &f.replicas[i]
@@ -298,9 +279,8 @@ func (f *scaleFleet) sum(first int, of func(backend.Stats) uint64) uint64 {
 	return n
 }
 
-// outages sums the times the replicas marked Redis down; down counts the
-// replicas that have it marked down now; secondShares sums the shares
-// (Stats().Limit) of the second half of the replicas.
+// outages sums the times the replicas marked Redis down; down counts those
+// with it marked down now; secondShares sums the second half's shares.
 func (f *scaleFleet) outages() uint64 {
 	return f.sum(0, func(s backend.Stats) uint64 { return s.Outages })
 }
@@ -316,9 +296,8 @@ func (f *scaleFleet) secondShares() int {
 	return int(f.sum(len(f.replicas)/2, func(s backend.Stats) uint64 { return uint64(s.Limit) }))
 }
 
-// clients starts Clients closed-loop clients on each of the replicas from
-// first to last (excluded). Once moved is set, each sends its next request
-// moveBy replicas on; once stop is set, each ends after its current request.
+// clients starts Clients closed-loop clients on replicas first to last
+// (excluded); once moved is set they move moveBy on, once stop, they end.
 func (f *scaleFleet) clients(wg *sync.WaitGroup, first, last, moveBy int, moved, stop *atomic.Bool) {
 	for i := first; i < last; i++ {
 		for range f.plan.Clients {
@@ -335,7 +314,7 @@ func (f *scaleFleet) client(at, moveBy int, moved, stop *atomic.Bool) {
 			i += moveBy
 		}
 		if !f.counts.answer(serve(f.replicas[i].h, w, req)) {
-			time.Sleep(f.plan.work(len(f.replicas))) // a refusal returns at once: wait a handler's time rather than spin on it
+			time.Sleep(f.plan.work(len(f.replicas))) // do not spin on refusals
 		}
 	}
 }
@@ -343,8 +322,7 @@ func (f *scaleFleet) client(at, moveBy int, moved, stop *atomic.Bool) {
 // redisNodes are the Redis servers of a run: one, or a Cluster's masters.
 type redisNodes []*redis.Client
 
-// load reads the script calls and CPU seconds the servers have counted,
-// the calls summed and the CPU by server.
+// load reads the script calls (summed) and CPU seconds (by server).
 func (ns redisNodes) load(ctx context.Context) (calls float64, cpu []float64, err error) {
 	for _, c := range ns {
 		info, err := c.Info(ctx, "cpu", "commandstats").Result()
@@ -358,15 +336,13 @@ func (ns redisNodes) load(ctx context.Context) (calls float64, cpu []float64, er
 	return calls, cpu, nil
 }
 
-// close closes the clients.
 func (ns redisNodes) close() {
 	for _, c := range ns {
 		_ = c.Close()
 	}
 }
 
-// sleepCtx sleeps for d or until ctx ends, and reports whether ctx is still
-// live.
+// sleepCtx sleeps for d or until ctx ends; false if it ended.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -396,9 +372,8 @@ func (s ScalePlan) specs(n int) []scaleSpec {
 	}
 }
 
-// phase runs one phase: the clients of sp for the load before the window
-// and the window, then what they and the replicas counted. Its clients have
-// all returned when it does.
+// phase runs sp's clients through the load before the window and the
+// window; they have all returned when it does.
 func (f *scaleFleet) phase(ctx context.Context, ctl redisNodes, sp scaleSpec) (ScalePhase, error) {
 	runtime.GC() // the previous phase's garbage is collected on its own time
 	pt := ScalePhase{Name: sp.name, Calls: math.NaN(), RedisCPU: math.NaN(), ShardCPU: math.NaN(), BenchCPU: math.NaN(), SharesAt: -1, RunningAt: -1}
@@ -417,10 +392,9 @@ func (f *scaleFleet) phase(ctx context.Context, ctl redisNodes, sp scaleSpec) (S
 	return pt, err
 }
 
-// window waits out the load before the window, then measures the window
-// into pt: Redis's counters from one INFO reply to the next, this process's
-// CPU, and the replicas down at its end. It sets moved at the window's
-// start and, if sp says so, samples the convergence from then.
+// window waits out the load before it, then measures Redis's counters,
+// this process's CPU and the replicas down into pt. It sets moved at its
+// start and, if sp says so, samples the convergence.
 func (f *scaleFleet) window(ctx context.Context, ctl redisNodes, sp scaleSpec, pt *ScalePhase, moved *atomic.Bool) error {
 	if !sleepCtx(ctx, sp.before) {
 		return ctx.Err()
@@ -453,10 +427,9 @@ func (f *scaleFleet) window(ctx context.Context, ctl redisNodes, sp scaleSpec, p
 	return err
 }
 
-// converge samples, every 5 ms from start until end, the shares that the
-// second half of the replicas holds and the handlers running there: how
-// long after start each first reached scaleConverged of the limit, or -1
-// if it did not before end.
+// converge samples every 5 ms the second half's shares and running
+// handlers: how long after start each reached scaleConverged of the limit
+// (-1: not before end).
 func (f *scaleFleet) converge(ctx context.Context, start, end time.Time) (shares, running time.Duration) {
 	need := int(math.Ceil(scaleConverged * float64(f.limit)))
 	shares, running = -1, -1
@@ -474,8 +447,7 @@ func (f *scaleFleet) converge(ctx context.Context, start, end time.Time) (shares
 	return shares, running
 }
 
-// census counts the clients connected to Redis and the replicas it holds
-// live; -1 for what it did not answer.
+// census counts Redis's clients and live replicas; -1 where it did not answer.
 func (f *scaleFleet) census(ctx context.Context, ctl redisNodes) (conns, live int) {
 	conns, live = 0, -1
 	for _, c := range ctl {
@@ -492,13 +464,13 @@ func (f *scaleFleet) census(ctx context.Context, ctl redisNodes) (conns, live in
 	return conns, live
 }
 
-// scaleSize starts a fleet of n replicas, runs its phases and closes it.
-// What it measured comes back even with an error.
+// scaleSize starts n replicas, runs the phases and closes them; what it
+// measured comes back even with an error.
 func (r *runner) scaleSize(ctx context.Context, addrs []string, ctl redisNodes, n int) (*ScaleSize, error) {
 	f := newScaleFleet(r.Scale, addrs, n)
 	defer f.close()
 	start := time.Now()
-	if err := f.start(ctx); err != nil {
+	if err := f.inBatches(ctx, f.startReplica); err != nil {
 		return nil, fmt.Errorf("starting %d replicas: %w", n, err)
 	}
 	size := &ScaleSize{N: n, Limit: f.limit, StartUp: time.Since(start), Outages: f.outages(), Down: f.down()}
@@ -532,8 +504,7 @@ func (s ScalePlan) describe(n int, pt ScalePhase) string {
 	return line
 }
 
-// perCall is Redis's CPU per script call in the window, in ns; NaN without
-// calls.
+// perCall is Redis's CPU per script call, in ns; NaN without calls.
 func perCall(pt ScalePhase) float64 {
 	if pt.Calls <= 0 {
 		return math.NaN()
@@ -541,7 +512,7 @@ func perCall(pt ScalePhase) float64 {
 	return pt.RedisCPU * 1e9 / pt.Calls
 }
 
-// convergence prints a time to converge, or that it did not within window.
+// convergence prints a time to converge, or that it did not.
 func convergence(d, window time.Duration) string {
 	if d < 0 {
 		return "not within " + window.Round(100*time.Millisecond).String()
@@ -549,9 +520,8 @@ func convergence(d, window time.Duration) string {
 	return format(FormatDuration, float64(d))
 }
 
-// fleetScale is section 15: every fleet size of the plan, on a redis-server
-// that it starts for itself and stops on every path. SIGINT or SIGTERM ends
-// it early, with what it measured so far.
+// fleetScale is section 15, on a redis-server it starts and stops; SIGINT
+// or SIGTERM ends it early with what it measured.
 func (r *runner) fleetScale() {
 	res := &r.res.FleetScale
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -591,7 +561,7 @@ func (r *runner) fleetScale() {
 		if err != nil {
 			r.fail(FleetShares, "15. fleet at scale", err)
 		}
-		// Each size starts on an empty Redis; its replicas are closed.
+		// Each size starts on an empty Redis.
 		for _, c := range ctl {
 			if err := c.FlushAll(ctx).Err(); err != nil {
 				r.fail(FleetShares, "15. FLUSHALL", err)
