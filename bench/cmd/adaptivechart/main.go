@@ -1,15 +1,6 @@
-// Command adaptivechart draws the adaptive-limit simulation of the root
-// test TestAdaptiveLimitFollowsCapacity as an SVG: a column per run
-// (algorithm and starting limit), and in each the limit against the
-// capacity K, the handler latency and the throughput over simulated time.
-// make adaptive-chart runs, at the repository root:
-//
-//	ADAPTIVE_CSV=/tmp/adaptive.csv go test -run TestAdaptiveLimitFollowsCapacity -count=1 .
-//	cd bench && go run ./cmd/adaptivechart -csv /tmp/adaptive.csv -out ../docs/adaptive.svg
-//
-// The CSV has a header and the columns algorithm, start, time_s, limit,
-// latency_s and k, found by name, one row per served request in the order
-// they finished.
+// Command adaptivechart draws the CSV of the root test
+// TestAdaptiveLimitFollowsCapacity as an SVG (make adaptive-chart): a
+// column per run, with the limit, latency and throughput over time.
 package main
 
 import (

@@ -23,12 +23,7 @@ import (
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
-// Section 14: one limit for a fleet of replicas, shared three ways in the
-// same run (BENCHMARKS.md says how each figure is measured). Every replica
-// is a ginqueue.Queue on a gin engine of its own, called in process by
-// closed-loop clients, so that the Queue takes its fast path as it does in
-// production; the handlers count themselves running on one atomic of the
-// whole fleet, outside the library.
+// Section 14: one limit for a fleet of replicas, shared three ways.
 
 // The ways of sharing the limit, the rows of section 14's table.
 const (
@@ -47,11 +42,8 @@ func (p Plan) FleetShare() int { return p.FleetLimits.MaxConcurrent / p.FleetRep
 // saturation: "8, 8, 8 and 104".
 func (p Plan) FleetUnevenClients() string { return andList(p.FleetUneven) }
 
-// sentNames counts the commands clients send, by name, through a go-redis
-// hook on each: INFO commandstats counts the calls that scripts make inside
-// Redis under the same names as those clients send, and only the latter
-// are round trips. The counts tell the replicas' calls from those of other
-// clients of a shared Redis.
+// sentNames counts, through a go-redis hook, the commands clients send by
+// name: commandstats also counts the calls scripts make inside Redis.
 type sentNames struct{ names sync.Map } // name → *atomic.Int64
 
 func (s *sentNames) add(cmd redis.Cmder) {
@@ -87,19 +79,17 @@ func (s *sentNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// sent reports whether the commandstats entry name (a command, or
-// command|subcommand) is one a client sends: one the hooks saw, one that
-// Redis refuses to run inside a script (noscript: HELLO, BLPOP, ROLE…), or
-// INFO or PING, which redisqueue's grant reader and probes send on clients
-// of their own that no hook sees, and which its scripts do not call.
+// sent reports whether the commandstats entry name is one a client sends:
+// one the hooks saw, one flagged noscript, or INFO or PING, which
+// redisqueue sends on clients no hook sees.
 func (s *sentNames) sent(name string, noscript map[string]bool) bool {
 	cmd, _, _ := strings.Cut(name, "|")
 	_, ok := s.names.Load(cmd)
 	return ok || noscript[name] || cmd == "info" || cmd == "ping"
 }
 
-// noscript asks Redis which of the commandstats entries names (command, or
-// command|subcommand) it refuses to run inside a script.
+// noscript asks Redis which of the commandstats entries names it refuses
+// to run inside a script.
 func noscript(ctx context.Context, ctl *redis.Client, names []string) (map[string]bool, error) {
 	args := []any{"command", "info"}
 	for _, n := range names {
@@ -137,21 +127,6 @@ func noscript(ctx context.Context, ctl *redis.Client, names []string) (map[strin
 	return m, nil
 }
 
-// queue is a Queue of cfg on f.backend(name, mode, sent); f closes it.
-func (f *fleet) queue(name string, mode redisqueue.Mode, cfg ginqueue.Config, sent *sentNames) (*ginqueue.Queue, *redisqueue.Backend, error) {
-	b, err := f.backend(name, mode, sent)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.Backend = b // NewQueue leaves b open when it fails: f closes it
-	q, err := ginqueue.NewQueue(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	f.closers = append(f.closers, func() { _ = q.Close() })
-	return q, b, nil
-}
-
 // fleetPoint is what one way gave in one scenario.
 type fleetPoint struct {
 	admitted int64         // handlers that ended in the window
@@ -163,11 +138,8 @@ type fleetPoint struct {
 	refused  int64         // requests answered other than 204, over the warm-up and the window
 	status   int64         // the first such status
 	outages  uint64        // times a replica's Backend marked Redis down
-	// Redis only: its CPU seconds over the window; the commands the
-	// replicas sent in it, by name (the measurement's own INFO left out),
-	// and those that their scripts ran inside Redis; what the hooks on the
-	// replicas' clients counted; each replica's mean Backend.Stats().Limit
-	// in the window (in Shares mode its share).
+	// Redis only, over the window: its CPU seconds; the commands sent, run
+	// by scripts and seen by the hooks; each replica's mean Stats().Limit.
 	cpu                   float64
 	sent, inScript, hooks map[string]float64
 	shares                []float64
@@ -188,10 +160,8 @@ func commands(calls map[string]float64) string {
 	return strings.Join(s, ", ")
 }
 
-// fleetRun serves clients[i] closed-loop clients on replica i, whose
-// handlers sleep work, for the warm-up and the window, the replicas
-// sharing the fleet's limit as way says (Redis ways under the Name
-// prefix+name). ctl reads INFO around the window of a Redis way.
+// fleetRun serves clients[i] closed-loop clients on replica i, handlers
+// that sleep work, the replicas sharing the limit as way says.
 func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []int, work time.Duration) (*fleetPoint, error) {
 	runtime.GC() // the previous measurement's garbage is collected on its own time
 	pt := &fleetPoint{}
@@ -292,35 +262,29 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 	return pt, nil
 }
 
-// fleetReplicas builds n replicas that share the fleet's limit as way
-// says, each serving h behind its Queue: their handlers, their Queues and
-// their redisqueue Backends (none for the static split). f closes them.
+// fleetReplicas builds n replicas that share the limit as way says, each
+// serving h: their handlers, Queues and Backends. f closes them.
 func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc, sent *sentNames) ([]http.Handler, []*ginqueue.Queue, []*redisqueue.Backend, error) {
 	handlers := make([]http.Handler, n)
 	var queues []*ginqueue.Queue
 	var backends []*redisqueue.Backend
 	for i := range n {
 		cfg := ginqueue.Config{MaxConcurrent: p.FleetLimits.MaxConcurrent, MaxQueue: p.FleetLimits.MaxQueue, QueueTimeout: p.FleetLimits.QueueTimeout}
-		var q *ginqueue.Queue
-		var err error
-		switch way {
-		case FleetStatic: // nil Config.Backend: the in-memory Backend
+		if way == FleetStatic { // nil Config.Backend: the in-memory Backend
 			cfg.MaxConcurrent = p.FleetShare()
-			if q, err = ginqueue.NewQueue(cfg); err == nil {
-				f.closers = append(f.closers, func() { _ = q.Close() })
+		} else {
+			mode := map[bool]redisqueue.Mode{true: redisqueue.Shares, false: redisqueue.GlobalQueue}[way == FleetShares]
+			b, err := f.backend(name, mode, sent) // f closes it, even if NewQueue fails
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("replica %d: %w", i+1, err)
 			}
-		case FleetGlobal, FleetShares:
-			mode := redisqueue.GlobalQueue
-			if way == FleetShares {
-				mode = redisqueue.Shares
-			}
-			var b *redisqueue.Backend
-			q, b, err = f.queue(name, mode, cfg, sent)
-			backends = append(backends, b)
+			cfg.Backend, backends = b, append(backends, b)
 		}
+		q, err := ginqueue.NewQueue(cfg)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("replica %d: %w", i+1, err)
 		}
+		f.closers = append(f.closers, func() { _ = q.Close() })
 		queues = append(queues, q)
 		handlers[i], _ = route(h, nil, q.Handler())
 	}
@@ -328,8 +292,7 @@ func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc
 }
 
 // countRedis sets pt's Redis figures from the INFO replies and the hooks'
-// counts at the window's start and end, asking ctl which commands Redis
-// refuses to run inside a script.
+// counts at the window's start and end.
 func (pt *fleetPoint) countRedis(ctl *redis.Client, sent *sentNames, info [2]string, hooks [2]map[string]float64) error {
 	cpu0, calls0, _ := redisCounters(info[0])
 	cpu1, calls1, _ := redisCounters(info[1])
@@ -354,15 +317,13 @@ func (pt *fleetPoint) countRedis(ctl *redis.Client, sent *sentNames, info [2]str
 			pt.inScript[c] = n
 		}
 	}
-	// INFO counts itself in the next reply: the first reading is in the
-	// second's count, and is the measurement's, not a client's.
+	// The first INFO is in the second's count: the measurement's own.
 	pt.sent["info"]--
 	return nil
 }
 
-// fleet is section 14: every way under an even load, under an even load of
-// handlers shorter than a millisecond, and under an uneven load. Without a
-// Redis, the static split alone. Its backends' keys are deleted at the end.
+// fleet is section 14: every way under an even load, an even load of short
+// handlers and an uneven load; without a Redis, the static split alone.
 func (r *runner) fleet() {
 	t, ctx := &r.res.Fleet, context.Background()
 	ways := fleetWays()

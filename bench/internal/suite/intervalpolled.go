@@ -12,31 +12,12 @@ import (
 const seedInterval = 100 * time.Millisecond
 
 // seedQueue is a Go port of the queueThrottle of a published tutorial
-// (Express, TypeScript), faithful where it changes behaviour:
-//
-//   - Every request is queued, even when slots are free; only the interval
-//     admits. An idle server adds up to one interval to every request, and
-//     a burst larger than the queue bound is refused even while slots are
-//     free (the tutorial's own 15-request test refuses 5, not the 2 it
-//     promises).
-//   - Each tick first drops the requests whose wait exceeds the timeout,
-//     compared in whole milliseconds with ">" (Date.now()), answering 408,
-//     then admits up to the limit: a timeout is answered 0 to 100 ms late,
-//     and a request can be admitted after its deadline.
-//   - A queued request never notices that its client hung up: the
-//     tutorial's res.writableEnded check is false for a dropped connection,
-//     so the check, and its "continue" that would leak a slot, are left out.
-//   - With doubleIncrement, currentRequests is incremented twice per
-//     admission, as the tutorial's code does, and decremented once: each
-//     admission leaks a slot, the throttle admits exactly limit requests in
-//     its lifetime and every later one waits out the timeout. Without it the
-//     port runs the algorithm the tutorial describes, which the table
-//     measures.
-//   - shift() and splice() move the rest of the array, as in JavaScript.
-//
-// Close is the harness's addition (the tutorial only stops the interval):
-// it answers every queued request 503, so that a benchmark never waits for
-// a deep queue to drain 4 requests a tick.
+// (Express), faithful where it changes behaviour: every request is queued
+// and only the 100 ms tick admits; each tick first drops the requests older
+// than the timeout (408), then admits up to the limit; a queued request
+// never notices its client hung up. doubleIncrement keeps the tutorial's
+// bug: each admission leaks a slot. Close, the harness's addition, answers
+// every queued request 503.
 type seedQueue struct {
 	limit, maxQueue int
 	timeoutMS       int64

@@ -140,8 +140,8 @@ func byColumn(t Table, corner string) string {
 	return mdTable(header, rows)
 }
 
-// summary is the table a user wants first, ginqueue beside its peers: rows
-// copied from the sections, as naming the column that stands for ginqueue.
+// summary is ginqueue beside its peers: rows copied from the sections, as
+// naming the column that stands for ginqueue.
 func summary(r *Results) Table {
 	t := Table{Cols: []string{GinQueue, Chi, XSync, Seed, Bare}}
 	for _, s := range []struct{ label, metric, as string }{
@@ -174,10 +174,7 @@ func summary(r *Results) Table {
 	return t
 }
 
-// Markdown renders r as BENCHMARKS.md or, with only "goodput" or
-// "weighted", that section alone with its targets first; with only
-// "fleet" or "fleet-scale", that section alone, whose targets are part of
-// it.
+// Markdown renders r as BENCHMARKS.md or, with only, that section alone.
 func Markdown(w io.Writer, r *Results, only string) error {
 	tmpl, err := template.New("report").Option("missingkey=error").Funcs(template.FuncMap{
 		"digits": digits, "pct": func(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) },
@@ -224,18 +221,9 @@ type target struct {
 }
 
 // targets checks a run against every target; each figure is the run's own.
-// No target asks the route alone to cost about what bare gin's does: every
-// exact limit shared between cores, x/sync's semaphore included, pays a
-// cache-line transfer per request that an empty route does not, and the
-// summary shows that figure beside the peers' instead.
 func targets(r *Results) []target {
 	const core, prio, obs, ad, rq = "core overhead and hand-off", "priorities and fair flows", "observability", "adaptive limit", "Redis backend"
-	// The kinds of comparison: subject over base at most limit; subject's
-	// cost over base's at most limit (time over time, or a rate's inverse,
-	// so that 1.10× reads 10% dearer either way); subject rounds to base;
-	// subject at least as good as the best peer; at most or at least limit;
-	// the median per-round ratio to bare over loopback at least limit;
-	// subject over base at least limit.
+	// The kinds of comparison; cost compares times, or a rate's inverse.
 	const ratio, cost, equal, best, atMost, atLeast, perRound, ratioAtLeast = 0, 1, 2, 3, 4, 5, 6, 7
 	g, bare, pf, plain, heavy := GinQueue, Bare, PrioFlows, Plain, fmt.Sprintf("cost %d", r.WeightedHeavy)
 	specs := []struct {

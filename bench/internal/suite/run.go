@@ -1,16 +1,5 @@
-// Package suite measures ginqueue side by side with its peers on the same
-// work, in one run, and renders the figures as BENCHMARKS.md. Every variant
-// guards the same gin route with the same limits and handler (variants.go):
-// the bare route, ginqueue, chi's Throttle, a middleware on x/sync's
-// semaphore, and a port of an interval-polled queue (intervalpolled.go).
-// Sections 1 to 9 compare them (harness.go); section 10 runs the harnesses
-// of 1, 2 and 7 on ginqueue with one feature on against plain ginqueue;
-// 11 is the redisqueue backend on a real Redis (redis.go); 12 is goodput
-// under overload over loopback (goodput.go); 13 is weighted requests
-// (weighted.go); 14 is one limit shared by a fleet of replicas, three ways
-// (fleet.go); 15, which runs only when named, is fleets of up to 1,024
-// replicas of one Name in redisqueue's Shares mode (fleetscale.go).
-// report.go checks the targets and renders the report.
+// Package suite measures ginqueue beside its peers on the same work, in
+// one run, and renders the figures as BENCHMARKS.md.
 package suite
 
 import (

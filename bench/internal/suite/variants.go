@@ -33,20 +33,13 @@ type Limits struct {
 
 // Variant is one way of guarding a gin route, a column of the report.
 // New serves h on GET / behind the throttle; the func it returns releases
-// the throttle, answering at once the waiters still queued where the
-// variant can (ginqueue, the seed port), so that a harness never waits for
-// a deep queue to drain through a slow throttle. Request builds the seq-th
-// request of a client (nil: GET /); the feature variants send the headers
-// Priority and FlowKey read.
+// the throttle, answering queued waiters at once where the variant can.
 type Variant struct {
-	Name, ID string // the column heading; the name in Go benchmark names
-	Slow     bool   // grants on a 100 ms tick: the harnesses give it fewer samples
-	New      func(l Limits, h gin.HandlerFunc) (http.Handler, func())
-	Request  func(client, seq int) *http.Request
-	// PatienceHeader, when set, is the header in which section 12's
-	// clients send how long they will still wait (seconds), for a variant
-	// that reads it with ginqueue.DeadlineHeader.
-	PatienceHeader string
+	Name, ID       string // the column heading; the name in Go benchmark names
+	Slow           bool   // grants on a 100 ms tick: it gets fewer samples
+	New            func(l Limits, h gin.HandlerFunc) (http.Handler, func())
+	Request        func(client, seq int) *http.Request // the seq-th request of a client; nil: GET /
+	PatienceHeader string                              // where section 12's clients send their patience, if set
 }
 
 func (v Variant) throttles() bool { return v.ID != "bare" }
@@ -125,21 +118,16 @@ func withQueue(set func(*ginqueue.Config)) func(Limits, gin.HandlerFunc) (http.H
 	}
 }
 
-// newChi wraps the whole engine, as chi decorates an http.Handler: a
-// waiting request holds no gin.Context yet. chi admits Limit+BacklogLimit
-// in all, so BacklogLimit is the queue bound. Its one status for every
-// refusal (429) is left as a user of chi gets it.
+// newChi wraps the whole engine, as chi decorates an http.Handler; chi
+// admits Limit+BacklogLimit in all, so BacklogLimit is the queue bound.
 func newChi(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 	r, stop := route(h, func() {})
 	return middleware.ThrottleWithOpts(middleware.ThrottleOpts{Limit: l.MaxConcurrent, BacklogLimit: l.MaxQueue, BacklogTimeout: l.QueueTimeout})(r), stop
 }
 
-// newXSync is the throttle a Gin user would write on
-// golang.org/x/sync/semaphore: TryAcquire first (it fails while anyone
-// waits, so FIFO holds), otherwise an atomic count of waiters bounds the
-// queue and Acquire waits under a context that ends at QueueTimeout. Queue
-// full and timeout answer 503 and 408, like ginqueue; a client that hung up
-// gets nothing written and 499 recorded.
+// newXSync is the throttle a Gin user would write on x/sync's semaphore:
+// TryAcquire first, else an atomic count of waiters bounds the queue and
+// Acquire waits until QueueTimeout. It answers 503 and 408, like ginqueue.
 func newXSync(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 	sem := semaphore.NewWeighted(int64(l.MaxConcurrent))
 	var waiting atomic.Int64
@@ -174,16 +162,13 @@ func newSeed(doubleIncrement bool) func(Limits, gin.HandlerFunc) (http.Handler, 
 	}
 }
 
-// priorities are the X-Priority values the feature variants' clients
-// cycle through.
+// priorities are the X-Priority values the feature clients cycle through.
 var priorities = [...]string{"0", "1", "2"}
 
 // FeatureVariants are the columns of section 10, plain ginqueue first:
-// client c is flow c mod flows (X-Flow), its seq-th request has priority seq
-// mod 3. spread gives Adaptive the bounds [limit/2, 2 × limit], which a
-// harness whose limit is never reached cannot feel; otherwise MinLimit =
-// MaxLimit = limit, so that every sample, window and update runs while the
-// limit stays the plain one, and the figures compare cost, not limits.
+// client c is flow c mod flows, request seq has priority seq mod 3. spread
+// gives Adaptive the bounds [limit/2, 2 × limit]; otherwise both are the
+// limit, so that the figures compare cost, not limits.
 func FeatureVariants(flows int, spread bool) []Variant {
 	req := func(client, seq int) *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -211,11 +196,10 @@ func FeatureVariants(flows int, spread bool) []Variant {
 }
 
 // ScrapeInterval is how often the Observed variant's registry is gathered:
-// far more often than any Prometheus scrapes, the worst case.
+// far more often than Prometheus would.
 const ScrapeInterval = 5 * time.Millisecond
 
-// every calls f every d on a goroutine of its own until the func it
-// returns is called, which returns once f has run for the last time.
+// every calls f every d until the func it returns is called.
 func every(d time.Duration, f func()) (stop func()) {
 	done, t := make(chan struct{}), time.NewTicker(d)
 	var wg sync.WaitGroup
@@ -233,7 +217,7 @@ func every(d time.Duration, f func()) (stop func()) {
 }
 
 // newObserved is ginqueue with ServerTiming and a promqueue Collector,
-// gathered every ScrapeInterval while the variant serves.
+// gathered every ScrapeInterval.
 func newObserved(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 	q := newQueue(l, func(c *ginqueue.Config) { c.ServerTiming = true })
 	col, reg := promqueue.NewCollector(), prometheus.NewRegistry()
@@ -250,11 +234,7 @@ func newObserved(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 }
 
 // GoodputVariants are the columns of section 12: six configurations of
-// ginqueue, then chi and x/sync with the same limit, backlog and timeout.
-// CoDel is at its defaults (Target 5 ms, Interval 100 ms); its drops are
-// queue timeouts, answered 408. The Deadline variants' clients send their
-// patience in the header PatienceHeader, which Config.Deadline reads, with
-// MinTimeLeft at its default (the measured handler time).
+// ginqueue, then chi and x/sync. CoDel and MinTimeLeft are at their defaults.
 func GoodputVariants() []Variant {
 	codel := func(lifo bool) func(*ginqueue.Config) {
 		return func(c *ginqueue.Config) { c.CoDel = &ginqueue.CoDel{LIFO: lifo} }
@@ -277,12 +257,9 @@ func GoodputVariants() []Variant {
 	}
 }
 
-// newOTel is ginqueue with an otelqueue Metrics on an SDK MeterProvider
-// whose reader collects every ScrapeInterval while the variant serves, and
-// its span events on (Config.OnDecision). With traced, an otelgin-like
-// middleware in front starts a sampled span per request on an SDK
-// TracerProvider, so the events are recorded; without it the requests have
-// no span, and the hook finds none.
+// newOTel is ginqueue with otelqueue Metrics, collected every
+// ScrapeInterval, and its span events on; traced starts a sampled span per
+// request in front, so that the events are recorded.
 func newOTel(traced bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
 	return func(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 		q := newQueue(l, func(c *ginqueue.Config) { c.OnDecision = otelqueue.SpanEvents("bench") })
@@ -315,17 +292,15 @@ func newOTel(traced bool) func(Limits, gin.HandlerFunc) (http.Handler, func()) {
 	}
 }
 
-// newTraced is plain ginqueue behind an otelgin-like middleware that starts
-// a sampled span per request (no exporter: the spans are recorded and
-// dropped): the base of newOTel(true).
+// newTraced is plain ginqueue behind a sampled span per request: the base
+// of newOTel(true).
 func newTraced(l Limits, h gin.HandlerFunc) (http.Handler, func()) {
 	q := newQueue(l, nil)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	return route(h, func() { _ = q.Close(); _ = tp.Shutdown(context.Background()) }, spans(tp), q.Handler())
 }
 
-// spans is an otelgin-like middleware: a server span per request, in
-// c.Request's context for the handlers after it, ended when they return.
+// spans is an otelgin-like middleware: a server span per request.
 func spans(tp trace.TracerProvider) gin.HandlerFunc {
 	tracer := tp.Tracer("bench")
 	return func(c *gin.Context) {
