@@ -22,11 +22,8 @@ func (p Plan) GoodputCapacity() int {
 	return p.GoodputLimits.MaxConcurrent * int(time.Second/p.GoodputWork)
 }
 
-// GoodputWarmUpAt is how long a point offers load before its window opens:
-// with GoodputFill, until a FIFO queue has filled with requests older than
-// the clients' patience (the one served at t arrived at t/load), plus a
-// quarter of a second, so that the window measures where it ends up, not
-// how it collapses.
+// GoodputWarmUpAt is the load before a point's window: with GoodputFill,
+// until a FIFO queue holds requests older than the patience, plus 250 ms.
 func (p Plan) GoodputWarmUpAt(load int) time.Duration {
 	if !p.GoodputFill || load <= 1 {
 		return p.GoodputWarmUp
@@ -34,10 +31,8 @@ func (p Plan) GoodputWarmUpAt(load int) time.Duration {
 	return max(p.GoodputWarmUp, p.GoodputPatience*time.Duration(load)/time.Duration(load-1)+250*time.Millisecond)
 }
 
-// How a goodput request ended, and the kinds of figures a point returns:
-// a count of each outcome, the delivered latencies (ns, from when each was
-// due), the window and the handlers' time (s), their count, and the
-// requests scheduled in the window.
+// How a goodput request ended, then the other kinds of figures a point
+// returns: latencies (ns), window and handler time (s), runs, offered.
 const (
 	delivered = iota // 200, received in full before the client gave up
 	refused          // any other status received in time
@@ -50,10 +45,9 @@ const (
 	gOffered
 )
 
-// sendOnce is one request of an open-loop client, due at at, given up at
-// deadline, which cancels it and closes its connection. With a patience
-// header it sends there how long it will still wait, in seconds. It returns
-// how it ended, when, and the error of a failed one.
+// sendOnce is one open-loop request, given up at deadline; with a patience
+// header it sends there the seconds it will still wait. It returns how it
+// ended, when, and the error of a failed one.
 func sendOnce(base context.Context, c *http.Client, url, patience string, deadline time.Time) (int, time.Time, error) {
 	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
@@ -83,9 +77,8 @@ func sendOnce(base context.Context, c *http.Client, url, patience string, deadli
 	return refused, end, nil
 }
 
-// openConns opens n connections for the clients' Transport to take before
-// it dials: a busy service's clients have connections open when a surge
-// begins, and on 2 cores dialling alone can hold the server back for seconds.
+// openConns opens n connections for the Transport to take before it
+// dials: a busy service's clients have them open when a surge begins.
 func openConns(addr string, n int) (chan net.Conn, error) {
 	conns := make(chan net.Conn, n)
 	var wg sync.WaitGroup
@@ -110,10 +103,8 @@ func openConns(addr string, n int) (chan net.Conn, error) {
 	return conns, nil
 }
 
-// goodputPoint offers v load × capacity for the warm-up, then counts every
-// request that ends in the next GoodputWindow. A client that falls behind
-// its schedule sends at once, its latency and deadline still running from
-// when it was due, so that a slow client does not flatter the server.
+// goodputPoint offers v load × capacity, then counts the requests that end
+// in the window; latency and deadline run from when a request was due.
 func (p Plan) goodputPoint(v Variant, load int) ([][]float64, error) {
 	runtime.GC() // the previous point's garbage is collected on its own time
 	var busy, runs, inflight atomic.Int64

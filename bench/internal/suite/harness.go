@@ -23,8 +23,7 @@ import (
 )
 
 // discardWriter is an http.ResponseWriter that allocates nothing and keeps
-// the status, so that the route-only benchmarks measure the router and the
-// throttle, not a recorder.
+// the status.
 type discardWriter struct {
 	h    http.Header
 	code int
@@ -86,9 +85,8 @@ func counted(h http.Handler, n *atomic.Int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1); h.ServeHTTP(w, r) })
 }
 
-// bench serves from every b.RunParallel goroutine, with fresh a new
-// request and recorder per operation, or else prebuilt requests (one, or
-// one per priority) and a writer that allocates nothing.
+// bench serves from every b.RunParallel goroutine: with fresh, a new
+// request and recorder per operation; else prebuilt ones.
 func bench(v Variant, l Limits, h gin.HandlerFunc, fresh bool, parallelism int) func(*testing.B) {
 	return func(b *testing.B) {
 		srv, stop := v.New(l, h)
@@ -198,10 +196,8 @@ func (p Plan) timeoutLateness(v Variant) ([]float64, error) {
 		defer holders.Wait()
 		defer close(gate)
 		for range slots {
-			// A holder retries until it holds a slot: the seed port times out
-			// a request that reaches an idle server more than 20 ms before a
-			// tick, and a retry right after a 408 would expire again; shifting
-			// each retry by 13 ms finds the window.
+			// Retry, shifted by 13 ms each time: the seed port times out a
+			// request that reaches it more than 20 ms before a tick.
 			holders.Go(func() {
 				for try, end := 0, time.Now().Add(10*time.Second); time.Now().Before(end) && get(h) != http.StatusNoContent; try++ {
 					time.Sleep(time.Duration(try%8) * 13 * time.Millisecond)
@@ -248,9 +244,7 @@ func liveBytes() (heap, stack int64) {
 }
 
 // memoryPerWaiter is metric 6. The waiters' goroutines exist before the
-// first reading, so what a bare goroutine costs is left out; each calls the
-// route directly, as a connection's goroutine would, so that no frame of the
-// harness's own adds to the stacks measured.
+// first reading and call the route directly, as a connection's would.
 func (p Plan) memoryPerWaiter(v Variant) (heap, stack float64, err error) {
 	n, slots := p.MemoryWaiters, p.MemorySlots
 	var seq, entered atomic.Int64
@@ -317,10 +311,8 @@ func (p Plan) backendHeapPerWaiter() ([]float64, error) {
 	return []float64{float64(after-before) / float64(n)}, nil
 }
 
-// growthCost is metric 7, in ns per request: a served client queues again
-// at the tail, which keeps the queue depth deep. Handlers yield once while
-// holding the slot: with more slots than cores and handlers that never
-// block, the queue would empty.
+// growthCost is metric 7, in ns per request: a served client queues again,
+// keeping the depth. Handlers yield once, or the queue would empty.
 func (p Plan) growthCost(v Variant, depth int) (float64, error) {
 	var seq, entered, done, bad atomic.Int64
 	gate := make(chan struct{})

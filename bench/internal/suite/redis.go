@@ -63,10 +63,8 @@ func (f *fleet) started(name string, l backend.Limits) (*redisqueue.Backend, err
 	return b, err
 }
 
-// openFleet is a fleet on the Redis at REDIS_ADDR (DefaultRedisAddr when
-// unset) under a prefix made fresh for the run, a control client on it and
-// the Redis version, or why no Redis answered: an error that names no host,
-// the address having become REDIS_ADDR. Close both either way.
+// openFleet is a fleet on the Redis at REDIS_ADDR under a fresh prefix, a
+// control client and the version, or why no Redis answered. Close both.
 func openFleet(ctx context.Context) (f *fleet, ctl *redis.Client, version, why string) {
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
@@ -87,9 +85,8 @@ func openFleet(ctx context.Context) (f *fleet, ctl *redis.Client, version, why s
 	return f, ctl, infoString(info, "redis_version"), ""
 }
 
-// deleteKeys closes f and deletes the keys of its Names
-// (ginqueue:{prefix…}:…), logging how many; a failure counts against col
-// as metric.
+// deleteKeys closes f and deletes the keys of its Names; a failure counts
+// against col as metric.
 func (r *runner) deleteKeys(ctx context.Context, f *fleet, ctl *redis.Client, col, metric string) {
 	f.close()
 	var keys []string
@@ -138,9 +135,8 @@ func pair(ctx context.Context, b *redisqueue.Backend) error {
 	return err
 }
 
-// redisCounters reads what INFO cpu and commandstats say Redis has spent:
-// CPU seconds (used_cpu_sys + used_cpu_user), and the calls and
-// microseconds of every command, by name.
+// redisCounters reads INFO cpu and commandstats: CPU seconds, and the calls
+// and microseconds of every command, by name.
 func redisCounters(info string) (cpu float64, calls, usec map[string]float64) {
 	calls, usec = map[string]float64{}, map[string]float64{}
 	for line := range strings.SplitSeq(info, "\n") {
@@ -223,9 +219,8 @@ func (p Plan) redisPairs(ctx context.Context, b *redisqueue.Backend) (rates []fl
 	return rates, pairs, err
 }
 
-// redisHandoff is 11c: backends a and b share a limit of 1. a holds the
-// slot while a request on b waits in Redis; a sample is the time from the
-// start of a's Release to b's Acquire returning.
+// redisHandoff is 11c: from a's Release to the Acquire waiting on b
+// returning, a and b sharing a limit of 1.
 func (p Plan) redisHandoff(ctx context.Context, a, b *redisqueue.Backend) ([]float64, error) {
 	globally := func(queued, running int) error { // as Redis counts
 		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {

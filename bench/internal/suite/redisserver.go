@@ -14,9 +14,8 @@ import (
 	"time"
 )
 
-// redisServer is a redis-server that this process started for itself on a
-// free loopback port, so that the CPU it reports is spent on this run
-// alone. Stop it with stop, on every path.
+// redisServer is a redis-server this process started on a free loopback
+// port. Stop it with stop, on every path.
 type redisServer struct {
 	cmd  *exec.Cmd
 	addr string
@@ -50,10 +49,8 @@ func (b *lockedBuffer) tail() string {
 // errNoRedisServer says that no redis-server binary is on the PATH.
 var errNoRedisServer = errors.New("no redis-server on the PATH")
 
-// startRedisServer starts redis-server without persistence on port (a
-// free loopback port if empty), with the extra arguments, and waits until
-// it answers PING, at most 5 s. The server dies with this process on Linux
-// even if this process is killed.
+// startRedisServer starts redis-server without persistence on port (a free
+// one if empty) and waits at most 5 s for it to answer PING.
 func startRedisServer(ctx context.Context, port string, extra ...string) (*redisServer, error) {
 	if port == "" {
 		var err error
@@ -134,11 +131,8 @@ func (s *redisServer) stop() {
 	}
 }
 
-// startRedisCluster starts a Redis Cluster of n masters without replicas,
-// each on a free loopback port (its bus port, 10,000 above, free too), and
-// gives each master an equal range of the slots, in order, as redis-cli
-// --cluster create does. It waits until every master says cluster_state:ok.
-// Stop every server it returns, on every path; on an error it stopped them.
+// startRedisCluster starts a Cluster of n masters, each with an equal range
+// of the slots, and waits for cluster_state:ok. Stop every server it returns.
 func startRedisCluster(ctx context.Context, n int) ([]*redisServer, error) {
 	dir, err := os.MkdirTemp("", "ginqueue-bench-cluster")
 	if err != nil {

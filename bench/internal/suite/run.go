@@ -190,9 +190,8 @@ type runner struct {
 	res *Results
 }
 
-// Run measures what plan says, every section (those in Alone only in a
-// smoke run) or only the one named, logging progress to log. It sets
-// -test.benchtime: a command must call testing.Init first.
+// Run measures every section (Alone ones in a smoke run only), or only the
+// one named. Call testing.Init first: it sets -test.benchtime.
 func Run(plan Plan, only string, log io.Writer) (*Results, error) {
 	if only != "" && !slices.Contains(Sections, only) {
 		return nil, fmt.Errorf("bench: no section %q (sections: %s)", only, strings.Join(Sections, ", "))
@@ -252,9 +251,8 @@ func Run(plan Plan, only string, log io.Writer) (*Results, error) {
 				heap, stack, err := r.memoryPerWaiter(v)
 				return [][]float64{{heap + stack}, {heap}}, err
 			})
-			// After every variant's rounds, as it always ran: a goroutine's
-			// first stack is sized by the average the collector last saw, so
-			// what runs just before a variant moves its stack figure.
+			// Last, as it always ran: what runs before a variant moves its
+			// stack figure.
 			r.measure(&res.Main, "6. throttle's own heap per waiter", thr[:1], min(r.Rounds, 3), []stat{
 				{"6. throttle's own heap per waiter", "heap", FormatBytes, false, med(0)},
 			}, func(int, Variant) ([][]float64, error) { return kind(r.backendHeapPerWaiter()) })
@@ -369,9 +367,8 @@ func (r *runner) measure(t *Table, name string, vs []Variant, rounds int, stats 
 	addRows(t, stats, pooled)
 }
 
-// round calls f once for each variant of vs, rotating the order from round
-// to round so that no variant always runs first or last (a Slow variant
-// joins only its SlowRounds), and pools what f returns by variant.
+// round calls f once per variant of vs, rotating the order each round (a
+// Slow one joins only SlowRounds), and pools what f returns by variant.
 func (r *runner) round(pooled map[string][][]float64, name string, vs []Variant, round int, f func(round int, v Variant) ([][]float64, error)) {
 	for i := range vs {
 		v := vs[(i+round)%len(vs)]

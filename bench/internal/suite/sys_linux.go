@@ -22,10 +22,8 @@ func processCPU() float64 {
 	return float64(u.Utime.Nano()+u.Stime.Nano()) / 1e9
 }
 
-// raiseOpenFiles raises this process's limit of open files as far as it
-// may (the hard limit, or above it for root), and returns the limit: a
-// fleet of thousands of replicas, each with its own client, holds several
-// connections each. The redis-servers started after it inherit it.
+// raiseOpenFiles raises the limit of open files as far as it may, for the
+// fleets of thousands of replicas, and returns it.
 func raiseOpenFiles() uint64 {
 	var l syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {

@@ -27,10 +27,8 @@ type weightedSample struct {
 
 type sampleKey struct{}
 
-// weightedRun is section 13: the requests that arrived in the window, once
-// every request has ended, and the most slots the handlers counted running
-// at once. A handler counts its cost on its first line and its last, inside
-// the slots the Queue granted, so the count is never above those truly held.
+// weightedRun is section 13: the requests that arrived in the window, and
+// the most slots the handlers counted running at once.
 func (p Plan) weightedRun() (window []*weightedSample, most int64, err error) {
 	runtime.GC() // the previous section's garbage is collected on its own time
 	var running, top atomic.Int64
