@@ -25,8 +25,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// window is the simulated time per point of the latency and throughput
-// panels, in seconds.
+// window is the simulated seconds per point of the latency and throughput.
 const window = 2.0
 
 func main() {
@@ -117,9 +116,8 @@ func readRuns(rd io.Reader) ([]simRun, error) {
 	return runs, nil
 }
 
-// windowed is a point per window of simulated time: the mean handler
-// latency in ms and the requests finished per second; empty windows are
-// left out, and the last may be cut short by the end of the run.
+// windowed is a point per window: the mean latency in ms and the requests
+// finished per second; empty windows are left out.
 func windowed(s []sample) (latency, throughput plotter.XYs) {
 	end := s[len(s)-1].t
 	for lo := 0.0; lo < end; lo += window {
@@ -138,11 +136,8 @@ func windowed(s []sample) (latency, throughput plotter.XYs) {
 	return latency, throughput
 }
 
-// steps is value over the samples as a step line, a point where it
-// changes, so that thousands of samples draw as a few hundred points. A run
-// of fewer than minRun samples is folded into its neighbours: a sample's k
-// is the capacity when its handler started, so around a change a few late
-// samples still carry the old value.
+// steps is value as a step line, a point where it changes; a run of fewer
+// than minRun samples, late ones with the old value, is folded away.
 func steps(s []sample, value func(sample) float64, minRun int) plotter.XYs {
 	xy := plotter.XYs{{X: s[0].t, Y: value(s[0])}}
 	for i := 0; i < len(s); {
@@ -185,8 +180,7 @@ func chart(w io.Writer, runs []simRun) error {
 	var title string
 	for c, r := range runs {
 		s := r.samples
-		// The service time s of the simulation is its fastest handler time:
-		// every request that runs within capacity takes exactly s.
+		// The service time s is the fastest handler time.
 		sMin := math.Inf(1)
 		for _, x := range s {
 			sMin = min(sMin, x.latency)
