@@ -50,6 +50,9 @@ package redisqueue
 // two modes never run under one Name: either refuses to start beside the
 // other (ErrConflict).
 //
+// Every key expires ten leases after the Name's last call: every call that
+// writes renews every key's expiry.
+//
 // The slots held across the fleet are H, the sum of s's held. A replica
 // raises the limit it admits within only to the held value a reply gave it,
 // and reports, before each call, at least what it runs and may run until it
@@ -159,6 +162,13 @@ local function parse(s)
 end
 local function top(r) if #r.bands > 0 then return r.bands[1][1] end return NONE end
 local function low(r) if #r.bands > 0 then return r.bands[#r.bands][1] end return NONE end
+
+-- renewAll gives every key its expiry again, last in every call that
+-- writes: sm's alone, kept by calls without syncs, would keep the totals of
+-- records that expired, which no sweep could take out.
+local function renewAll()
+  for _, k in ipairs({S, SE, SM, GR, GD, SB, SL, SK, SW, SX, SN, SC, SV}) do redis.call('PEXPIRE', k, keep) end
+end
 
 local function bump(key, field, d)
   if d ~= 0 and redis.call('HINCRBY', key, field, d) <= 0 then redis.call('HDEL', key, field) end
@@ -349,19 +359,20 @@ if op == 'bye' then
   redis.call('DEL', MINE)
   saveTotals()
   if h > 0 then tellFreed(limit - tot.H) end
+  renewAll()
   return 1
 end
 
 if op == 'limit' then
   local n = tonumber(ARGV[6])
   redis.call('HSET', SM, 'n', n)
-  redis.call('PEXPIRE', SM, keep)
   -- Rare: every holder checks its share now (they are at most n of the
   -- old limit), and the first to wait if slots are free.
   for _, id in ipairs(redis.call('ZRANGE', SX, 0, -1)) do
     if id ~= me then notify(id) end
   end
   tellFreed(n - tot.H)
+  renewAll()
   return n
 end
 
@@ -389,7 +400,7 @@ if op == 'part' then
     limit = n
     tellFreed(n - tot.H)
   end
-  redis.call('PEXPIRE', SM, keep)
+  renewAll()
   local out = {g, limit, math.max(tot.H, 0), math.max(tot.R, 0), unsure}
   for _, x in ipairs(redis.call('HGETALL', SB)) do out[#out + 1] = tonumber(x) end
   return out

@@ -16,6 +16,9 @@ if beat and now - beat > tonumber(ARGV[13]) then
   redis.call('HSET', SM, 'o', off)
 end
 redis.call('HSET', SM, 'b', now)
+-- sm is new (a first sync, or Redis lost the Name): its expiry now, for a
+-- return below that comes before the end, where every key gets its own.
+if not beat then redis.call('PEXPIRE', SM, keep) end
 local clock = now - off
 
 local old = parse(redis.call('HGET', S, me))
@@ -374,7 +377,7 @@ if want > 0 then
   end
 end
 
-for _, k in ipairs({S, SE, SM, GR, GD, SB, SL, SK, SW, SX, SN, SC, SV}) do redis.call('PEXPIRE', k, keep) end
+renewAll()
 local left_ms = 0
 if frozen then left_ms = freeze - now end
 local anyWait = 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -978,4 +979,66 @@ func TestAReplicaPastItsLeaseIsCountedOnce(t *testing.T) {
 	if rep := b.sync(0, 4); rep.held != 0 {
 		t.Fatalf("B got %d slots while A holds all 4", rep.held)
 	}
+}
+
+// Every key of a Name has an expiry after every call, whatever the
+// schedule made and deleted: a key left without one would outlive a fleet
+// that was killed at once. A leaving replica's call used to leave sn
+// without one.
+func TestEveryKeyOfANameExpires(t *testing.T) {
+	rdb, rs := rawFleet(t, 4, 3)
+	ctx := context.Background()
+	check := func(step string) {
+		t.Helper()
+		if k := keyWithoutExpiry(t, rdb, rs[0]); k != "" {
+			t.Fatalf("after %s: key %s has no expiry", step, k)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	held := make([]int, len(rs))
+	for i := range 400 {
+		j := rng.IntN(len(rs))
+		r := rs[j]
+		if rng.IntN(20) == 0 {
+			if _, err := r.b.call(sharesScript, "bye"); err != nil {
+				t.Fatal(err)
+			}
+			held[j] = 0
+			check(fmt.Sprintf("step %d, bye of %d", i, j))
+			continue
+		}
+		need := rng.IntN(4)
+		bands := "-"
+		if need > 0 {
+			bands = fmt.Sprintf("%d:%d", rng.IntN(3), need)
+		}
+		rep := r.syncBands(min(held[j], need), need, bands)
+		held[j] = int(rep.held)
+		check(fmt.Sprintf("step %d, sync of %d", i, j))
+	}
+	// A sync renews the expiry of the keys that lived on: ten of its leases.
+	rs[0].b.base[1] = int64(100)
+	if err := rdb.PExpire(ctx, rs[0].b.keys[skSE], time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rs[0].sync(0, 1)
+	if ttl := rdb.PTTL(ctx, rs[0].b.keys[skSE]).Val(); ttl > time.Second+100*time.Millisecond || ttl < 0 {
+		t.Fatalf("the leases' key expires in %v, want its expiry renewed to ten leases (1s)", ttl)
+	}
+}
+
+// keyWithoutExpiry returns a key of r's Name that has no expiry, or "".
+func keyWithoutExpiry(t *testing.T, rdb *redis.Client, r *rawShares) string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, strings.TrimSuffix(r.b.keys[skS], "s")+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if rdb.PTTL(ctx, k).Val() < 0 {
+			return k
+		}
+	}
+	return ""
 }
