@@ -313,7 +313,7 @@ redis.call('HSET', S, me, rec)
 saveTotals()
 redis.call('ZADD', SE, clock + ttl, me)
 if r.held > 0 then
-  redis.call('ZADD', SX, low(r) * 8 - math.min(r.held / math.max(r.need, 1), 4), me)
+  redis.call('ZADD', SX, holderScore(r), me)
 else
   redis.call('ZREM', SX, me)
 end
@@ -358,11 +358,22 @@ if not frozen and tot.E > 0 and free - higher <= 0 and redis.call('ZCARD', SW) >
   end
 end
 -- Holders asked before and not synced since (sv) are passed over: they
--- give back to the replicas that asked first.
+-- give back to the replicas that asked first. A holder that cannot be
+-- asked is passed over by its score in sx, without reading its record: one
+-- of a band above this one's while the fleet is within its limit, and,
+-- while this band takes turns, one with a single band at or below it (its
+-- band takes turns too, or has no slot: what it holds is a turn).
+local function mayAsk(score)
+  local band, single = holderOf(score)
+  if not over and band > myTop then return false end
+  return not (turn and single and band <= myTop)
+end
 if want > 0 then
-  for _, id in ipairs(redis.call('ZRANGE', SX, 0, math.min(want, 8) + 7)) do
+  local xs = redis.call('ZRANGE', SX, 0, math.min(want, 8) + 7, 'WITHSCORES')
+  for i = 1, #xs, 2 do
+    local id = xs[i]
     if want <= 0 then break end
-    if id ~= me and not redis.call('ZSCORE', SV, id) then
+    if id ~= me and mayAsk(tonumber(xs[i + 1])) and not redis.call('ZSCORE', SV, id) then
       local h = parse(redis.call('HGET', S, id))
       if h then
         local ht, hturn = share(h, info, total)

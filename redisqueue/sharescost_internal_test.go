@@ -16,10 +16,20 @@ import (
 // BenchmarkSharesSyncCost runs the Shares sync script for n replicas of one
 // Name on a Redis of its own, round robin, each with its own record, and
 // reports the time Redis spent per call (INFO commandstats) beside the
-// round trip: what a sync costs Redis at 4 replicas and at 1,024.
+// round trip: what a sync costs Redis at 4 replicas and at 1,024. Each
+// replica runs 1 request of a demand of 2, on a limit of n/2; with turns,
+// every other round it runs none, waiting for a turn.
 func BenchmarkSharesSyncCost(b *testing.B) {
-	for _, n := range []int{4, 1024} {
-		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n     int
+		turns bool
+	}{{4, false}, {1024, false}, {1024, true}} {
+		n := c.n
+		name := fmt.Sprintf("replicas=%d", n)
+		if c.turns {
+			name += ",turns"
+		}
+		b.Run(name, func(b *testing.B) {
 			srv := startRedisServer(b)
 			rdb := redis.NewClient(&redis.Options{Addr: srv, ContextTimeoutEnabled: true})
 			defer rdb.Close()
@@ -37,7 +47,11 @@ func BenchmarkSharesSyncCost(b *testing.B) {
 			sync := func(i int) {
 				seq[i]++
 				be := reps[i]
-				if _, err := be.call(sharesScript, "sync", 1, 2, "0:2", 1, "", n, 0, 7500, 500, 1, seq[i], 100); err != nil {
+				held := 1
+				if c.turns {
+					held = int(seq[i] % 2)
+				}
+				if _, err := be.call(sharesScript, "sync", held, 2, "0:2", 1, "", n, 0, 7500, 500, 1, seq[i], 100); err != nil {
 					b.Fatal(err)
 				}
 			}

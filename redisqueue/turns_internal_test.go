@@ -1042,3 +1042,64 @@ func keyWithoutExpiry(t *testing.T, rdb *redis.Client, r *rawShares) string {
 	}
 	return ""
 }
+
+// While a band takes turns, a holder whose demand spans a higher band and
+// that one is asked to give back what it holds beyond its share, and a
+// holder of a turn in that band is not: the holders' scores tell them
+// apart without reading their records.
+func TestWhileABandTakesTurnsAHolderOfSeveralBandsIsAsked(t *testing.T) {
+	rdb, rs := rawFleet(t, 4, 2)
+	a, b, c, d := rs[0], rs[1], rs[2], rs[3]
+	asked := func(r *rawShares) bool {
+		t.Helper()
+		err := rdb.ZScore(context.Background(), r.b.keys[skSV], r.b.replica).Err()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	if rep := a.syncBands(0, 2, "5:1,0:1"); rep.held != 2 {
+		t.Fatalf("A got %d slots, want 2", rep.held)
+	}
+	// B waits with a request of cost 2 in band 0, where one slot is left
+	// after band 5: fewer slots than its least share, so band 0 takes
+	// turns, and A holds one slot beyond its share.
+	if _, err := b.syncRaw(rawArgs{need: 2, bands: "0:2", queued: 2, least: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if !asked(a) {
+		t.Fatal("A holds 2 slots for a share of 1 while band 0 takes turns, and was not asked to give one back")
+	}
+	if _, err := b.b.call(sharesScript, "bye"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.b.call(sharesScript, "bye"); err != nil {
+		t.Fatal(err)
+	}
+	// B, C and D, of cost 1, take turns on the two slots (three least
+	// shares): once each has synced in turns, no holder of a turn is asked
+	// back by the others' syncs.
+	held := map[*rawShares]int{}
+	for range 2 {
+		for _, r := range []*rawShares{b, c, d} {
+			held[r] = int(r.sync(held[r], 2).held)
+		}
+	}
+	var holder *rawShares
+	for _, r := range []*rawShares{b, c, d} {
+		if held[r] > 0 {
+			holder = r
+		}
+	}
+	if holder == nil {
+		t.Fatal("no replica of band 0 holds a turn")
+	}
+	for _, r := range []*rawShares{b, c, d} {
+		if r != holder {
+			held[r] = int(r.sync(held[r], 2).held)
+		}
+	}
+	if asked(holder) {
+		t.Fatalf("a turn of %d slots was asked to give back: turns go back once used", held[holder])
+	}
+}
