@@ -33,9 +33,8 @@ package redisqueue
 //	sk    HASH   band → the slots short of target of those replicas
 //	sw    ZSET   the replicas whose demand is not met: highest band first,
 //	             then in the order they began to wait (the turns)
-//	sx    ZSET   the replicas that hold slots: lowest band first; in a
-//	             band, those whose demand is all in that band first; then
-//	             the most slots for their demand (who gives back first;
+//	sx    ZSET   the replicas that hold slots: lowest band first, then the
+//	             most slots for their demand (who gives back first;
 //	             holderScore)
 //	sn    ZSET   replica id → when it was notified slots are free for it: one
 //	             that does not sync within the claim window is dead or
@@ -165,17 +164,21 @@ end
 local function top(r) if #r.bands > 0 then return r.bands[1][1] end return NONE end
 local function low(r) if #r.bands > 0 then return r.bands[#r.bands][1] end return NONE end
 
--- holderScore is r's score in sx: 16 a band, less 8 when all its demand is
--- in one band, less its slots for its demand (at most 4). holderOf reads
--- back from a score the lowest band and whether it is the only one.
+-- holderScore is r's score in sx: 8 a band, less its slots for its demand
+-- (at most 4, rounded up to a 1,024th), plus a 4,096th when all its demand
+-- is in one band: the order of the bands and the slots for the demand,
+-- with whether it has one band in its last bits. holderOf reads back the
+-- lowest band and that.
 local function holderScore(r)
+  local q = math.ceil(math.min(r.held / math.max(r.need, 1), 4) * 1024) / 1024
   local one = 0
-  if #r.bands == 1 and r.bands[1][2] > 0 then one = 8 end
-  return low(r) * 16 - one - math.min(r.held / math.max(r.need, 1), 4)
+  if #r.bands == 1 and r.bands[1][2] > 0 then one = 1 / 4096 end
+  return low(r) * 8 - q + one
 end
 local function holderOf(score)
-  local band = math.floor((score + 12) / 16)
-  return band, score - band * 16 < -6
+  local band = math.ceil(score / 8)
+  local m = math.floor((band * 8 - score) * 4096 + 0.5)
+  return band, m % 4 ~= 0
 end
 
 -- renewAll gives every key its expiry again, last in every call that
