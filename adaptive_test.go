@@ -45,6 +45,15 @@ func TestAdaptiveNeedsLimitSetter(t *testing.T) {
 		{ginqueue.AdaptiveConfig{Tolerance: 0.5}, "Config.Adaptive.Tolerance must be at least 1, got 0.5"},
 		{ginqueue.AdaptiveConfig{Backoff: 1.5}, "Config.Adaptive.Backoff must be in (0, 1), got 1.5"},
 		{ginqueue.AdaptiveConfig{Algorithm: 7}, "Config.Adaptive.Algorithm 7 is not Gradient or AIMD"},
+		{ginqueue.AdaptiveConfig{MaxLimit: -1}, "Config.Adaptive.MaxLimit must be in"},
+		{ginqueue.AdaptiveConfig{MinLimit: backend.MaxLimit + 1}, "Config.Adaptive.MinLimit must be in"},
+		{ginqueue.AdaptiveConfig{Tolerance: math.NaN()}, "Config.Adaptive.Tolerance must be at least 1, got NaN"},
+		{ginqueue.AdaptiveConfig{Tolerance: math.Inf(1)}, "Config.Adaptive.Tolerance must be at least 1, got +Inf"},
+		{ginqueue.AdaptiveConfig{Backoff: -0.5}, "Config.Adaptive.Backoff must be in (0, 1), got -0.5"},
+		{ginqueue.AdaptiveConfig{Backoff: math.NaN()}, "Config.Adaptive.Backoff must be in (0, 1), got NaN"},
+		{ginqueue.AdaptiveConfig{Window: -1}, "Config.Adaptive.Window must be in [0, 32768], got -1"},
+		{ginqueue.AdaptiveConfig{Window: 1<<15 + 1}, "Config.Adaptive.Window must be in [0, 32768], got 32769"},
+		{ginqueue.AdaptiveConfig{ProbeEvery: -1}, "Config.Adaptive.ProbeEvery must not be negative, got -1"},
 	} {
 		cfg := ginqueue.Config{MaxConcurrent: 1, Adaptive: &tt.a}
 		assert.ErrorContains(t, cfg.Validate(), tt.want)

@@ -457,3 +457,16 @@ func TestDecisionCostAfterClose(t *testing.T) {
 	assert.Equal(t, 1, asked, "Cost was asked")
 	assert.Equal(t, 3, got[0].Cost, "Decision.Cost is the cost asked")
 }
+
+// An outcome's name is the label metrics use for it; one the package does
+// not define is "unknown".
+func TestOutcomeNames(t *testing.T) {
+	want := map[ginqueue.Outcome]string{
+		ginqueue.OutcomeServed: "served", ginqueue.OutcomeQueueFull: "queue_full",
+		ginqueue.OutcomeQueueTimeout: "queue_timeout", ginqueue.OutcomeCanceled: "canceled",
+		ginqueue.OutcomeClosed: "closed", ginqueue.OutcomePanic: "panic", ginqueue.OutcomePanic + 1: "unknown",
+	}
+	for o, name := range want {
+		assert.Equal(t, name, o.String())
+	}
+}
