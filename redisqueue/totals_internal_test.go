@@ -170,15 +170,14 @@ func checkInvariant(t *testing.T, rdb *redis.Client, r *rawShares, step string) 
 
 // rawArgs are the arguments of a sync, every one chosen.
 type rawArgs struct {
-	held, need    int64
-	bands         string
-	queued        int64
-	epoch         string
-	seenN, seenV  int64
-	gap, freeze   int64
-	least, seq    int64
-	window        int64
-	noSeqIncrease bool
+	held, need   int64
+	bands        string
+	queued       int64
+	epoch        string
+	seenN, seenV int64
+	gap, freeze  int64
+	least, seq   int64
+	window       int64
 }
 
 func (r *rawShares) syncRaw(a rawArgs) (any, error) {
