@@ -238,8 +238,8 @@ end
 -- tellWaiting tells the first replicas of sw (not me) that n slots are
 -- free: as many as those slots serve, in turn order, after those told
 -- before and not synced since (they are coming for theirs, a slot each at
--- least). Those are mostly the first of sw: past the first eight (where a
--- higher band that began to wait since is), the replicas told are
+-- least). Those are mostly the first of sw: past the first eight (where
+-- replicas of a higher band that began to wait since come), those told are
 -- looked for a little before their count, up to 64 a call, so that a
 -- thousand slots freed at once reach a thousand waiting replicas in a few
 -- calls, not 64 at a time. A head that does not claim within the claim
