@@ -178,10 +178,16 @@ func edgeBandsFor(rng *rand.Rand, need int64) string {
 	if rng.IntN(7) == 0 {
 		return "-"
 	}
-	nb := 1 + rng.IntN(3)
-	cs := slices.Clone(edgeBands)
+	return splitNeed(rng, need, edgeBands, 10)
+}
+
+// splitNeed splits need over up to three of bands, drawn at random and
+// listed from the highest; with zeroOneIn above 0, one band in that many
+// gets no demand.
+func splitNeed(rng *rand.Rand, need int64, bands []int, zeroOneIn int) string {
+	cs := slices.Clone(bands)
 	rng.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
-	cs = cs[:nb]
+	cs = cs[:1+rng.IntN(3)]
 	slices.Sort(cs)
 	slices.Reverse(cs)
 	parts := []string{}
@@ -192,7 +198,7 @@ func edgeBandsFor(rng *rand.Rand, need int64) string {
 			d = rng.Int64N(left + 1)
 		}
 		left -= d
-		if rng.IntN(10) == 0 {
+		if zeroOneIn > 0 && rng.IntN(zeroOneIn) == 0 {
 			d = 0 // a band without demand
 		}
 		parts = append(parts, fmt.Sprintf("%d:%d", b, d))

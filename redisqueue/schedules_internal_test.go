@@ -18,29 +18,7 @@ func randBands(rng *rand.Rand, need int64) string {
 		}
 		return "-"
 	}
-	nb := 1 + rng.IntN(3)
-	cands := []int{5, 2, 1, 0, -1, -3, noBand}
-	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	cs := cands[:nb]
-	// sort descending
-	for i := range cs {
-		for j := i + 1; j < len(cs); j++ {
-			if cs[j] > cs[i] {
-				cs[i], cs[j] = cs[j], cs[i]
-			}
-		}
-	}
-	var parts []string
-	left := need
-	for i, b := range cs {
-		d := left
-		if i < len(cs)-1 {
-			d = rng.Int64N(left + 1)
-		}
-		left -= d
-		parts = append(parts, fmt.Sprintf("%d:%d", b, d))
-	}
-	return strings.Join(parts, ",")
+	return splitNeed(rng, need, []int{5, 2, 1, 0, -1, -3, noBand}, 0)
 }
 
 // Random schedules of every call, held-back syncs, lost keys and leases
