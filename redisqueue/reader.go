@@ -74,14 +74,12 @@ func (b *Backend) popNotice(c *redis.Client) bool {
 		return true
 	}
 	if errors.Is(err, redis.Nil) {
-		// The block timed out: a quiet list may mean the master moved
-		// (a failover turns the old one into a replica, which keeps
-		// the connection open). Follow it.
-		if b.onMaster(c) {
-			b.checkReader() // and still the server the client uses
-			return true
-		}
-		// No longer a master: dial again.
+		// The block timed out: a quiet list may mean that the client
+		// moved to another master while this one answers on. A master
+		// turned replica needs no check here: Redis ends a blocked pop
+		// with an error when its role changes, and refuses the next.
+		b.checkReader()
+		return true
 	}
 	return false
 }
@@ -171,24 +169,6 @@ func (b *Backend) readerClient() (*redis.Client, error) {
 		b.listening.Store(true)
 	}
 	return c, nil
-}
-
-// onMaster reports whether c still talks to a master, and, when its server is
-// not the one the reader last saw (a failover happened), asks the maintainer
-// to sync at once, so that this replica's phantom slots in the new master are
-// reconciled within a tick, not a lease.
-func (b *Backend) onMaster(c *redis.Client) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
-	defer cancel()
-	role, err := c.Do(ctx, "ROLE").Slice()
-	if err != nil || len(role) == 0 || role[0] != "master" {
-		if cc, ok := b.rdb.(*redis.ClusterClient); ok {
-			cc.ReloadState(ctx) // so that the next dial finds the new master
-		}
-		return false
-	}
-	b.noteServer(c)
-	return true
 }
 
 // checkReader drops the reader if its server is not the one the Backend's

@@ -3,6 +3,7 @@ package redisqueue_test
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -124,4 +125,45 @@ func TestTheReaderLeavesAFrozenMaster(t *testing.T) {
 		list, _ := blocked.ClientList(ctx).Result()
 		return strings.Contains(list, "cmd=blpop")
 	})
+}
+
+// An idle replica's reader costs Redis one call per quiet block (the check
+// that the client still sends its calls to the reader's server), not three:
+// on a thousand replicas those checks were a third of all Redis calls.
+func TestAQuietReaderCostsOneCallPerBlock(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	ctl := newClient(t, srv.addr())
+	b, err := redisqueue.New(newClient(t, srv.addr()), redisqueue.Options{Name: newName(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(backend.Limits{MaxConcurrent: 4, MaxQueue: 4, QueueTimeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	if err := ctl.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Two blocks of 2 s each, and part of a third.
+	time.Sleep(4500 * time.Millisecond)
+	stats, err := ctl.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := func(cmd string) int {
+		_, rest, ok := strings.Cut(stats, "cmdstat_"+cmd+":calls=")
+		if !ok {
+			return 0
+		}
+		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		return n
+	}
+	if n := calls("role"); n != 0 {
+		t.Errorf("the reader sent ROLE %d times while idle, want 0", n)
+	}
+	if n := calls("info"); n > 3 {
+		t.Errorf("INFO ran %d times in 4.5 s of an idle replica, want at most 3 (one a quiet block)", n)
+	}
 }
