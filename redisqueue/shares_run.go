@@ -128,13 +128,19 @@ func retryAfter(o settings, fails int32) time.Duration {
 
 // probeApart is the time between two probes while Redis is marked down,
 // before jitter: SharePeriod (at most downProbe), doubled at each probe
-// that found Redis still down up to 32 times, and a millisecond per
-// replica in a large fleet. A replica that never had an answer does not
-// know its fleet: a thousand started at once, marked down together,
-// probed every 20 ms each, and the dials kept Redis from answering them
-// for seconds.
+// that found Redis still down up to 32 times, and from the second such
+// probe a millisecond per replica in a large fleet. The first comes soon
+// whatever the fleet: Redis that kept calls waiting for a moment (a burst)
+// answers it, and a replica without a share serves again. A replica that
+// never had an answer does not know its fleet: a thousand started at once,
+// marked down together, probed every 20 ms each, and the dials kept Redis
+// from answering them for seconds.
 func (p *pacer) probeApart() time.Duration {
-	return max(min(p.opts.SharePeriod, downProbe)<<min(p.missed, 5), time.Duration(p.replicas)*time.Millisecond)
+	d := min(p.opts.SharePeriod, downProbe) << min(p.missed, 5)
+	if p.missed < 2 {
+		return d
+	}
+	return max(d, time.Duration(p.replicas)*time.Millisecond)
 }
 
 // probeDue reports whether a probe may go now while Redis is marked down:

@@ -638,8 +638,8 @@ func TestATurnIsConfirmedWithAProbe(t *testing.T) {
 }
 
 // While Redis is down, a replica of a large fleet probes a millisecond
-// apart per replica, and keeps no probe waiting on a server that holds
-// calls: a thousand replicas each dialling every few milliseconds filled
+// apart per replica from its second probe on, and keeps no probe waiting
+// on a server that holds calls: a thousand replicas each dialling every few milliseconds filled
 // the server's accept queue, and it answered none of them for seconds
 // after it was back. A small fleet probes as before.
 func TestALargeFleetProbesApart(t *testing.T) {
@@ -648,10 +648,22 @@ func TestALargeFleetProbesApart(t *testing.T) {
 	if d := small.every(true); d != 0 {
 		t.Fatalf("a small fleet's probe after a slow one waits %v, want 0", d)
 	}
-	large := pacer{opts: o, slow: true, replicas: 1024}
+	large := pacer{opts: o, slow: true, replicas: 1024, missed: 2}
 	for range 100 {
 		if d := large.every(true); d < 800*time.Millisecond {
 			t.Fatalf("a replica of 1,024 probes again after %v, want about a second", d)
+		}
+	}
+	// The first probe after Redis is marked down comes soon in a large
+	// fleet too: a burst of calls that Redis kept waiting past their
+	// CallTimeout marked it down, and a replica without a share answered
+	// 503 for a second, until its probe.
+	for _, missed := range []int{0, 1} {
+		first := pacer{opts: o, replicas: 1024, missed: missed}
+		for range 100 {
+			if d := first.every(true); d > 50*time.Millisecond {
+				t.Fatalf("a replica of 1,024 probes %v after Redis was marked down (%d probes missed), want within 50 ms", d, missed)
+			}
 		}
 	}
 	// A replica that never had an answer (its fleet unknown) probes less
@@ -671,7 +683,7 @@ func TestALargeFleetProbesApart(t *testing.T) {
 func TestArrivalsProbeAtTheProbePace(t *testing.T) {
 	s := startedShares(t, 0)
 	now := time.Now()
-	p := pacer{opts: s.b.opts, last: now.Add(-5 * time.Millisecond), renew: time.Hour, replicas: 1024}
+	p := pacer{opts: s.b.opts, last: now.Add(-5 * time.Millisecond), renew: time.Hour, replicas: 1024, missed: 2}
 	s.b.down.Store(true)
 	s.asked.Store(true)
 	s.b.resync.Store(true)
