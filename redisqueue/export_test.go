@@ -34,3 +34,11 @@ func PartKey(o Options, p int, k string) string {
 	s, _ := o.compile()
 	return partPrefix(s, p) + k
 }
+
+// ServerRunID is the run id of the server b's notice reader last saw, ""
+// if none.
+func ServerRunID(b *Backend) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.runID
+}

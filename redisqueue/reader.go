@@ -75,9 +75,18 @@ func (b *Backend) popNotice(c *redis.Client) bool {
 	}
 	if errors.Is(err, redis.Nil) {
 		// The block timed out: a quiet list may mean that the client
-		// moved to another master while this one answers on. A master
-		// turned replica needs no check here: Redis ends a blocked pop
-		// with an error when its role changes, and refuses the next.
+		// moved to another master while this one answers on. Redis ends
+		// a blocked pop with an error when a master turns replica; a
+		// replica that takes the next pop (replica-read-only no) is
+		// caught here too, as the client has moved.
+		b.mu.Lock()
+		known := b.runID != ""
+		b.mu.Unlock()
+		if !known {
+			// The INFO sent as the reader dialled did not answer (Redis
+			// was busy): without the run id, checkReader cannot compare.
+			b.noteServer(c)
+		}
 		b.checkReader()
 		return true
 	}

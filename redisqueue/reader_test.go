@@ -86,18 +86,11 @@ func TestTheReaderLeavesAFrozenMaster(t *testing.T) {
 		}})
 	t.Cleanup(func() { _ = rdb.Close() })
 	up := make(chan struct{}, 1)
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, FailureThreshold: 1, OnStateChange: func(down bool, _ error) {
+	b := startOneSlot(t, rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, FailureThreshold: 1, OnStateChange: func(down bool, _ error) {
 		if !down {
 			up <- struct{}{}
 		}
 	}, Mode: redisqueue.GlobalQueue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(backend.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
 	// A grant notice read: the reader has just begun its next block.
 	ctx := context.Background()
 	first, err := b.Acquire(ctx, backend.Arrival{})
@@ -166,4 +159,129 @@ func TestAQuietReaderCostsOneCallPerBlock(t *testing.T) {
 	if n := calls("info"); n > 3 {
 		t.Errorf("INFO ran %d times in 4.5 s of an idle replica, want at most 3 (one a quiet block)", n)
 	}
+}
+
+// The reader learns its server's run id at a quiet block when the INFO
+// sent as it dialled did not answer in time (Redis was busy as the replica
+// started). Without it, the reader could not tell that the client moved to
+// a new master while the old one answers on as a master, and stayed on the
+// old one: grants came only from the safety net.
+func TestTheReaderLeavesTheOldMasterAfterASlowFirstInfo(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	old, next := startRedis(t), startRedis(t)
+	var target atomic.Value
+	target.Store(old.addr())
+	var infoDone atomic.Bool // the first INFO's answer takes 150 ms: Redis is busy
+	rdb := redis.NewClient(&redis.Options{Addr: "master", ContextTimeoutEnabled: true, MaxRetries: -1,
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, target.Load().(string))
+			if err != nil {
+				return c, err
+			}
+			return &slowInfo{Conn: c, once: &infoDone}, nil
+		}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := startOneSlot(t, rdb, redisqueue.Options{Name: newName(t), CallTimeout: 100 * time.Millisecond, Mode: redisqueue.GlobalQueue})
+	ctx := context.Background()
+	onOld := newClient(t, old.addr())
+	// The reader blocks on the old master (the answer to its INFO took 150 ms,
+	// past the CallTimeout).
+	eventually(t, 3*time.Second, "the reader never blocked on the old master", func() bool {
+		list, _ := onOld.ClientList(ctx).Result()
+		return strings.Contains(list, "cmd=blpop")
+	})
+	t.Logf("the reader blocks on the old master; run id seen: %q", redisqueue.ServerRunID(b))
+	eventually(t, 3*time.Second, "Redis never marked up", func() bool { return !b.Stats().Unavailable })
+	time.Sleep(2500 * time.Millisecond) // a quiet block or more, as an idle replica has
+
+	t.Logf("after a quiet block; run id seen: %q", redisqueue.ServerRunID(b))
+	// The failover: the client's new connections go to next; its pooled
+	// ones break (frozen for a moment); the old master answers again after.
+	target.Store(next.addr())
+	// As a Sentinel client does on +switch-master: the pool's connections
+	// to the old master close; the reader's is not the pool's.
+	list, _ := onOld.ClientList(ctx).Result()
+	for _, line := range strings.Split(list, "\n") {
+		if line == "" || strings.Contains(line, "cmd=blpop") || strings.Contains(line, "cmd=client") {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+		_ = onOld.Do(ctx, "CLIENT", "KILL", "ID", id).Err()
+	}
+	onNext := newClient(t, next.addr())
+	eventually(t, 3*time.Second, "the client never reached the new master", func() bool {
+		c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if tk, err := b.Acquire(c, backend.Arrival{}); err == nil {
+			b.Release(tk)
+		}
+		_, err := b.GlobalStats(c)
+		return err == nil && !b.Stats().Unavailable
+	})
+	// The old master answers on, as a master.
+
+	time.Sleep(2500 * time.Millisecond)
+	// How long a waiter waits for its grant after the release now.
+	first, err := b.Acquire(ctx, backend.Arrival{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan time.Time, 1)
+	go func() {
+		tk, err := b.Acquire(ctx, backend.Arrival{})
+		granted <- time.Now()
+		if err == nil {
+			b.Release(tk)
+		}
+	}()
+	eventually(t, 2*time.Second, "the second request never queued", func() bool { return b.Stats().Queued > 0 })
+	released := time.Now()
+	b.Release(first)
+	t.Logf("2.5 s after the failover, a waiter got its grant %v after the release", (<-granted).Sub(released))
+
+	// Within two quiet blocks and a bit, the reader must be on next.
+	eventually(t, 5*time.Second, "the reader still waits on the old master, 5 s after the client moved", func() bool {
+		list, _ := onNext.ClientList(ctx).Result()
+		return strings.Contains(list, "cmd=blpop")
+	})
+}
+
+// slowInfo is a connection whose answer to the first INFO of the process
+// comes 150 ms late (once, on whichever connection sends it).
+type slowInfo struct {
+	net.Conn
+	once *atomic.Bool
+	late bool
+}
+
+func (c *slowInfo) Write(p []byte) (int, error) {
+	if strings.Contains(strings.ToLower(string(p)), "$4\r\ninfo\r\n") && c.once.CompareAndSwap(false, true) {
+		c.late = true
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *slowInfo) Read(p []byte) (int, error) {
+	if c.late {
+		c.late = false
+		time.Sleep(150 * time.Millisecond)
+	}
+	return c.Conn.Read(p)
+}
+
+// startOneSlot starts a Backend on rdb with o, for a limit of one slot and
+// four waiting places; it is closed at the end of the test.
+func startOneSlot(t *testing.T, rdb redis.UniversalClient, o redisqueue.Options) *redisqueue.Backend {
+	t.Helper()
+	b, err := redisqueue.New(rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(backend.Limits{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
 }
