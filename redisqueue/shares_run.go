@@ -106,10 +106,10 @@ func (p *pacer) every(down bool) time.Duration {
 	case down:
 		// Probes with jitter, so that a fleet does not probe in lockstep,
 		// and after the first a millisecond apart per replica in a large
-		// fleet (see probeApart): each dials
-		// a connection of its own, and a thousand replicas dialling every
-		// few milliseconds overflow the server's accept queue, and keep it
-		// from answering once it is back.
+		// fleet (see probeApart): each dials a connection of its own, and
+		// a thousand replicas dialling every few milliseconds overflow the
+		// server's accept queue, and keep it from answering once it is
+		// back.
 		return jitter(p.probeApart())
 	}
 	return p.renew
