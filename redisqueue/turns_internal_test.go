@@ -639,9 +639,9 @@ func TestATurnIsConfirmedWithAProbe(t *testing.T) {
 
 // While Redis is down, a replica of a large fleet probes a millisecond
 // apart per replica from its second probe on, and keeps no probe waiting
-// on a server that holds calls: a thousand replicas each dialling every few milliseconds filled
-// the server's accept queue, and it answered none of them for seconds
-// after it was back. A small fleet probes as before.
+// on a server that holds calls: a thousand replicas each dialling every
+// few milliseconds filled the server's accept queue, and it answered none
+// of them for seconds after it was back. A small fleet probes as before.
 func TestALargeFleetProbesApart(t *testing.T) {
 	o := settings{SharePeriod: 50 * time.Millisecond, CallTimeout: 150 * time.Millisecond}
 	small := pacer{opts: o, slow: true, replicas: 4}
