@@ -49,8 +49,9 @@ const (
 // backend.ErrQueueTimeout, backend.ErrClosed or ctx.Err() as the in-memory
 // backend does. While this replica admits nothing (the lease on its share
 // ran out with Redis unreachable, it holds no share while Redis is marked
-// down, or a conflict was found) it returns an error wrapping
-// ErrUnavailable and backend.ErrQueueFull, under either OnRedisDown.
+// down and a probe found it still down, or a conflict was found) it
+// returns an error wrapping ErrUnavailable and backend.ErrQueueFull, under
+// either OnRedisDown.
 //
 // In GlobalQueue mode it makes one Redis call or more: Redis grants the
 // slots or queues the request in the fleet's one queue. It returns

@@ -50,15 +50,20 @@ func (s *shares) run() {
 		lost := s.isLost()
 		if due, fell := s.due(now, &p, gap); due {
 			s.asked.Store(false)
-			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(b.down.Load()))))
+			probe := b.down.Load()
+			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(probe))))
 			p.synced(now, s.fleetSize(), b.fails.Load(), b.down.Load())
+			p.probeFailed = probe && b.down.Load()
 			s.endTurn(time.Now()) // a turn that waited for this answer goes back now
 		}
 		switch {
 		case lost:
-		case b.down.Load() && s.localLimit() == 0:
+		case b.down.Load() && s.localLimit() == 0 && p.probeFailed:
 			// Nothing to admit with, and nobody to move a share here: a
-			// waiter would only wait for its QueueTimeout.
+			// waiter would only wait for its QueueTimeout. Not before a
+			// probe found Redis still down: calls that a burst held past
+			// their CallTimeout mark it down too, and the first probe,
+			// which comes soon, finds it back.
 			s.halt("Redis is unreachable and this replica holds no share of the limit")
 		case b.down.Load() && s.lapsed(time.Now()):
 			s.halt("the share's lease ran out while Redis was unreachable")
@@ -69,13 +74,16 @@ func (s *shares) run() {
 
 // pacer keeps the coordinator's pace between syncs.
 type pacer struct {
-	opts     settings
-	last     time.Time     // when the last sync was sent
-	renew    time.Duration // from last to the next renewal, with jitter
-	slow     bool          // the last sync took half a CallTimeout or more
-	retry    time.Duration // after a failed call, from last to the next try
-	missed   int           // probes in a row that found Redis still down
-	replicas int64         // the fleet's size at the last reply
+	opts   settings
+	last   time.Time     // when the last sync was sent
+	renew  time.Duration // from last to the next renewal, with jitter
+	slow   bool          // the last sync took half a CallTimeout or more
+	retry  time.Duration // after a failed call, from last to the next try
+	missed int           // probes in a row that found Redis still down
+	// probeFailed: the last sync was sent while Redis was marked down,
+	// and found it still down.
+	probeFailed bool
+	replicas    int64 // the fleet's size at the last reply
 }
 
 // synced records a sync sent at now, in a fleet of the given number of

@@ -991,6 +991,91 @@ func TestSharesWithoutAShareAnswerUnavailableDuringAnOutage(t *testing.T) {
 	}
 }
 
+// stallHook holds this client's calls, while stalled is set, until their
+// context ends or lifted is closed: a Redis too busy to answer within
+// CallTimeout, for one replica alone.
+type stallHook struct {
+	stalled atomic.Bool
+	lifted  chan struct{}
+}
+
+func (h *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *stallHook) wait(ctx context.Context) error {
+	if !h.stalled.Load() {
+		return nil
+	}
+	select {
+	case <-h.lifted:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Calls that a burst holds past their CallTimeout mark Redis down as an
+// outage does. A replica that holds no share then waits for its first
+// probe before it answers 503: Redis answers it, and the request that
+// waited is served. It used to be answered 503 as Redis was marked down.
+func TestSharesWithoutAShareWaitOutABriefStall(t *testing.T) {
+	needRedis(t)
+	var f fleetCounter
+	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 3 * time.Second}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond}
+	busy := newReplica(t, redisAddr, cfg, o, f.handler(5*time.Millisecond))
+	stall := &stallHook{lifted: make(chan struct{})}
+	rdb := newClient(t, redisAddr)
+	rdb.AddHook(stall)
+	idle := newReplicaOn(t, rdb, cfg, o, f.handler(5*time.Millisecond))
+	ld := startShape([]*replica{busy}, 8)
+	defer ld.end()
+	ld.set(8)
+	eventually(t, 2*time.Second, "the busy replica never held the whole limit", func() bool {
+		return busy.b.Stats().Limit == 2 && idle.b.Stats().Limit == 0
+	})
+	stall.stalled.Store(true)
+	marked := make(chan struct{})
+	go func() {
+		defer close(marked)
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			if idle.b.Stats().Outages > 0 {
+				close(stall.lifted)
+				return
+			}
+		}
+	}()
+	code := idle.get()
+	<-marked
+	if idle.b.Stats().Outages == 0 {
+		t.Fatal("the stalled replica never marked Redis down")
+	}
+	if code != http.StatusOK {
+		t.Errorf("the replica without a share answered %d to a request that waited through a stall Redis recovered from, want 200", code)
+	}
+	if p := f.peak.Load(); p > 2 {
+		t.Errorf("peak %d running across the fleet, limit 2", p)
+	}
+}
+
 // A Shares replica that found a conflict after Start (it started while
 // Redis was out of reach, beside a live replica that declared another
 // MaxConcurrent) serves again, SetLimit included, once that replica has
