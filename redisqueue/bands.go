@@ -26,9 +26,17 @@ type bands struct {
 	grants map[int]int // slots granted through Acquire since the last report, by band
 	split  map[int]int // the grants of the last report that had some
 	last   int         // the top band of the waiters at the last report that had some
+	came   int         // the top band of the requests that came since the last report
 }
 
-func newBands() *bands { return &bands{grants: map[int]int{}, last: noBand} }
+func newBands() *bands { return &bands{grants: map[int]int{}, last: noBand, came: noBand} }
+
+// arrived counts a request of priority p that came, before it waits.
+func (b *bands) arrived(p int) {
+	b.mu.Lock()
+	b.came = max(b.came, clampBand(p))
+	b.mu.Unlock()
+}
 
 // clampBand is p within the bands a replica reports.
 func clampBand(p int) int { return min(max(p, -maxBand), maxBand) }
@@ -47,6 +55,8 @@ func (b *bands) granted(p, cost int) {
 func (b *bands) report(running, waiting, need int, byPrio []backend.PriorityCount) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	came := b.came
+	b.came = noBand
 	m := map[int]int{}
 	counted := 0
 	for _, pc := range byPrio {
@@ -68,10 +78,18 @@ func (b *bands) report(running, waiting, need int, byPrio []backend.PriorityCoun
 		weights = map[int]int{b.last: 1}
 	}
 	spread(m, running, weights)
-	// A peak above what runs and waits now: split as they are.
+	// A peak above what runs and waits now: split as they are, or, with
+	// none, in the top band of the requests that came since the last
+	// report. A request that came just before a sync may not wait yet; at
+	// the band of a replica that never had a waiter, below every band, its
+	// demand would wait for a turn behind every replica's.
 	if rest := need - running - max(waiting, counted); rest > 0 {
 		if len(m) == 0 {
-			m[b.last] += rest
+			band := b.last
+			if came != noBand {
+				band = came
+			}
+			m[band] += rest
 		} else {
 			spread(m, rest, maps.Clone(m))
 		}

@@ -227,7 +227,7 @@ func (s *shares) acquire(ctx context.Context, a backend.Arrival) (backend.Ticket
 	// A cost is weighed against the fleet's limit, not this replica's share:
 	// one above the share waits until the share covers it.
 	a.Cost = min(max(a.Cost, 1), int(max(s.costCap(), 1)))
-	s.noteArrival(a.Cost)
+	s.noteArrival(a)
 	if s.b.limits.Weighted {
 		s.enter(a.Cost)
 		defer s.leave(a.Cost)
@@ -266,9 +266,11 @@ func (s *shares) acquire(ctx context.Context, a backend.Arrival) (backend.Ticket
 	return t, s.waitError(ctx, wctx, lostCtx, err)
 }
 
-// noteArrival records the demand of a request of the given cost as it
-// comes, and whether it will wait.
-func (s *shares) noteArrival(cost int) {
+// noteArrival records the demand of a request as it comes, with its cost
+// clamped, its band, and whether it will wait.
+func (s *shares) noteArrival(a backend.Arrival) {
+	cost := a.Cost
+	s.bands.arrived(a.Priority)
 	c := s.fast.Counts()
 	_, waiting, _ := s.waiters(c)
 	s.notePeak(c.Held + waiting + cost)
