@@ -266,6 +266,12 @@ func (s *shares) noteReplyLocked(rep shareReply, need int, renewal bool) {
 	s.againAt = time.Time{}
 	if rep.again > 0 {
 		s.againAt = time.Now().Add(jitter(time.Duration(rep.again) * time.Millisecond))
+	} else if int(rep.target) > s.local && need > s.local {
+		// Short of its target, out of turns: the holders this sync asked
+		// for slots may give them to replicas ahead of this one, and no
+		// notice may come before the renewal, seconds away in a large
+		// fleet. Ask again after a claim window while still short.
+		s.againAt = time.Now().Add(jitter(s.claimWindow()))
 	}
 }
 

@@ -1134,3 +1134,39 @@ func TestARequestThatJustCameIsReportedInItsBand(t *testing.T) {
 		t.Errorf("requests of priorities -3 and 5 that came: demand by band %q, want %q", d.bands, "5:1")
 	}
 }
+
+// A reply that leaves a replica short of its target, out of turns, has it
+// ask again after a claim window; one that meets its demand, or puts it
+// in the turns, does not. Short replicas of a large fleet used to wait for
+// their renewal, seconds away, once the holders they asked gave their
+// slots to replicas ahead of them: under 1,024 replicas on 512 slots,
+// some waited past their 2 s QueueTimeout.
+func TestAReplicaShortOfItsTargetAsksAgain(t *testing.T) {
+	s := startedShares(t, 0)
+	for _, c := range []struct {
+		name      string
+		rep       shareReply
+		need      int
+		wantAgain bool
+	}{
+		{"short of its target", shareReply{held: 0, target: 1, limit: 512}, 2, true},
+		{"at its target", shareReply{held: 1, target: 1, limit: 512}, 2, false},
+		{"waiting for a turn", shareReply{held: 0, target: 0, limit: 512}, 2, false},
+		{"with no demand", shareReply{held: 0, target: 1, limit: 512}, 0, false},
+	} {
+		s.mu.Lock()
+		s.setShareLocked(int(c.rep.held), c.rep, time.Now())
+		s.noteReplyLocked(c.rep, c.need, false)
+		again := s.againAt
+		s.mu.Unlock()
+		if got := !again.IsZero(); got != c.wantAgain {
+			t.Errorf("%s: asks again %v, want %v", c.name, got, c.wantAgain)
+			continue
+		}
+		if c.wantAgain {
+			if d := time.Until(again); d <= 0 || d > s.claimWindow()*6/5 {
+				t.Errorf("%s: asks again in %v, want within a claim window (%v)", c.name, d, s.claimWindow())
+			}
+		}
+	}
+}
