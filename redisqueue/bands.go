@@ -26,16 +26,29 @@ type bands struct {
 	grants map[int]int // slots granted through Acquire since the last report, by band
 	split  map[int]int // the grants of the last report that had some
 	last   int         // the top band of the waiters at the last report that had some
-	came   int         // the top band of the requests that came since the last report
+	came   map[int]int // the slots of the requests that came since the last take, by band
 }
 
-func newBands() *bands { return &bands{grants: map[int]int{}, last: noBand, came: noBand} }
+func newBands() *bands { return &bands{grants: map[int]int{}, last: noBand, came: map[int]int{}} }
 
-// arrived counts a request of priority p that came, before it waits.
-func (b *bands) arrived(p int) {
+// arrived counts cost slots of a request of priority p that came, before
+// it waits, and runs notePeak with them: a report takes the peak and the
+// requests that came together (see take), so that none gets one without
+// the other.
+func (b *bands) arrived(p, cost int, notePeak func()) {
 	b.mu.Lock()
-	b.came = max(b.came, clampBand(p))
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	b.came[clampBand(p)] += cost
+	notePeak()
+}
+
+// take returns the peak takePeak takes and the requests that came since
+// the last take, by band.
+func (b *bands) take(takePeak func() int) (peak int, came map[int]int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	came, b.came = b.came, map[int]int{}
+	return takePeak(), came
 }
 
 // clampBand is p within the bands a replica reports.
@@ -52,11 +65,9 @@ func (b *bands) granted(p, cost int) {
 // report returns need split into bands, "band:slots,..." from the highest
 // ("-" for none), for a replica that runs running slots and whose waiters
 // ask for waiting slots, split by priority as byPrio.
-func (b *bands) report(running, waiting, need int, byPrio []backend.PriorityCount) string {
+func (b *bands) report(running, waiting, need int, byPrio []backend.PriorityCount, came map[int]int) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	came := b.came
-	b.came = noBand
 	m := map[int]int{}
 	counted := 0
 	for _, pc := range byPrio {
@@ -78,19 +89,19 @@ func (b *bands) report(running, waiting, need int, byPrio []backend.PriorityCoun
 		weights = map[int]int{b.last: 1}
 	}
 	spread(m, running, weights)
-	// A peak above what runs and waits now: split as they are, or, with
-	// none, in the top band of the requests that came since the last
-	// report. A request that came just before a sync may not wait yet; at
-	// the band of a replica that never had a waiter, below every band, its
-	// demand would wait for a turn behind every replica's.
+	// A peak above what runs and waits now: split as the requests that
+	// came since the last report, or with none, as what runs and waits. A
+	// request that came just before a sync may not wait yet: split as what
+	// runs, a request of priority 9 beside one of priority 0 would count in
+	// band 0, and on a replica that never had a waiter, in the band below
+	// every band, where its demand waits for a turn behind every replica's.
 	if rest := need - running - max(waiting, counted); rest > 0 {
-		if len(m) == 0 {
-			band := b.last
-			if came != noBand {
-				band = came
-			}
-			m[band] += rest
-		} else {
+		switch {
+		case len(came) > 0:
+			spread(m, rest, came)
+		case len(m) == 0:
+			m[b.last] += rest
+		default:
 			spread(m, rest, maps.Clone(m))
 		}
 	}

@@ -270,10 +270,9 @@ func (s *shares) acquire(ctx context.Context, a backend.Arrival) (backend.Ticket
 // clamped, its band, and whether it will wait.
 func (s *shares) noteArrival(a backend.Arrival) {
 	cost := a.Cost
-	s.bands.arrived(a.Priority)
 	c := s.fast.Counts()
 	_, waiting, _ := s.waiters(c)
-	s.notePeak(c.Held + waiting + cost)
+	s.bands.arrived(a.Priority, cost, func() { s.notePeak(c.Held + waiting + cost) })
 	if c.Held+cost > c.Limit || c.Queued > 0 {
 		s.noteWaiter()
 	}

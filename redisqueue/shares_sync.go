@@ -120,7 +120,8 @@ func (s *shares) demand(fell bool) demandNow {
 	waiters, queued, least := s.waiters(c)
 	gated := waiters - c.Queued
 	need := c.Held + queued
-	if peak := int(s.peak.Swap(0)); !fell {
+	peak, came := s.bands.take(func() int { return int(s.peak.Swap(0)) })
+	if !fell {
 		need = max(need, peak)
 	}
 	var byPrio []backend.PriorityCount
@@ -132,7 +133,7 @@ func (s *shares) demand(fell bool) demandNow {
 		byPrio = mergeCounts(byPrio, s.gatedBands(true))
 	}
 	return demandNow{held: c.Held, need: need, queued: waiters, least: least,
-		bands: s.bands.report(c.Held, queued, need, byPrio)}
+		bands: s.bands.report(c.Held, queued, need, byPrio, came)}
 }
 
 // shareReply is Redis's answer to a sync; see sharesScript.

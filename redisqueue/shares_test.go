@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1073,6 +1074,47 @@ func TestSharesWithoutAShareWaitOutABriefStall(t *testing.T) {
 	}
 	if p := f.peak.Load(); p > 2 {
 		t.Errorf("peak %d running across the fleet, limit 2", p)
+	}
+}
+
+// A stall of the server itself (SIGSTOP) that ends 25 ms after a replica
+// without a share marked Redis down: its waiter is served, not answered
+// 503. The probe goes on a connection of its own, outside the client.
+func TestSharesWithoutAShareWaitOutAServerStall(t *testing.T) {
+	srv := startRedis(t)
+	var f fleetCounter
+	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 3 * time.Second}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond}
+	busy := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
+	idle := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
+	ld := startShape([]*replica{busy}, 8)
+	defer ld.end()
+	ld.set(8)
+	eventually(t, 2*time.Second, "the busy replica never held the whole limit", func() bool {
+		return busy.b.Stats().Limit == 2 && idle.b.Stats().Limit == 0
+	})
+	p := srv.cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := make(chan struct{})
+	go func() {
+		defer close(resumed)
+		defer func() { _ = p.Signal(syscall.SIGCONT) }()
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			if idle.b.Stats().Outages > 0 {
+				time.Sleep(25 * time.Millisecond)
+				return
+			}
+		}
+	}()
+	code := idle.get()
+	<-resumed
+	if idle.b.Stats().Outages == 0 {
+		t.Fatal("the idle replica never marked Redis down")
+	}
+	if code != http.StatusOK {
+		t.Errorf("answered %d to a request that waited through a server stall that ended 25 ms after Redis was marked down, want 200", code)
 	}
 }
 

@@ -1170,3 +1170,94 @@ func TestAReplicaShortOfItsTargetAsksAgain(t *testing.T) {
 		}
 	}
 }
+
+// bandSlots is the slots a report of bands gives band.
+func bandSlots(t *testing.T, report string, band int) int {
+	t.Helper()
+	if report == "-" {
+		return 0
+	}
+	for part := range strings.SplitSeq(report, ",") {
+		k, v, _ := strings.Cut(part, ":")
+		if k == strconv.Itoa(band) {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// Eight requests of priority 0 and one of priority 5 ran here since the
+// last report and are gone: the peak they leave is reported as they came,
+// not all in the band of the one of priority 5, above priority-3 requests
+// elsewhere in the fleet.
+func TestAPeakIsReportedAsItsRequestsCame(t *testing.T) {
+	s := startedShares(t, 8)
+	ctx := context.Background()
+	var ts []backend.Ticket
+	for range 8 {
+		tk, err := s.acquire(ctx, backend.Arrival{Cost: 1, Priority: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tk)
+	}
+	for _, tk := range ts {
+		s.release(tk)
+	}
+	tk, err := s.acquire(ctx, backend.Arrival{Cost: 1, Priority: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.release(tk)
+	d := s.demand(false)
+	if n := bandSlots(t, d.bands, 5); n > 1 {
+		t.Errorf("8 requests of priority 0 and 1 of priority 5 came: demand %d by band %q, %d slots in band 5, want at most 1",
+			d.need, d.bands, n)
+	}
+}
+
+// A sync cannot take an arriving request's band without its peak, or its
+// peak without its band: it waits for the arrival to note both. A sync
+// between the two used to report the peak below every band.
+func TestASyncTakesAnArrivalsBandAndPeakTogether(t *testing.T) {
+	s := startedShares(t, 0)
+	got := make(chan demandNow, 1)
+	s.bands.arrived(5, 1, func() {
+		go func() { got <- s.demand(false) }() // a sync, on the coordinator
+		select {
+		case d := <-got:
+			t.Errorf("a sync ran in the middle of an arrival: demand %d by band %q", d.need, d.bands)
+		case <-time.After(50 * time.Millisecond):
+		}
+		s.notePeak(1)
+	})
+	select {
+	case d := <-got:
+		if d.need != 1 || d.bands != "5:1" {
+			t.Errorf("a request of priority 5 that came: demand %d by band %q, want 1 by band %q", d.need, d.bands, "5:1")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the sync never ran")
+	}
+}
+
+// A request of priority 9 that came while one of priority 0 runs here, and
+// does not wait yet, is reported in band 9, not in band 0 with what runs.
+func TestARequestThatCameBesideARunningOneIsReportedInItsBand(t *testing.T) {
+	s := startedShares(t, 1)
+	tk, err := s.acquire(context.Background(), backend.Arrival{Cost: 1, Priority: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.release(tk)
+	_ = s.demand(false)                                  // the grant's report
+	s.noteArrival(backend.Arrival{Cost: 1, Priority: 9}) // comes, not queued yet
+	if d := s.demand(false); bandSlots(t, d.bands, 9) == 0 {
+		t.Errorf("a request of priority 9 that came beside one of priority 0 running: demand %d by band %q, want a slot in band 9",
+			d.need, d.bands)
+	}
+}
