@@ -124,7 +124,7 @@ func TestAWaiterAsksTheIdleHolderPastRunningOnlyHolders(t *testing.T) {
 // record: mayAsk is never consulted.
 var refSharesScript = func() *script {
 	src := sharesScript.src
-	const from = "if id ~= me and mayAsk(tonumber(xs[i + 1])) and not redis.call('ZSCORE', SV, id) then"
+	const from = "if id ~= me and mayAsk(id, tonumber(xs[i + 1])) and not redis.call('ZSCORE', SV, id) then"
 	if !strings.Contains(src, from) {
 		panic("the want loop moved")
 	}
@@ -294,4 +294,49 @@ func wantLoopDiff(t *testing.T, seed uint64) {
 		}
 	}
 	t.Logf("seed %d: %d syncs compared, %d asked someone", seed, compared, asked)
+}
+
+// A and B each hold a slot of 2 as their share, for a demand of 2; then C
+// comes, and band 0 has fewer slots than replicas: it takes turns. A and B
+// learn it only at their renewals, seconds away in a large fleet, and keep
+// their slots meanwhile, which no turn would end. C, first in the turns
+// with no slot free, asks again after the claim window, and then asks a
+// holder that has not synced for that long. It used to wait for their
+// renewals: under 1,024 replicas its requests waited past their
+// QueueTimeout.
+func TestTheFirstInTheTurnsAsksAHolderPastItsTurn(t *testing.T) {
+	const limit = 2
+	rdb, rs := rawFleet(t, 3, limit)
+	ctx := context.Background()
+	a, b, c := rs[0], rs[1], rs[2]
+	// Set up under a limit of 0: no sync is granted anything, each keeps
+	// what it reports.
+	if _, err := a.b.call(sharesScript, "limit", 0); err != nil {
+		t.Fatal(err)
+	}
+	a.sync(1, 2)
+	b.sync(1, 2)
+	if _, err := a.b.call(sharesScript, "limit", limit); err != nil {
+		t.Fatal(err)
+	}
+	a.sync(1, 2) // renew: asked while the limit was 0, a sync clears that
+	b.sync(1, 2)
+	checkInvariant(t, rdb, a, "set up")
+	asked := func() int64 { return rdb.ZCard(ctx, a.b.keys[skSV]).Val() }
+	rep := c.sync(0, 2)
+	if rep.held != 0 {
+		t.Fatalf("C got %d slots with none free", rep.held)
+	}
+	if rep.again <= 0 {
+		t.Errorf("C, first in the turns with no slot free, is not told to ask again")
+	}
+	if n := asked(); n != 0 {
+		t.Errorf("%d holders asked that synced just now: they may hold turns", n)
+	}
+	time.Sleep(5 * time.Millisecond)
+	c.window = 1 // A and B have not synced for a claim window
+	c.sync(0, 2)
+	if n := asked(); n != 1 {
+		t.Fatalf("%d holders asked, want 1: A and B hold their slots past any turn while C waits first in the turns", n)
+	}
 }

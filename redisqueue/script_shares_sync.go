@@ -236,6 +236,13 @@ end
 r.held = cur + grant
 tot.H = tot.H + grant
 free = free - grant
+-- The first replica waiting for a turn, with no slot free for it: it asks
+-- again after the claim window, when the holders that took their slots
+-- before the band took turns may be asked for them (below).
+if turn and not frozen and grant == 0 and r.need > r.held and r.held < r.lst and free - higher < r.lst
+  and redis.call('ZRANK', SW, me) == 0 then
+  retry = 1
+end
 if r.held >= math.ceil(exact - 1e-9) or turn or total <= limit then
   redis.call('ZREM', SC, me)
 elseif roundsUp(r.held) then
@@ -362,23 +369,31 @@ end
 -- asked is passed over by its score in sx, without reading its record: one
 -- of a band above this one's while the fleet is within its limit, and,
 -- while this band takes turns, one with a single band at or below it (its
--- band takes turns too, or has no slot: what it holds is a turn).
-local function mayAsk(score)
+-- band takes turns too, or has no slot: what it holds is a turn), unless
+-- it held its slots past a turn (below).
+-- pastTurn reports whether a holder of a band that takes turns has not
+-- synced for a claim window: its slots are no turn that goes back by
+-- itself, but a share granted before its band took turns, which it would
+-- keep until its renewal, seconds away in a large fleet.
+local function pastTurn(id)
+  return tonumber(redis.call('ZSCORE', SE, id) or clock + ttl) - ttl < clock - tonumber(ARGV[17])
+end
+local function mayAsk(id, score)
   local band, single = holderOf(score)
   if not over and band > myTop then return false end
-  return not (turn and single and band <= myTop)
+  return not (turn and single and band <= myTop) or pastTurn(id)
 end
 if want > 0 then
   local xs = redis.call('ZRANGE', SX, 0, math.min(want, 8) + 7, 'WITHSCORES')
   for i = 1, #xs, 2 do
     local id = xs[i]
     if want <= 0 then break end
-    if id ~= me and mayAsk(tonumber(xs[i + 1])) and not redis.call('ZSCORE', SV, id) then
+    if id ~= me and mayAsk(id, tonumber(xs[i + 1])) and not redis.call('ZSCORE', SV, id) then
       local h = parse(redis.call('HGET', S, id))
       if h then
         local ht, hturn = share(h, info, total)
         -- a turn goes back once used, without a notice
-        if not hturn and h.held > ht and (over or low(h) <= myTop) then
+        if (not hturn or pastTurn(id)) and h.held > ht and (over or low(h) <= myTop) then
           redis.call('ZADD', SV, now, id)
           notify(id)
           want = want - (h.held - ht)
