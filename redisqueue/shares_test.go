@@ -1033,6 +1033,25 @@ func (h *stallHook) wait(ctx context.Context) error {
 	}
 }
 
+// sharelessBesideBusy starts two replicas of a limit of 2 (CallTimeout 50
+// ms, QueueTimeout 3 s), counted by f: one on addr that 8 clients keep
+// busy until the test ends, and one on rdb that is idle. It returns the
+// idle one once the busy one holds the whole limit.
+func sharelessBesideBusy(t *testing.T, f *fleetCounter, addr string, rdb *redis.Client) *replica {
+	t.Helper()
+	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 3 * time.Second}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond}
+	busy := newReplica(t, addr, cfg, o, f.handler(5*time.Millisecond))
+	idle := newReplicaOn(t, rdb, cfg, o, f.handler(5*time.Millisecond))
+	ld := startShape([]*replica{busy}, 8)
+	t.Cleanup(ld.end)
+	ld.set(8)
+	eventually(t, 2*time.Second, "the busy replica never held the whole limit", func() bool {
+		return busy.b.Stats().Limit == 2 && idle.b.Stats().Limit == 0
+	})
+	return idle
+}
+
 // Calls that a burst holds past their CallTimeout mark Redis down as an
 // outage does. A replica that holds no share then waits for its first
 // probe before it answers 503: Redis answers it, and the request that
@@ -1040,19 +1059,10 @@ func (h *stallHook) wait(ctx context.Context) error {
 func TestSharesWithoutAShareWaitOutABriefStall(t *testing.T) {
 	needRedis(t)
 	var f fleetCounter
-	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 3 * time.Second}
-	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond}
-	busy := newReplica(t, redisAddr, cfg, o, f.handler(5*time.Millisecond))
 	stall := &stallHook{lifted: make(chan struct{})}
 	rdb := newClient(t, redisAddr)
 	rdb.AddHook(stall)
-	idle := newReplicaOn(t, rdb, cfg, o, f.handler(5*time.Millisecond))
-	ld := startShape([]*replica{busy}, 8)
-	defer ld.end()
-	ld.set(8)
-	eventually(t, 2*time.Second, "the busy replica never held the whole limit", func() bool {
-		return busy.b.Stats().Limit == 2 && idle.b.Stats().Limit == 0
-	})
+	idle := sharelessBesideBusy(t, &f, redisAddr, rdb)
 	stall.stalled.Store(true)
 	marked := make(chan struct{})
 	go func() {
@@ -1083,16 +1093,7 @@ func TestSharesWithoutAShareWaitOutABriefStall(t *testing.T) {
 func TestSharesWithoutAShareWaitOutAServerStall(t *testing.T) {
 	srv := startRedis(t)
 	var f fleetCounter
-	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 3 * time.Second}
-	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond}
-	busy := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
-	idle := newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))
-	ld := startShape([]*replica{busy}, 8)
-	defer ld.end()
-	ld.set(8)
-	eventually(t, 2*time.Second, "the busy replica never held the whole limit", func() bool {
-		return busy.b.Stats().Limit == 2 && idle.b.Stats().Limit == 0
-	})
+	idle := sharelessBesideBusy(t, &f, srv.addr(), newClient(t, srv.addr()))
 	p := srv.cmd.Process
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
