@@ -1036,12 +1036,20 @@ func (h *stallHook) wait(ctx context.Context) error {
 // sharelessBesideBusy starts two replicas of a limit of 2 (CallTimeout 50
 // ms, QueueTimeout 3 s), counted by f: one on addr that 8 clients keep
 // busy until the test ends, and one on rdb that is idle. It returns the
-// idle one once the busy one holds the whole limit.
-func sharelessBesideBusy(t *testing.T, f *fleetCounter, addr string, rdb *redis.Client) *replica {
+// idle one once the busy one holds the whole limit, and a channel closed
+// when the idle one first marks Redis down.
+func sharelessBesideBusy(t *testing.T, f *fleetCounter, addr string, rdb *redis.Client) (*replica, <-chan struct{}) {
 	t.Helper()
 	cfg := ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 3 * time.Second}
 	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond}
 	busy := newReplica(t, addr, cfg, o, f.handler(5*time.Millisecond))
+	marked := make(chan struct{})
+	var once sync.Once
+	o.OnStateChange = func(down bool, _ error) {
+		if down {
+			once.Do(func() { close(marked) })
+		}
+	}
 	idle := newReplicaOn(t, rdb, cfg, o, f.handler(5*time.Millisecond))
 	ld := startShape([]*replica{busy}, 8)
 	t.Cleanup(ld.end)
@@ -1049,7 +1057,31 @@ func sharelessBesideBusy(t *testing.T, f *fleetCounter, addr string, rdb *redis.
 	eventually(t, 2*time.Second, "the busy replica never held the whole limit", func() bool {
 		return busy.b.Stats().Limit == 2 && idle.b.Stats().Limit == 0
 	})
-	return idle
+	return idle, marked
+}
+
+// getThroughStall sends a request to idle and calls end once idle marked
+// Redis down (marked closes); it fails t if that never came. It returns
+// the request's status.
+func getThroughStall(t *testing.T, idle *replica, marked <-chan struct{}, end func()) int {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-marked:
+			end()
+		case <-time.After(5 * time.Second):
+		}
+	}()
+	code := idle.get()
+	<-done
+	select {
+	case <-marked:
+	default:
+		t.Fatal("the replica without a share never marked Redis down")
+	}
+	return code
 }
 
 // Calls that a burst holds past their CallTimeout mark Redis down as an
@@ -1062,23 +1094,9 @@ func TestSharesWithoutAShareWaitOutABriefStall(t *testing.T) {
 	stall := &stallHook{lifted: make(chan struct{})}
 	rdb := newClient(t, redisAddr)
 	rdb.AddHook(stall)
-	idle := sharelessBesideBusy(t, &f, redisAddr, rdb)
+	idle, marked := sharelessBesideBusy(t, &f, redisAddr, rdb)
 	stall.stalled.Store(true)
-	marked := make(chan struct{})
-	go func() {
-		defer close(marked)
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-			if idle.b.Stats().Outages > 0 {
-				close(stall.lifted)
-				return
-			}
-		}
-	}()
-	code := idle.get()
-	<-marked
-	if idle.b.Stats().Outages == 0 {
-		t.Fatal("the stalled replica never marked Redis down")
-	}
+	code := getThroughStall(t, idle, marked, func() { close(stall.lifted) })
 	if code != http.StatusOK {
 		t.Errorf("the replica without a share answered %d to a request that waited through a stall Redis recovered from, want 200", code)
 	}
@@ -1093,27 +1111,16 @@ func TestSharesWithoutAShareWaitOutABriefStall(t *testing.T) {
 func TestSharesWithoutAShareWaitOutAServerStall(t *testing.T) {
 	srv := startRedis(t)
 	var f fleetCounter
-	idle := sharelessBesideBusy(t, &f, srv.addr(), newClient(t, srv.addr()))
+	idle, marked := sharelessBesideBusy(t, &f, srv.addr(), newClient(t, srv.addr()))
 	p := srv.cmd.Process
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	resumed := make(chan struct{})
-	go func() {
-		defer close(resumed)
-		defer func() { _ = p.Signal(syscall.SIGCONT) }()
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-			if idle.b.Stats().Outages > 0 {
-				time.Sleep(25 * time.Millisecond)
-				return
-			}
-		}
-	}()
-	code := idle.get()
-	<-resumed
-	if idle.b.Stats().Outages == 0 {
-		t.Fatal("the idle replica never marked Redis down")
-	}
+	defer func() { _ = p.Signal(syscall.SIGCONT) }()
+	code := getThroughStall(t, idle, marked, func() {
+		time.Sleep(25 * time.Millisecond) // the stall ends after the mark, as the probe waits
+		_ = p.Signal(syscall.SIGCONT)
+	})
 	if code != http.StatusOK {
 		t.Errorf("answered %d to a request that waited through a server stall that ended 25 ms after Redis was marked down, want 200", code)
 	}
