@@ -22,10 +22,11 @@ test:
 # waiters) and fleets of OS processes through a Redis pause, a replica
 # frozen past its lease, one started during a pause and weighted requests,
 # in both modes; and fleets of one Name at scale (the case of hundreds of
-# replicas runs only without the race detector, in a plain go test). About
-# 20 minutes.
+# replicas runs only without the race detector, in the plain go test that
+# follows). About 20 minutes.
 test-long:
 	cd redisqueue && $(GO) test -race -count=1 -timeout 45m -run 'Topology|FrozenMaster|ShutdownDuringKill|IdleKillThenBurst|FleetPaused|FleetLimit|FleetScale' .
+	cd redisqueue && $(GO) test -count=1 -timeout 10m -run 'FleetScale' .
 
 # A burst of 15 requests on 3 slots against a real server on 127.0.0.1, as a timeline.
 demo:

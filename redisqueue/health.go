@@ -157,16 +157,16 @@ func (b *Backend) answering() bool {
 }
 
 // answersFresh reports whether the master of the Name's keys answers a
-// PING on a connection of its own, dialled for this call: a probe while
+// PING within wait on a connection of its own, dialled for this call: a probe while
 // Redis is marked down. Through the Backend's client, the failed dials of
 // an outage would open go-redis's dial breaker, which lets that client dial
 // again only a second after the server is back; a fresh connection keeps
 // the client's dials for when Redis answers.
-func (b *Backend) answersFresh() bool {
+func (b *Backend) answersFresh(wait time.Duration) bool {
 	if b.clientClosed.Load() {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	var src *redis.Client
 	switch c := b.rdb.(type) {

@@ -121,7 +121,17 @@ func (b *Backend) call(s *script, args ...any) (any, error) {
 // callIn is call within parent: a call that parent ended is not a failure
 // of Redis.
 func (b *Backend) callIn(parent context.Context, s *script, args ...any) (any, error) {
-	ctx, cancel := context.WithTimeout(parent, b.opts.CallTimeout)
+	return b.callFor(parent, b.opts.CallTimeout, s, args...)
+}
+
+// callWithin is call bounded by wait instead of CallTimeout.
+func (b *Backend) callWithin(wait time.Duration, s *script, args ...any) (any, error) {
+	return b.callFor(context.Background(), wait, s, args...)
+}
+
+// callFor is callIn bounded by wait.
+func (b *Backend) callFor(parent context.Context, wait time.Duration, s *script, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(parent, wait)
 	defer cancel()
 	start := time.Now()
 	res, err := evalScript(ctx, b.rdb, s, b.keyArgs, b.base, args)

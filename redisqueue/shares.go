@@ -29,6 +29,9 @@ type shares struct {
 	mem   backend.Backend
 	fast  backend.FastBackend
 	share inmem.Sharer
+	// patience is how long a sync waits for its answer while Redis is
+	// marked down (zero: a CallTimeout). Only the coordinator uses it.
+	patience time.Duration
 
 	demandState
 	gateState

@@ -51,9 +51,13 @@ func (s *shares) run() {
 		if due, fell := s.due(now, &p, gap); due {
 			s.asked.Store(false)
 			probe := b.down.Load()
+			s.patience = s.probeWait(now, p.patience())
 			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(probe))))
 			p.synced(now, s.fleetSize(), b.fails.Load(), b.down.Load())
-			p.probeFailed = probe && b.down.Load()
+			// A replica that never had an answer waits for a probe of
+			// maxPatience: the replicas of a fleet started at once find a
+			// Redis too busy to answer them at first.
+			p.probeFailed = probe && b.down.Load() && (b.lastOK.Load() != 0 || s.patience >= maxPatience)
 			s.endTurn(time.Now()) // a turn that waited for this answer goes back now
 		}
 		switch {
@@ -151,6 +155,32 @@ func (p *pacer) probeApart() time.Duration {
 	}
 	return max(d, time.Duration(p.replicas)*time.Millisecond)
 }
+
+// patience is how long a probe waits for its answer: a CallTimeout at
+// first, so that a replica without a share finds an outage soon, then
+// twice as long after each probe that found Redis still down, up to
+// maxPatience. A Redis that a burst keeps busy answers late, not never:
+// with a thousand replicas started at once, answers came after their
+// CallTimeout, every probe was given up and sent again, and the fleet
+// stayed marked down for tens of seconds.
+func (p *pacer) patience() time.Duration {
+	return max(min(p.opts.CallTimeout<<min(p.missed, 4), maxPatience), p.opts.CallTimeout)
+}
+
+// probeWait is patience, cut to end when the share's lease runs out: the
+// coordinator stops admitting then (see run), and must not be held in a
+// call past it.
+func (s *shares) probeWait(now time.Time, patience time.Duration) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.local > 0 && s.leaseEnd.After(now) {
+		return min(patience, s.leaseEnd.Sub(now))
+	}
+	return patience
+}
+
+// maxPatience bounds a probe's wait for its answer (see patience).
+const maxPatience = time.Second
 
 // probeDue reports whether a probe may go now while Redis is marked down:
 // every sync is then a probe, which dials a connection of its own, so

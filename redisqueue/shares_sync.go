@@ -29,13 +29,17 @@ func (s *shares) sync(fell, renewal bool) error {
 	local, epoch, seen, seenV := s.local, s.epoch, s.replicas, s.version
 	s.mu.Unlock()
 	d := s.demand(fell)
-	if b.down.Load() && !b.answersFresh() {
-		return errStillDown
+	wait := b.opts.CallTimeout
+	if b.down.Load() {
+		wait = max(s.patience, wait)
+		if !b.answersFresh(wait) {
+			return errStillDown
+		}
 	}
 	sent := time.Now()
 	o := b.opts
 	report := max(local, d.held)
-	res, err := b.call(sharesScript, "sync", report, min(d.need, math.MaxInt32), d.bands, d.queued,
+	res, err := b.callWithin(wait, sharesScript, "sync", report, min(d.need, math.MaxInt32), d.bands, d.queued,
 		epoch, seen, seenV, min(2*renewMax(o, seen)+2*o.CallTimeout, o.LeaseTTL/2).Milliseconds(), s.newKeysFreeze().Milliseconds(),
 		min(d.least, math.MaxInt32), s.syncs.Add(1), s.claimWindow().Milliseconds())
 	if err != nil {

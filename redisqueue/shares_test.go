@@ -1000,27 +1000,6 @@ type stallHook struct {
 	lifted  chan struct{}
 }
 
-func (h *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if err := h.wait(ctx); err != nil {
-			cmd.SetErr(err)
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if err := h.wait(ctx); err != nil {
-			return err
-		}
-		return next(ctx, cmds)
-	}
-}
-
 func (h *stallHook) wait(ctx context.Context) error {
 	if !h.stalled.Load() {
 		return nil
@@ -1093,7 +1072,7 @@ func TestSharesWithoutAShareWaitOutABriefStall(t *testing.T) {
 	var f fleetCounter
 	stall := &stallHook{lifted: make(chan struct{})}
 	rdb := newClient(t, redisAddr)
-	rdb.AddHook(stall)
+	rdb.AddHook(callHook{stall.wait})
 	idle, marked := sharelessBesideBusy(t, &f, redisAddr, rdb)
 	stall.stalled.Store(true)
 	code := getThroughStall(t, idle, marked, func() { close(stall.lifted) })

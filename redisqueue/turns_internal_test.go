@@ -710,14 +710,14 @@ func TestArrivalsProbeAtTheProbePace(t *testing.T) {
 // opened thousands of connections a second.
 func TestAClosedClientIsNotProbed(t *testing.T) {
 	b, rdb := internalBackend(t, backend.Limits{MaxConcurrent: 1, MaxQueue: 1})
-	if !b.answersFresh() {
+	if !b.answersFresh(b.opts.CallTimeout) {
 		t.Fatal("a fresh probe of a live Redis failed")
 	}
 	_ = rdb.Close()
 	if _, err := b.call(probeScript); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("a call through a closed client: %v", err)
 	}
-	if b.answersFresh() {
+	if b.answersFresh(b.opts.CallTimeout) {
 		t.Fatal("a probe dialled Redis from the settings of a closed client")
 	}
 }
@@ -1259,5 +1259,38 @@ func TestARequestThatCameBesideARunningOneIsReportedInItsBand(t *testing.T) {
 	if d := s.demand(false); bandSlots(t, d.bands, 9) == 0 {
 		t.Errorf("a request of priority 9 that came beside one of priority 0 running: demand %d by band %q, want a slot in band 9",
 			d.need, d.bands)
+	}
+}
+
+// A probe waits a CallTimeout for its answer at first, then twice as long
+// after each probe that found Redis still down, up to a second, and never
+// past the end of the lease of a share it holds: a thousand replicas
+// started at once got their answers after the CallTimeout, gave every
+// probe up and sent it again, and stayed marked down for tens of seconds.
+func TestProbesGrowPatient(t *testing.T) {
+	o := settings{SharePeriod: 50 * time.Millisecond, CallTimeout: 150 * time.Millisecond}
+	for missed, want := range []time.Duration{150, 300, 600, 1000, 1000, 1000} {
+		p := pacer{opts: o, missed: missed}
+		if d := p.patience(); d != want*time.Millisecond {
+			t.Fatalf("after %d probes that found Redis down: a probe waits %v, want %v", missed, d, want*time.Millisecond)
+		}
+	}
+	long := pacer{opts: settings{CallTimeout: 3 * time.Second}, missed: 4}
+	if d := long.patience(); d != 3*time.Second {
+		t.Fatalf("with a CallTimeout of 3s a probe waits %v, want 3s", d)
+	}
+	s := startedShares(t, 2)
+	now := time.Now()
+	s.mu.Lock()
+	s.local, s.leaseEnd = 2, now.Add(200*time.Millisecond)
+	s.mu.Unlock()
+	if d := s.probeWait(now, time.Second); d != 200*time.Millisecond {
+		t.Fatalf("a probe with a share whose lease ends in 200ms waits %v, want 200ms", d)
+	}
+	s.mu.Lock()
+	s.local = 0
+	s.mu.Unlock()
+	if d := s.probeWait(now, time.Second); d != time.Second {
+		t.Fatalf("a probe without a share waits %v, want 1s", d)
 	}
 }
