@@ -55,9 +55,9 @@ func (s *shares) run() {
 			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(probe))))
 			p.synced(now, s.fleetSize(), b.fails.Load(), b.down.Load())
 			// A replica that never had an answer waits for a probe of
-			// maxPatience: the replicas of a fleet started at once find a
+			// the longest wait: the replicas of a fleet started at once find a
 			// Redis too busy to answer them at first.
-			p.probeFailed = probe && b.down.Load() && (b.lastOK.Load() != 0 || s.patience >= maxPatience)
+			p.probeFailed = probe && b.down.Load() && (b.lastOK.Load() != 0 || s.patience >= p.longestWait())
 			s.endTurn(time.Now()) // a turn that waited for this answer goes back now
 		}
 		switch {
@@ -158,13 +158,23 @@ func (p *pacer) probeApart() time.Duration {
 
 // patience is how long a probe waits for its answer: a CallTimeout at
 // first, so that a replica without a share finds an outage soon, then
-// twice as long after each probe that found Redis still down, up to
-// maxPatience. A Redis that a burst keeps busy answers late, not never:
-// with a thousand replicas started at once, answers came after their
-// CallTimeout, every probe was given up and sent again, and the fleet
-// stayed marked down for tens of seconds.
+// twice as long after each probe that found Redis still down, and from
+// the fourth on the longest wait (see longestWait). A Redis that a burst
+// keeps busy answers late, not never: with a thousand replicas started at
+// once, answers came after their CallTimeout, every probe was given up and
+// sent again, and the fleet stayed marked down for tens of seconds.
 func (p *pacer) patience() time.Duration {
-	return max(min(p.opts.CallTimeout<<min(p.missed, 4), maxPatience), p.opts.CallTimeout)
+	longest := p.longestWait()
+	if p.missed >= 3 {
+		return longest
+	}
+	return min(p.opts.CallTimeout<<p.missed, longest)
+}
+
+// longestWait is the longest a probe waits for its answer: a second, or
+// a CallTimeout if longer.
+func (p *pacer) longestWait() time.Duration {
+	return max(p.opts.CallTimeout, time.Second)
 }
 
 // probeWait is patience, cut to end when the share's lease runs out: the
@@ -178,9 +188,6 @@ func (s *shares) probeWait(now time.Time, patience time.Duration) time.Duration 
 	}
 	return patience
 }
-
-// maxPatience bounds a probe's wait for its answer (see patience).
-const maxPatience = time.Second
 
 // probeDue reports whether a probe may go now while Redis is marked down:
 // every sync is then a probe, which dials a connection of its own, so

@@ -1263,16 +1263,27 @@ func TestARequestThatCameBesideARunningOneIsReportedInItsBand(t *testing.T) {
 }
 
 // A probe waits a CallTimeout for its answer at first, then twice as long
-// after each probe that found Redis still down, up to a second, and never
-// past the end of the lease of a share it holds: a thousand replicas
-// started at once got their answers after the CallTimeout, gave every
-// probe up and sent it again, and stayed marked down for tens of seconds.
+// after each probe that found Redis still down, and a second from the
+// fourth on, whatever the CallTimeout; never past the end of the lease of
+// a share it holds. A thousand replicas started at once got their answers
+// after the CallTimeout, gave every probe up and sent it again, and stayed
+// marked down for tens of seconds. With a CallTimeout below 62.5 ms the
+// waits used to stop short of a second, and a replica that started while
+// Redis was down never answered 503 (see run).
 func TestProbesGrowPatient(t *testing.T) {
-	o := settings{SharePeriod: 50 * time.Millisecond, CallTimeout: 150 * time.Millisecond}
-	for missed, want := range []time.Duration{150, 300, 600, 1000, 1000, 1000} {
-		p := pacer{opts: o, missed: missed}
-		if d := p.patience(); d != want*time.Millisecond {
-			t.Fatalf("after %d probes that found Redis down: a probe waits %v, want %v", missed, d, want*time.Millisecond)
+	for _, c := range []struct {
+		callTimeout time.Duration
+		want        []time.Duration
+	}{
+		{150 * time.Millisecond, []time.Duration{150, 300, 600, 1000, 1000, 1000}},
+		{20 * time.Millisecond, []time.Duration{20, 40, 80, 1000, 1000}},
+		{time.Millisecond, []time.Duration{1, 2, 4, 1000}},
+	} {
+		for missed, want := range c.want {
+			p := pacer{opts: settings{SharePeriod: 50 * time.Millisecond, CallTimeout: c.callTimeout}, missed: missed}
+			if d := p.patience(); d != want*time.Millisecond {
+				t.Fatalf("CallTimeout %v, after %d probes that found Redis down: a probe waits %v, want %v", c.callTimeout, missed, d, want*time.Millisecond)
+			}
 		}
 	}
 	long := pacer{opts: settings{CallTimeout: 3 * time.Second}, missed: 4}
