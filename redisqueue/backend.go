@@ -367,7 +367,9 @@ func (b *Backend) Drain(ctx context.Context) error {
 // Close stops waiting for notices at once. Once nothing runs here, the
 // replica tells Redis it leaves, which frees its share (Shares mode) or
 // its entry (GlobalQueue mode) at once: if nothing runs when Close is
-// called, Close waits for that call for at most 2 × CallTimeout; otherwise
+// called, Close waits for that call for at most 2 × CallTimeout, after the
+// notice reader stopped (up to one CallTimeout more while Redis does not
+// answer); otherwise
 // the call follows the last Release. In Shares mode a call that gets no
 // answer is tried again every 100 ms in the background, until Redis
 // answers, the client is closed, or the Name's keys have expired

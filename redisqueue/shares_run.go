@@ -156,7 +156,8 @@ func (p *pacer) probeApart() time.Duration {
 	return max(d, time.Duration(p.replicas)*time.Millisecond)
 }
 
-// patience is how long a probe waits for its answer: a CallTimeout at
+// patience is how long a probe waits for its answer. In a fleet of
+// probesAtOnce replicas or more, or one not known yet: a CallTimeout at
 // first, so that a replica without a share finds an outage soon, then
 // twice as long after each probe that found Redis still down, and from
 // the fourth on the longest wait (see longestWait). A Redis that a burst
@@ -164,6 +165,13 @@ func (p *pacer) probeApart() time.Duration {
 // once, answers came after their CallTimeout, every probe was given up and
 // sent again, and the fleet stayed marked down for tens of seconds.
 func (p *pacer) patience() time.Duration {
+	if p.replicas > 0 && p.replicas < probesAtOnce {
+		// A small fleet cannot keep Redis that busy; it keeps a probe
+		// waiting on a server that holds calls instead (see every), and
+		// a probe that a partition swallowed would hold the coordinator
+		// past the moment Redis answers again.
+		return p.opts.CallTimeout
+	}
 	longest := p.longestWait()
 	if p.missed >= 3 {
 		return longest

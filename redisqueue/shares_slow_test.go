@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
@@ -70,19 +71,21 @@ func (l *stateLog) hook(down bool, _ error) {
 }
 
 // A Redis that answers every call three CallTimeouts late is slow, not
-// gone: the replica marks it down, then its probes wait longer for their
-// answers, and one gets it while Redis is still that slow. Each probe used
-// to wait one CallTimeout, so the replica stayed marked down for as long
-// as Redis was slow: a thousand replicas started at once kept Redis that
-// slow with their probes alone, for tens of seconds.
-func TestAReplicaFindsASlowRedisAnswering(t *testing.T) {
+// gone: a replica of a large fleet (65 here) marks it down, then its
+// probes wait longer for their answers, and one gets it while Redis is
+// still that slow. Each probe used to wait one CallTimeout, so the replica
+// stayed marked down for as long as Redis was slow: a thousand replicas
+// started at once kept Redis that slow with their probes alone, for tens
+// of seconds.
+func TestAReplicaOfALargeFleetFindsASlowRedisAnswering(t *testing.T) {
 	needRedis(t)
 	slow := &slowHook{}
 	rdb := newClient(t, redisAddr)
 	rdb.AddHook(callHook{slow.wait})
 	var log stateLog
-	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond,
-		FailureThreshold: 1, OnStateChange: log.hook}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, CallTimeout: 50 * time.Millisecond}
+	startBackends(t, 64, backend.Limits{MaxConcurrent: 2, MaxQueue: 8}, o)
+	o.FailureThreshold, o.OnStateChange = 1, log.hook
 	r := newReplicaOn(t, rdb, ginqueue.Config{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 3 * time.Second}, o, nil)
 	slow.delay.Store(int64(150 * time.Millisecond))
 	t.Cleanup(func() { slow.delay.Store(0) }) // before the Queue closes: it says goodbye to Redis

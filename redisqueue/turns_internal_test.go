@@ -1280,11 +1280,20 @@ func TestProbesGrowPatient(t *testing.T) {
 		{time.Millisecond, []time.Duration{1, 2, 4, 1000}},
 	} {
 		for missed, want := range c.want {
-			p := pacer{opts: settings{SharePeriod: 50 * time.Millisecond, CallTimeout: c.callTimeout}, missed: missed}
-			if d := p.patience(); d != want*time.Millisecond {
-				t.Fatalf("CallTimeout %v, after %d probes that found Redis down: a probe waits %v, want %v", c.callTimeout, missed, d, want*time.Millisecond)
+			for _, replicas := range []int64{0, probesAtOnce, 1024} {
+				p := pacer{opts: settings{SharePeriod: 50 * time.Millisecond, CallTimeout: c.callTimeout}, missed: missed, replicas: replicas}
+				if d := p.patience(); d != want*time.Millisecond {
+					t.Fatalf("CallTimeout %v, %d replicas, after %d probes that found Redis down: a probe waits %v, want %v",
+						c.callTimeout, replicas, missed, d, want*time.Millisecond)
+				}
 			}
 		}
+	}
+	// A small fleet waits a CallTimeout: a probe that a partition
+	// swallowed held the coordinator up to a second after Redis answered.
+	small := pacer{opts: settings{CallTimeout: 150 * time.Millisecond}, missed: 4, replicas: probesAtOnce - 1}
+	if d := small.patience(); d != 150*time.Millisecond {
+		t.Fatalf("a replica of a fleet of %d waits %v for a probe's answer, want a CallTimeout", probesAtOnce-1, d)
 	}
 	long := pacer{opts: settings{CallTimeout: 3 * time.Second}, missed: 4}
 	if d := long.patience(); d != 3*time.Second {
