@@ -49,30 +49,44 @@ func (s *shares) run() {
 		s.keepTurnIfSilent(now)
 		lost := s.isLost()
 		if due, fell := s.due(now, &p, gap); due {
-			s.asked.Store(false)
-			probe := b.down.Load()
-			s.patience = s.probeWait(now, p.patience())
-			_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(probe))))
-			p.synced(now, s.fleetSize(), b.fails.Load(), b.down.Load())
-			// A replica that never had an answer waits for a probe of
-			// the longest wait: the replicas of a fleet started at once find a
-			// Redis too busy to answer them at first.
-			p.probeFailed = probe && b.down.Load() && (b.lastOK.Load() != 0 || s.patience >= p.longestWait())
-			s.endTurn(time.Now()) // a turn that waited for this answer goes back now
+			s.syncNow(now, &p, fell)
 		}
-		switch {
-		case lost:
-		case b.down.Load() && s.localLimit() == 0 && p.probeFailed:
-			// Nothing to admit with, and nobody to move a share here: a
-			// waiter would only wait for its QueueTimeout. Not before a
-			// probe found Redis still down: calls that a burst held past
-			// their CallTimeout mark it down too, and the first probe,
-			// which comes soon, finds it back.
-			s.halt("Redis is unreachable and this replica holds no share of the limit")
-		case b.down.Load() && s.lapsed(time.Now()):
-			s.halt("the share's lease ran out while Redis was unreachable")
+		if !lost {
+			s.haltIfDown(&p)
 		}
 		resetTimer(timer, max(time.Until(s.nextSync(&p, gap)), 100*time.Microsecond))
+	}
+}
+
+// syncNow sends the sync that due asked for at now, and records it in p.
+func (s *shares) syncNow(now time.Time, p *pacer, fell bool) {
+	b := s.b
+	s.asked.Store(false)
+	probe := b.down.Load()
+	s.patience = s.probeWait(now, p.patience())
+	_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(probe))))
+	p.synced(now, s.fleetSize(), b.fails.Load(), b.down.Load())
+	// A replica that never had an answer waits for a probe of the longest
+	// wait: the replicas of a fleet started at once find a Redis too busy
+	// to answer them at first.
+	p.probeFailed = probe && b.down.Load() && (b.lastOK.Load() != 0 || s.patience >= p.longestWait())
+	s.endTurn(time.Now()) // a turn that waited for this answer goes back now
+}
+
+// haltIfDown stops admitting while Redis is marked down, once there is
+// nothing to admit with.
+func (s *shares) haltIfDown(p *pacer) {
+	switch {
+	case !s.b.down.Load():
+	case s.localLimit() == 0 && p.probeFailed:
+		// Nothing to admit with, and nobody to move a share here: a
+		// waiter would only wait for its QueueTimeout. Not before a probe
+		// found Redis still down: calls that a burst held past their
+		// CallTimeout mark it down too, and the first probe, which comes
+		// soon, finds it back.
+		s.halt("Redis is unreachable and this replica holds no share of the limit")
+	case s.lapsed(time.Now()):
+		s.halt("the share's lease ran out while Redis was unreachable")
 	}
 }
 
