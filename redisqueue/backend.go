@@ -267,8 +267,8 @@ var _ backend.Backend = (*Backend)(nil)
 // If Redis does not answer, Start still succeeds, and the declaration is
 // checked once Redis answers. Meanwhile, in Shares mode, the replica holds
 // no share: its requests wait, and once Redis is marked down and a probe
-// that waited a second for its answer finds it still down (1.5 to 2.5 s
-// after Start) they get an error wrapping ErrUnavailable under either
+// that waited a second (or a CallTimeout, if longer) for its answer finds
+// it still down (1.5 to 2.5 s after Start with the default CallTimeout) they get an error wrapping ErrUnavailable under either
 // OnRedisDown; in GlobalQueue mode OnRedisDown applies.
 //
 // In Shares mode every Limits field works, on each replica, but a Name
