@@ -268,8 +268,9 @@ var _ backend.Backend = (*Backend)(nil)
 // checked once Redis answers. Meanwhile, in Shares mode, the replica holds
 // no share: its requests wait, and once Redis is marked down and a probe
 // that waited a second (or a CallTimeout, if longer) for its answer finds
-// it still down (1.5 to 2.5 s after Start with the default CallTimeout) they get an error wrapping ErrUnavailable under either
-// OnRedisDown; in GlobalQueue mode OnRedisDown applies.
+// it still down (about 2.5 s after Start with the default CallTimeout)
+// they get an error wrapping ErrUnavailable under either OnRedisDown; in
+// GlobalQueue mode OnRedisDown applies.
 //
 // In Shares mode every Limits field works, on each replica, but a Name
 // split into parts refuses l.Weighted. In GlobalQueue mode Start refuses
