@@ -66,10 +66,7 @@ func (s *shares) syncNow(now time.Time, p *pacer, fell bool) {
 	s.patience = s.probeWait(now, p.patience())
 	_ = s.sync(fell, fell || !now.Before(p.last.Add(p.every(probe))))
 	p.synced(now, s.fleetSize(), b.fails.Load(), b.down.Load())
-	// A replica that never had an answer waits for a probe of the longest
-	// wait: the replicas of a fleet started at once find a Redis too busy
-	// to answer them at first.
-	p.probeFailed = probe && b.down.Load() && (b.lastOK.Load() != 0 || s.patience >= p.longestWait())
+	p.probeFailed = probe && b.down.Load() && p.gaveUp(s.patience)
 	s.endTurn(time.Now()) // a turn that waited for this answer goes back now
 }
 
@@ -179,7 +176,7 @@ func (p *pacer) probeApart() time.Duration {
 // once, answers came after their CallTimeout, every probe was given up and
 // sent again, and the fleet stayed marked down for tens of seconds.
 func (p *pacer) patience() time.Duration {
-	if p.replicas > 0 && p.replicas < probesAtOnce {
+	if p.small() {
 		// A small fleet cannot keep Redis that busy; it keeps a probe
 		// waiting on a server that holds calls instead (see every), and
 		// a probe that a partition swallowed would hold the coordinator
@@ -192,6 +189,18 @@ func (p *pacer) patience() time.Duration {
 	}
 	return min(p.opts.CallTimeout<<p.missed, longest)
 }
+
+// gaveUp reports whether a probe that waited wait for its answer, and
+// got none, shows Redis down, not busy: in a small fleet any probe; in a
+// large one, or one not known yet, only a probe of the longest wait. A
+// thousand replicas started at once, then their requests, kept Redis busy
+// for seconds, and replicas whose first probe missed answered 503s.
+func (p *pacer) gaveUp(wait time.Duration) bool {
+	return p.small() || wait >= p.longestWait()
+}
+
+// small reports whether the fleet is known and under probesAtOnce.
+func (p *pacer) small() bool { return p.replicas > 0 && p.replicas < probesAtOnce }
 
 // longestWait is the longest a probe waits for its answer: a second, or
 // a CallTimeout if longer.

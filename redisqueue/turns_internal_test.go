@@ -1314,3 +1314,30 @@ func TestProbesGrowPatient(t *testing.T) {
 		t.Fatalf("a probe without a share waits %v, want 1s", d)
 	}
 }
+
+// A probe that got no answer shows Redis down in a small fleet whatever
+// it waited, and in a large one (or one not known yet) only if it waited
+// the longest: after a thousand replicas started at once, replicas that
+// had had an answer answered 503 from their first probe that missed while
+// Redis was still busy.
+func TestOnlyTheLongestProbeShowsALargeFleetRedisDown(t *testing.T) {
+	o := settings{CallTimeout: 150 * time.Millisecond}
+	for _, c := range []struct {
+		replicas int64
+		wait     time.Duration
+		want     bool
+	}{
+		{4, 150 * time.Millisecond, true},
+		{probesAtOnce - 1, 150 * time.Millisecond, true},
+		{probesAtOnce, 150 * time.Millisecond, false},
+		{1024, 600 * time.Millisecond, false},
+		{1024, time.Second, true},
+		{0, 300 * time.Millisecond, false},
+		{0, time.Second, true},
+	} {
+		p := pacer{opts: o, replicas: c.replicas}
+		if got := p.gaveUp(c.wait); got != c.want {
+			t.Errorf("%d replicas, a probe that waited %v: gave up %v, want %v", c.replicas, c.wait, got, c.want)
+		}
+	}
+}
