@@ -114,8 +114,8 @@ type leaseState struct {
 	lostCancel context.CancelFunc
 	freeLast   int       // slots free in the fleet at the last reply
 	frozenTill time.Time // Redis grows no share before then (after a data loss)
-	// leaseTimer fires at leaseEnd: under FailClosed the share is given up
-	// then even if the coordinator is held in a call (see leaseRanOut).
+	// leaseTimer fires at stopAdmitting: the share is given up then even
+	// if the coordinator is held in a call (see leaseRanOut).
 	leaseTimer *time.Timer
 	replicas   int64     // the replicas of the last reply
 	version    int64     // the epoch's sync count in the last reply; see script_shares.go
@@ -153,10 +153,8 @@ func (s *shares) start(l backend.Limits) error {
 	if err := s.share.SetShare(0); err != nil {
 		return err
 	}
-	if b.opts.OnRedisDown == FailClosed {
-		s.leaseTimer = time.AfterFunc(time.Hour, s.leaseRanOut)
-		s.leaseTimer.Stop()
-	}
+	s.leaseTimer = time.AfterFunc(time.Hour, s.leaseRanOut)
+	s.leaseTimer.Stop()
 	b.mu.Lock()
 	if b.started || b.closed {
 		b.mu.Unlock()

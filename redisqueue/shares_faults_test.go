@@ -700,8 +700,8 @@ func TestSharesAfterALossAJoinerDoesNotEndTheFreeze(t *testing.T) {
 	runLoss(t, lossCase{join: true, shares: []int{2, 2}})
 }
 
-// Under FailOpen a replica goes on admitting within its share past its
-// lease while Redis does not answer. When Redis is paused for everyone
+// Under FailOpen a replica goes on admitting within its share while Redis
+// does not answer, until its lease runs out. When Redis is paused for everyone
 // (no partition) for longer than LeaseTTL, no replica could sync, so none
 // is dead: the first to sync once Redis answers must not find the others'
 // leases run out and be given their shares while they still use them
@@ -1038,5 +1038,80 @@ func TestSharesStopBesideAGlobalQueueReplicaAfterALoss(t *testing.T) {
 				t.Errorf("peak %d running across the fleet beside the GlobalQueue replica, limit %d", peak, limit)
 			}
 		})
+	}
+}
+
+// Under FailOpen a replica admits within its share while Redis is down,
+// until the lease on the share runs out; from then on it answers 503 at
+// once, as under FailClosed. Requests that come just after the lease ends
+// must not wait in the queue for their QueueTimeout (408) until the
+// coordinator happens to look again, or until a call it waits on gives
+// up: it stops admitting when the lease ends. Here one replica of eight
+// holds the whole limit, and Redis is killed (connections refused) or
+// paused (calls wait for their CallTimeout); each client sends requests
+// until its first 503.
+func TestSharesFailOpenRefusesOnceTheLeaseRunsOut(t *testing.T) {
+	needRedis(t)
+	const limit, replicas, lease = 2, 8, time.Second
+	for _, paused := range []bool{false, true} {
+		for round := range 3 {
+			name := fmt.Sprintf("killed/%d", round)
+			if paused {
+				name = fmt.Sprintf("paused/%d", round)
+			}
+			t.Run(name, func(t *testing.T) { failOpenLeaseEnd(t, limit, replicas, lease, paused) })
+		}
+	}
+}
+
+// failOpenLeaseEnd is one round of TestSharesFailOpenRefusesOnceTheLeaseRunsOut.
+func failOpenLeaseEnd(t *testing.T, limit, replicas int, lease time.Duration, paused bool) {
+	srv := startRedis(t)
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 50 * time.Millisecond}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: redisqueue.FailOpen, LeaseTTL: lease}
+	var rs []*replica
+	for range replicas {
+		rs = append(rs, newReplica(t, srv.addr(), cfg, o, func(*gin.Context) { time.Sleep(2 * time.Millisecond) }))
+	}
+	stop := make(chan struct{})
+	end := sync.OnceFunc(func() { close(stop) })
+	defer end()
+	busy := rs[0]
+	loadDone := untilRefused(busy, 4, stop)
+	eventually(t, 3*time.Second, "the busy replica did not get the whole limit", func() bool {
+		return busy.b.Stats().Limit == limit
+	})
+	out := time.Now()
+	if paused {
+		pause(t, srv, 3*lease)
+	} else {
+		srv.stop()
+	}
+	time.AfterFunc(2*lease, end)
+	ans := <-loadDone
+	timeouts, first503, last200 := 0, time.Duration(-1), time.Duration(0)
+	for _, a := range ans {
+		if a.start.Before(out) {
+			continue // the share was still moving here
+		}
+		switch a.code {
+		case http.StatusOK:
+			last200 = max(last200, a.at.Sub(out))
+		case http.StatusRequestTimeout:
+			timeouts++
+		case http.StatusServiceUnavailable:
+			if first503 < 0 || a.at.Sub(out) < first503 {
+				first503 = a.at.Sub(out)
+			}
+		}
+	}
+	t.Logf("Redis stopped answering; %d answers, the last 200 %v after, the first 503 %s, %d × 408 (LeaseTTL %v, QueueTimeout %v)",
+		len(ans), last200.Round(time.Millisecond), after(first503), timeouts, lease, cfg.QueueTimeout)
+	if timeouts > 0 {
+		t.Errorf("%d requests got 408 after Redis stopped answering: once the lease ran out they waited for their QueueTimeout "+
+			"instead of a 503 (the last 200 %v after, the first 503 %s)", timeouts, last200.Round(time.Millisecond), after(first503))
+	}
+	if first503 < 0 {
+		t.Errorf("no 503 within %v of Redis stopping", 2*lease)
 	}
 }

@@ -136,17 +136,24 @@ func (s *shares) isLost() bool {
 	return s.lost
 }
 
-// leaseRanOut gives the share up under FailClosed as its lease runs out
-// with no answer from Redis: Redis counts it away then. It stops admitting
-// a tenth of a lease before (see stopAdmitting), so that the requests
-// running then end before Redis counts their slots away, unless they run
-// longer than that. (FailOpen goes on within the share.) It runs on
-// leaseTimer, and does nothing if a sync renewed the lease meanwhile.
+// leaseRanOut gives the share up as its lease runs out with no answer
+// from Redis: Redis counts it away then. Under FailClosed it stops
+// admitting a tenth of a lease before (see stopAdmitting), so that the
+// requests running then end before Redis counts their slots away, unless
+// they run longer than that. Under FailOpen it stops when the lease ends,
+// if Redis is marked down (else a sync is due, see timesDue). It runs on
+// leaseTimer, not between the coordinator's calls: a call to a server that
+// does not answer holds the coordinator for a CallTimeout, and requests
+// that came meanwhile would wait for their QueueTimeout. It does nothing
+// if a sync renewed the lease meanwhile.
 func (s *shares) leaseRanOut() {
 	s.mu.Lock()
 	end := s.stopAdmitting()
 	s.mu.Unlock()
-	if !end.IsZero() && !time.Now().Before(end) {
+	if end.IsZero() || time.Now().Before(end) {
+		return
+	}
+	if s.b.opts.OnRedisDown == FailClosed || s.b.down.Load() {
 		s.halt("the share's lease ran out while Redis was unreachable")
 	}
 }
@@ -163,11 +170,12 @@ func (s *shares) lapsedLocked(now time.Time) bool {
 	return !s.leaseEnd.IsZero() && !now.Before(s.leaseEnd)
 }
 
-// stopAdmitting is when FailClosed stops admitting within the share if no
-// sync renews its lease. Requires s.mu.
+// stopAdmitting is when the replica stops admitting within the share if
+// no sync renews its lease: under FailClosed a tenth of a lease before it
+// ends, under FailOpen when it ends. Requires s.mu.
 func (s *shares) stopAdmitting() time.Time {
-	if s.leaseEnd.IsZero() {
-		return time.Time{}
+	if s.leaseEnd.IsZero() || s.b.opts.OnRedisDown != FailClosed {
+		return s.leaseEnd
 	}
 	return s.leaseEnd.Add(-s.b.opts.LeaseTTL / 10)
 }
