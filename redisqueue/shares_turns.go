@@ -1,6 +1,7 @@
 package redisqueue
 
 import (
+	"context"
 	"time"
 )
 
@@ -147,15 +148,18 @@ func (s *shares) isLost() bool {
 // that came meanwhile would wait for their QueueTimeout. It does nothing
 // if a sync renewed the lease meanwhile.
 func (s *shares) leaseRanOut() {
+	// Checked and halted under one lock: a sync that renews the lease
+	// meanwhile applies its reply before or after, never between.
 	s.mu.Lock()
 	end := s.stopAdmitting()
-	s.mu.Unlock()
-	if end.IsZero() || time.Now().Before(end) {
+	ran := !end.IsZero() && !time.Now().Before(end)
+	if !ran || s.b.opts.OnRedisDown != FailClosed && !s.b.down.Load() {
+		s.mu.Unlock()
 		return
 	}
-	if s.b.opts.OnRedisDown == FailClosed || s.b.down.Load() {
-		s.halt("the share's lease ran out while Redis was unreachable")
-	}
+	cancel := s.haltLocked("the share's lease ran out while Redis was unreachable")
+	s.mu.Unlock()
+	cancel()
 }
 
 // lapsed reports whether the share's lease has run out at now.
@@ -185,16 +189,21 @@ func (s *shares) stopAdmitting() time.Time {
 // ErrUnavailable and backend.ErrQueueFull, naming why.
 func (s *shares) halt(why string) {
 	s.mu.Lock()
+	cancel := s.haltLocked(why)
+	s.mu.Unlock()
+	cancel()
+}
+
+// haltLocked is halt under s.mu; the caller calls what it returns once
+// it unlocks, to answer the waiters.
+func (s *shares) haltLocked(why string) context.CancelFunc {
 	if s.lost {
-		s.mu.Unlock()
-		return
+		return func() {}
 	}
 	s.lost, s.why = true, why
 	s.local = 0
 	_ = s.share.SetShare(0)
-	cancel := s.lostCancel
-	s.mu.Unlock()
-	cancel()
+	return s.lostCancel
 }
 
 // localLimit is the limit of the in-memory Backend now.
