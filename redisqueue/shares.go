@@ -153,8 +153,6 @@ func (s *shares) start(l backend.Limits) error {
 	if err := s.share.SetShare(0); err != nil {
 		return err
 	}
-	s.leaseTimer = time.AfterFunc(time.Hour, s.leaseRanOut)
-	s.leaseTimer.Stop()
 	b.mu.Lock()
 	if b.started || b.closed {
 		b.mu.Unlock()
@@ -172,6 +170,8 @@ func (s *shares) start(l backend.Limits) error {
 		b.sp.total.Store(int64(l.MaxConcurrent))
 	}
 	b.mu.Unlock()
+	s.leaseTimer = time.AfterFunc(time.Hour, s.leaseRanOut)
+	s.leaseTimer.Stop()
 	err := s.joinSplit()
 	if err == nil && (b.sp == nil || b.sp.joined.Load()) {
 		// (A split Name whose keys did not answer would only wait a

@@ -1045,30 +1045,38 @@ func TestSharesStopBesideAGlobalQueueReplicaAfterALoss(t *testing.T) {
 // until the lease on the share runs out; from then on it answers 503 at
 // once, as under FailClosed. Requests that come just after the lease ends
 // must not wait in the queue for their QueueTimeout (408) until the
-// coordinator happens to look again, or until a call it waits on gives
-// up: it stops admitting when the lease ends. Here one replica of eight
-// holds the whole limit, and Redis is killed (connections refused) or
-// paused (calls wait for their CallTimeout); each client sends requests
-// until its first 503.
+// coordinator happens to look again, until a call it waits on gives up,
+// or until enough calls failed to mark Redis down: it stops admitting when
+// the lease ends. Here one replica of eight holds the whole limit, and
+// Redis is killed (connections refused) or paused (calls wait for their
+// CallTimeout; in "slow to mark down", ten of them must fail in a row,
+// and the lease runs out first); each client sends requests until its
+// first 503.
 func TestSharesFailOpenRefusesOnceTheLeaseRunsOut(t *testing.T) {
 	needRedis(t)
-	const limit, replicas, lease = 2, 8, time.Second
-	for _, paused := range []bool{false, true} {
+	slow := redisqueue.Options{CallTimeout: 99 * time.Millisecond, FailureThreshold: 10}
+	slow.Shares.Period = 250 * time.Millisecond
+	for _, tt := range []struct {
+		name   string
+		paused bool
+		o      redisqueue.Options
+	}{
+		{name: "killed"},
+		{name: "paused", paused: true},
+		{name: "slow to mark down", paused: true, o: slow},
+	} {
 		for round := range 3 {
-			name := fmt.Sprintf("killed/%d", round)
-			if paused {
-				name = fmt.Sprintf("paused/%d", round)
-			}
-			t.Run(name, func(t *testing.T) { failOpenLeaseEnd(t, limit, replicas, lease, paused) })
+			t.Run(fmt.Sprintf("%s/%d", tt.name, round), func(t *testing.T) { failOpenLeaseEnd(t, tt.o, tt.paused) })
 		}
 	}
 }
 
 // failOpenLeaseEnd is one round of TestSharesFailOpenRefusesOnceTheLeaseRunsOut.
-func failOpenLeaseEnd(t *testing.T, limit, replicas int, lease time.Duration, paused bool) {
+func failOpenLeaseEnd(t *testing.T, o redisqueue.Options, paused bool) {
+	const limit, replicas, lease = 2, 8, time.Second
 	srv := startRedis(t)
 	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: 50 * time.Millisecond}
-	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: redisqueue.FailOpen, LeaseTTL: lease}
+	o.Name, o.Mode, o.OnRedisDown, o.LeaseTTL = newName(t), redisqueue.Shares, redisqueue.FailOpen, lease
 	var rs []*replica
 	for range replicas {
 		rs = append(rs, newReplica(t, srv.addr(), cfg, o, func(*gin.Context) { time.Sleep(2 * time.Millisecond) }))

@@ -3,11 +3,13 @@ package redisqueue_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginqueue/ginqueue"
@@ -84,5 +86,78 @@ func TestFleetScaleStartsAtOnce(t *testing.T) {
 	}
 	if p := f.peak.Load(); p > limit {
 		t.Errorf("peak %d running across the fleet, limit %d", p, limit)
+	}
+}
+
+// A replica of a fleet of a thousand that holds no share answers 503 once
+// Redis stops answering (paused: calls wait for their CallTimeout), after
+// a probe that waited a second found it still down. Here 1,024 idle
+// replicas, then Redis paused for 10 s and one request sent to each:
+// every replica answers it 503 within 6 s, none 408 (QueueTimeout 10 s),
+// and the test prints when they did.
+func TestFleetScaleAnswersUnavailableWhenRedisStops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a thousand replicas")
+	}
+	if raceEnabled {
+		t.Skip("a thousand replicas: run without -race")
+	}
+	const n, limit, hold = 1024, 512, 10 * time.Second
+	srv := startRedis(t)
+	cfg := ginqueue.Config{MaxConcurrent: limit, MaxQueue: 64, QueueTimeout: hold}
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares}
+	rs := make([]*replica, n)
+	var starts sync.WaitGroup
+	for i := range rs {
+		starts.Go(func() {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
+			rs[i] = newReplicaOn(t, rdb, cfg, o, func(*gin.Context) {})
+		})
+	}
+	starts.Wait()
+	eventually(t, 10*time.Second, "the fleet did not settle", func() bool {
+		for _, r := range rs {
+			if r.b.Stats().Unavailable {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(time.Second)
+	out := time.Now()
+	pause(t, srv, hold)
+	answered := make([]time.Duration, n)
+	codes := make([]int, n)
+	var clients sync.WaitGroup
+	for i, r := range rs {
+		clients.Go(func() {
+			codes[i] = r.get()
+			answered[i] = time.Since(out)
+		})
+	}
+	clients.Wait()
+	var refused []time.Duration
+	count := map[int]int{}
+	for i, c := range codes {
+		count[c]++
+		if c == http.StatusServiceUnavailable {
+			refused = append(refused, answered[i])
+		}
+	}
+	slices.Sort(refused)
+	if len(refused) == 0 {
+		t.Fatalf("no replica answered 503 while Redis was paused for %v: %v", hold, count)
+	}
+	q := func(f float64) time.Duration {
+		return refused[int(f*float64(len(refused)-1))].Round(10 * time.Millisecond)
+	}
+	t.Logf("answers %v; 503 after Redis paused: first %v, median %v, 90th percentile %v, last %v",
+		count, q(0), q(0.5), q(0.9), q(1))
+	if count[http.StatusRequestTimeout] > 0 {
+		t.Errorf("%d replicas answered 408: they waited their QueueTimeout (%v) for a share nobody could move",
+			count[http.StatusRequestTimeout], hold)
+	}
+	if last := refused[len(refused)-1]; last > 6*time.Second {
+		t.Errorf("the last 503 came %v after Redis was paused", last)
 	}
 }

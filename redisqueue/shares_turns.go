@@ -141,19 +141,19 @@ func (s *shares) isLost() bool {
 // from Redis: Redis counts it away then. Under FailClosed it stops
 // admitting a tenth of a lease before (see stopAdmitting), so that the
 // requests running then end before Redis counts their slots away, unless
-// they run longer than that. Under FailOpen it stops when the lease ends,
-// if Redis is marked down (else a sync is due, see timesDue). It runs on
-// leaseTimer, not between the coordinator's calls: a call to a server that
-// does not answer holds the coordinator for a CallTimeout, and requests
-// that came meanwhile would wait for their QueueTimeout. It does nothing
-// if a sync renewed the lease meanwhile.
+// they run longer than that; under FailOpen when the lease ends. Redis
+// may not be marked down yet (its calls wait for their CallTimeout, and a
+// few must fail in a row), but nothing can be admitted here until a sync
+// succeeds: waiters are answered now rather than at their QueueTimeout.
+// It runs on leaseTimer, not between the coordinator's calls, which a
+// server that does not answer holds for a CallTimeout. It does nothing if
+// a sync renewed the lease meanwhile.
 func (s *shares) leaseRanOut() {
 	// Checked and halted under one lock: a sync that renews the lease
 	// meanwhile applies its reply before or after, never between.
 	s.mu.Lock()
 	end := s.stopAdmitting()
-	ran := !end.IsZero() && !time.Now().Before(end)
-	if !ran || s.b.opts.OnRedisDown != FailClosed && !s.b.down.Load() {
+	if end.IsZero() || time.Now().Before(end) {
 		s.mu.Unlock()
 		return
 	}
