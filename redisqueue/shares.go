@@ -137,6 +137,9 @@ func newShares(b *Backend) *shares {
 	s.lostCtx, s.lostCancel = context.WithCancel(context.Background())
 	s.floor.Store(noBand)
 	s.gated, s.opened = map[int]gatedCount{}, make(chan struct{})
+	// Made here, not in start: Close, which may run beside start, stops it.
+	s.leaseTimer = time.AfterFunc(time.Hour, s.leaseRanOut)
+	s.leaseTimer.Stop()
 	return s
 }
 
@@ -170,8 +173,6 @@ func (s *shares) start(l backend.Limits) error {
 		b.sp.total.Store(int64(l.MaxConcurrent))
 	}
 	b.mu.Unlock()
-	s.leaseTimer = time.AfterFunc(time.Hour, s.leaseRanOut)
-	s.leaseTimer.Stop()
 	err := s.joinSplit()
 	if err == nil && (b.sp == nil || b.sp.joined.Load()) {
 		// (A split Name whose keys did not answer would only wait a
@@ -331,9 +332,7 @@ func (s *shares) close() error {
 	r := b.reader
 	b.reader = nil
 	b.mu.Unlock()
-	if s.leaseTimer != nil {
-		s.leaseTimer.Stop()
-	}
+	s.leaseTimer.Stop()
 	err := s.mem.Close() // answers the waiters; running requests keep their slots
 	s.setFloor(noBand)   // and the gated ones, as they go on to it
 	if !started {

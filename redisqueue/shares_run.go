@@ -71,10 +71,14 @@ func (s *shares) syncNow(now time.Time, p *pacer, fell bool) {
 }
 
 // haltIfDown stops admitting while Redis is marked down, once there is
-// nothing to admit with.
+// nothing to admit with, or once the lease ran out and Redis looks
+// unreachable (see leaseRanOut).
 func (s *shares) haltIfDown(p *pacer) {
 	switch {
 	case !s.b.down.Load():
+		if now := time.Now(); s.unreachable(now) && s.lapsed(now) {
+			s.halt("the share's lease ran out while Redis was unreachable")
+		}
 	case s.localLimit() == 0 && p.probeFailed:
 		// Nothing to admit with, and nobody to move a share here: a
 		// waiter would only wait for its QueueTimeout. Not before a probe

@@ -247,9 +247,7 @@ func (s *shares) setShareLocked(next int, rep shareReply, sent time.Time) {
 	// The in-memory Backend itself grants nothing past the lease, checked
 	// as it grants, whatever the timers say after a freeze.
 	s.share.SetLease(s.leaseEnd, int(rep.limit))
-	if s.leaseTimer != nil {
-		s.leaseTimer.Reset(time.Until(s.stopAdmitting()))
-	}
+	s.leaseTimer.Reset(time.Until(s.stopAdmitting()))
 }
 
 // noteReplyLocked keeps the rest of a sync's reply for the coordinator:

@@ -141,25 +141,39 @@ func (s *shares) isLost() bool {
 // from Redis: Redis counts it away then. Under FailClosed it stops
 // admitting a tenth of a lease before (see stopAdmitting), so that the
 // requests running then end before Redis counts their slots away, unless
-// they run longer than that; under FailOpen when the lease ends. Redis
-// may not be marked down yet (its calls wait for their CallTimeout, and a
-// few must fail in a row), but nothing can be admitted here until a sync
-// succeeds: waiters are answered now rather than at their QueueTimeout.
-// It runs on leaseTimer, not between the coordinator's calls, which a
-// server that does not answer holds for a CallTimeout. It does nothing if
-// a sync renewed the lease meanwhile.
+// they run longer than that. Under FailOpen it stops when the lease ends,
+// if Redis looks unreachable (see unreachable); else the answer to the
+// call out is on its way, late only because this process is busy, and
+// waiters wait for it. It runs on leaseTimer, not between the
+// coordinator's calls, which a server that does not answer holds for a
+// CallTimeout. It does nothing if a sync renewed the lease meanwhile.
 func (s *shares) leaseRanOut() {
 	// Checked and halted under one lock: a sync that renews the lease
 	// meanwhile applies its reply before or after, never between.
 	s.mu.Lock()
 	end := s.stopAdmitting()
-	if end.IsZero() || time.Now().Before(end) {
+	ran := !end.IsZero() && !time.Now().Before(end)
+	if !ran || s.b.opts.OnRedisDown != FailClosed && !s.unreachable(time.Now()) {
 		s.mu.Unlock()
 		return
 	}
 	cancel := s.haltLocked("the share's lease ran out while Redis was unreachable")
 	s.mu.Unlock()
 	cancel()
+}
+
+// unreachable reports whether Redis looks unreachable from here at now:
+// marked down, or the last call failed and no call got an answer for half
+// a lease. Redis is marked down only after FailureThreshold calls failed
+// in a row, each after a CallTimeout, and a lease can run out first. A
+// process whose cores are busy reads answers late, and a call of its can
+// fail while Redis answers the others: that is not an outage.
+func (s *shares) unreachable(now time.Time) bool {
+	b := s.b
+	if b.down.Load() {
+		return true
+	}
+	return b.fails.Load() > 0 && now.Sub(time.Unix(0, b.lastOK.Load())) >= b.opts.LeaseTTL/2
 }
 
 // lapsed reports whether the share's lease has run out at now.

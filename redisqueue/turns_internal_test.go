@@ -1341,3 +1341,46 @@ func TestOnlyTheLongestProbeShowsALargeFleetRedisDown(t *testing.T) {
 		}
 	}
 }
+
+// Under FailOpen a lease that ran out stops the replica only once Redis
+// looks unreachable: the last call failed and none got an answer for half
+// a lease, or Redis is marked down. A lease can run out while a call
+// waits for its CallTimeout (a process frozen, then thawed): the
+// coordinator stops admitting when that call fails, not when
+// FailureThreshold calls have. A replica whose answers are only late to
+// be read, on a busy process, is not stopped, even when one of its calls
+// timed out meanwhile.
+func TestALeaseRunOutStopsFailOpenOnceACallFailed(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		fails    int32
+		answered time.Duration // how long ago a call last got an answer
+		down     bool
+		want     bool // the replica stops
+	}{
+		{name: "the last call answered"},
+		{name: "the last call failed", fails: 1, answered: time.Minute, want: true},
+		{name: "the last call failed, others answered lately", fails: 1, answered: 20 * time.Millisecond},
+		{name: "marked down", fails: 3, answered: time.Minute, down: true, want: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, timer := range []bool{true, false} {
+				s := startedShares(t, 2)
+				s.mu.Lock()
+				s.local, s.leaseEnd = 2, time.Now().Add(-time.Millisecond)
+				s.mu.Unlock()
+				s.b.fails.Store(tt.fails)
+				s.b.lastOK.Store(time.Now().Add(-tt.answered).UnixNano())
+				s.b.down.Store(tt.down)
+				if timer {
+					s.leaseRanOut()
+				} else {
+					s.haltIfDown(&pacer{opts: s.b.opts})
+				}
+				if got := s.isLost(); got != tt.want {
+					t.Errorf("timer %v: stopped %v, want %v", timer, got, tt.want)
+				}
+			}
+		})
+	}
+}

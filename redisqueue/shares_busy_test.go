@@ -1,0 +1,125 @@
+package redisqueue_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
+	"github.com/ginqueue/ginqueue/redisqueue"
+)
+
+// callSpans records when each call that Redis answered started and ended.
+type callSpans struct {
+	mu         sync.Mutex
+	start, end []time.Time
+}
+
+func (c *callSpans) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *callSpans) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (c *callSpans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		st := time.Now()
+		err := next(ctx, cmd)
+		if err == nil {
+			c.mu.Lock()
+			c.start, c.end = append(c.start, st), append(c.end, time.Now())
+			c.mu.Unlock()
+		}
+		return err
+	}
+}
+
+// longest is the longest time from a call's start to the next one's end,
+// and the longest call.
+func (c *callSpans) longest() (gap, call time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.start {
+		call = max(call, c.end[i].Sub(c.start[i]))
+		if i > 0 {
+			gap = max(gap, c.end[i].Sub(c.start[i-1]))
+		}
+	}
+	return gap, call
+}
+
+// Under FailOpen a replica stops admitting when its lease runs out only
+// if Redis looks unreachable. A process whose cores are busy with its
+// handlers reads Redis's answers late: the lease (timed from when the call
+// left) can run out while the answer waits to be read, and the replica
+// must not answer 503 for it while Redis answers every call. Here a short
+// lease, and handlers that spin on the CPU.
+func TestSharesFailOpenABusyProcessAnswersNo503WhileRedisAnswers(t *testing.T) {
+	needRedis(t)
+	srv := startRedis(t)
+	var downs atomic.Int64
+	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: redisqueue.FailOpen,
+		LeaseTTL: 100 * time.Millisecond, CallTimeout: 25 * time.Millisecond,
+		OnStateChange: func(down bool, _ error) {
+			if down {
+				downs.Add(1)
+			}
+		}}
+	rdb := newClient(t, srv.addr())
+	calls := &callSpans{}
+	rdb.AddHook(calls)
+	cfg := ginqueue.Config{MaxConcurrent: 8, MaxQueue: 64, QueueTimeout: 5 * time.Second}
+	r := newReplicaOn(t, rdb, cfg, o, func(*gin.Context) {
+		for end := time.Now().Add(5 * time.Millisecond); time.Now().Before(end); {
+		}
+	})
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	end := time.Now().Add(4 * time.Second)
+	for range 8 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				c := r.get()
+				mu.Lock()
+				codes[c]++
+				mu.Unlock()
+				if c != http.StatusOK {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	gap, call := calls.longest()
+	t.Logf("answers %v; Redis marked down %d times; longest from a call's start to the next one's end %v, longest call %v (LeaseTTL %v, CallTimeout %v)",
+		codes, downs.Load(), gap.Round(time.Millisecond), call.Round(time.Millisecond), o.LeaseTTL, o.CallTimeout)
+	if n := codes[http.StatusServiceUnavailable]; n > 0 && downs.Load() == 0 {
+		t.Errorf("%d × 503 from a replica whose Redis answered every call and was never marked down", n)
+	}
+}
+
+// Start and Close may run at once on a Shares Backend (a Queue closed as
+// it starts): no data race, and Close stops what Start made.
+func TestSharesCloseDuringStart(t *testing.T) {
+	needRedis(t)
+	rdb := newClient(t, redisAddr)
+	for range 50 {
+		b, err := redisqueue.New(rdb, redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = b.Start(backend.Limits{MaxConcurrent: 2, MaxQueue: 4, QueueTimeout: time.Second}) })
+		wg.Go(func() { _ = b.Close() })
+		wg.Wait()
+		_ = b.Close()
+	}
+}
