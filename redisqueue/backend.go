@@ -370,11 +370,10 @@ func (b *Backend) Drain(ctx context.Context) error {
 // its entry (GlobalQueue mode) at once: if nothing runs when Close is
 // called, Close waits for that call for at most 2 × CallTimeout, after the
 // notice reader stopped (up to one CallTimeout more while Redis does not
-// answer); otherwise
-// the call follows the last Release. In Shares mode a call that gets no
-// answer is tried again every 100 ms in the background, until Redis
-// answers, the client is closed, or the Name's keys have expired
-// (10 × LeaseTTL).
+// answer); otherwise the call follows the last Release. In Shares mode a
+// call that gets no answer is tried again every 100 ms in the background,
+// until Redis answers, the client is closed, or the Name's keys have
+// expired (10 × LeaseTTL).
 //
 // In GlobalQueue mode the waiters' places in Redis are given back, the
 // FailOpen fallback's waiters get backend.ErrClosed too, a request whose
