@@ -275,9 +275,8 @@ var _ backend.Backend = (*Backend)(nil)
 // In Shares mode every Limits field works, on each replica, but a Name
 // split into parts refuses l.Weighted. In GlobalQueue mode Start refuses
 // CoDel (Config.CoDel) and l.MaxQueuePerFlow, which no replica can honour
-// for the fleet (docs/fleet.md says why). With l.Weighted
-// (ginqueue.Config.Cost) each request holds its Arrival.Cost in slots of
-// the fleet's limit.
+// for the fleet (docs/fleet.md says why). With l.Weighted each request
+// holds its Arrival.Cost in slots of the fleet's limit.
 func (b *Backend) Start(l backend.Limits) error {
 	if err := inmem.Check(l); err != nil {
 		return err
