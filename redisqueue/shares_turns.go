@@ -163,17 +163,19 @@ func (s *shares) leaseRanOut() {
 }
 
 // unreachable reports whether Redis looks unreachable from here at now:
-// marked down, or the last call failed and no call got an answer for half
-// a lease. Redis is marked down only after FailureThreshold calls failed
-// in a row, each after a CallTimeout, and a lease can run out first. A
-// process whose cores are busy reads answers late, and a call of its can
-// fail while Redis answers the others: that is not an outage.
+// marked down, or the last call failed and no call got an answer for 9/10
+// of a lease. Redis is marked down only after FailureThreshold calls failed
+// in a row, each after a CallTimeout, and a lease can run out first: then
+// the last answer came a whole lease ago, less the time it took to read
+// it. A process whose cores are busy reads answers late, and a call of
+// its can time out while Redis answers: that is not an outage, and its
+// last answer was read well within the lease.
 func (s *shares) unreachable(now time.Time) bool {
 	b := s.b
 	if b.down.Load() {
 		return true
 	}
-	return b.fails.Load() > 0 && now.Sub(time.Unix(0, b.lastOK.Load())) >= b.opts.LeaseTTL/2
+	return b.fails.Load() > 0 && now.Sub(time.Unix(0, b.lastOK.Load())) >= b.opts.LeaseTTL*9/10
 }
 
 // lapsed reports whether the share's lease has run out at now.
