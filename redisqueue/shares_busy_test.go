@@ -65,8 +65,8 @@ func (c *callSpans) longest() (gap, call time.Duration) {
 // answers, as long as it reads an answer within 9/10 of a lease (past
 // that it cannot tell its own stall from Redis's silence). Here a short
 // lease and handlers that spin on the CPU, alone and beside two other
-// busy processes (a noisy neighbour per core), which stall the process
-// up to about 140 ms: then a lease of 200 ms.
+// busy processes (a noisy neighbour per core), which hold a call's
+// answer unread up to about 160 ms: then a lease of 200 ms.
 func TestSharesFailOpenABusyProcessAnswersNo503WhileRedisAnswers(t *testing.T) {
 	needRedis(t)
 	for _, tt := range []struct {

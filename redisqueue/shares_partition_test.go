@@ -1,9 +1,6 @@
 package redisqueue_test
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,43 +25,14 @@ func TestSharesServeSoonAfterAPartitionHeals(t *testing.T) {
 				rs := []*replica{newReplica(t, px.addr(), cfg, o, f.handler(5*time.Millisecond)),
 					newReplica(t, px.addr(), cfg, o, f.handler(5*time.Millisecond))}
 				for round, d := range []time.Duration{2500 * time.Millisecond, 3100 * time.Millisecond} {
-					stop := make(chan struct{})
-					var wg sync.WaitGroup
-					var mu sync.Mutex
-					type ev struct {
-						at   time.Time
-						code int
-					}
-					var evs []ev
-					for _, r := range rs {
-						for range 2 {
-							wg.Go(func() {
-								for {
-									select {
-									case <-stop:
-										return
-									default:
-									}
-									w := httptest.NewRecorder()
-									r.e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-									mu.Lock()
-									evs = append(evs, ev{time.Now(), w.Code})
-									mu.Unlock()
-									if w.Code != 200 {
-										time.Sleep(2 * time.Millisecond)
-									}
-								}
-							})
-						}
-					}
+					record := recordEvents(rs, 2)
 					time.Sleep(500 * time.Millisecond)
 					px.setCut(true)
 					time.Sleep(d)
 					back := time.Now()
 					px.setCut(false)
 					time.Sleep(time.Second)
-					close(stop)
-					wg.Wait()
+					evs := record()
 					first := time.Duration(-1)
 					codes := map[int]int{}
 					for _, e := range evs {

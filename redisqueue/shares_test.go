@@ -494,6 +494,41 @@ type event struct {
 	code int
 }
 
+// recordEvents starts clients closed-loop clients on each of rs, which
+// wait 2 ms after an answer other than 200; the func it returns stops
+// them and hands back every answer.
+func recordEvents(rs []*replica, clients int) func() []event {
+	var mu sync.Mutex
+	var evs []event
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		for range clients {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					code := r.get()
+					mu.Lock()
+					evs = append(evs, event{time.Now(), code})
+					mu.Unlock()
+					if code != http.StatusOK {
+						time.Sleep(2 * time.Millisecond)
+					}
+				}
+			})
+		}
+	}
+	return func() []event {
+		close(stop)
+		wg.Wait()
+		return evs
+	}
+}
+
 // Once the lease of its share runs out with Redis still unreachable, a
 // replica admits nothing, under either policy: it answers 503 (never 408)
 // until Redis answers, and then serves its first request within 50 ms.
@@ -511,37 +546,13 @@ func TestSharesApplyOnRedisDownOnceTheLeaseRunsOut(t *testing.T) {
 			o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: policy, CallTimeout: 50 * time.Millisecond, LeaseTTL: lease}
 			rs := []*replica{newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond)),
 				newReplica(t, srv.addr(), cfg, o, f.handler(5*time.Millisecond))}
-			var mu sync.Mutex
-			var evs []event
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for _, r := range rs {
-				for range 2 {
-					wg.Go(func() {
-						for {
-							select {
-							case <-stop:
-								return
-							default:
-							}
-							code := r.get()
-							mu.Lock()
-							evs = append(evs, event{time.Now(), code})
-							mu.Unlock()
-							if code != 200 {
-								time.Sleep(2 * time.Millisecond)
-							}
-						}
-					})
-				}
-			}
+			record := recordEvents(rs, 2)
 			time.Sleep(300 * time.Millisecond)
 			paused := time.Now()
 			pause(t, srv, 2500*time.Millisecond)
 			back := answersAgain(t, srv, paused.Add(2500*time.Millisecond))
 			time.Sleep(time.Until(back.Add(500 * time.Millisecond)))
-			close(stop)
-			wg.Wait()
+			evs := record()
 			inLease, afterLease, firstAfter := 0, map[int]int{}, time.Duration(-1)
 			for _, e := range evs {
 				switch {

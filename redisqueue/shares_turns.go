@@ -150,10 +150,11 @@ func (s *shares) isLost() bool {
 func (s *shares) leaseRanOut() {
 	// Checked and halted under one lock: a sync that renews the lease
 	// meanwhile applies its reply before or after, never between.
+	now := time.Now()
 	s.mu.Lock()
 	end := s.stopAdmitting()
-	ran := !end.IsZero() && !time.Now().Before(end)
-	if !ran || s.b.opts.OnRedisDown != FailClosed && !s.unreachable(time.Now()) {
+	ran := !end.IsZero() && !now.Before(end)
+	if !ran || s.b.opts.OnRedisDown != FailClosed && !s.unreachable(now) {
 		s.mu.Unlock()
 		return
 	}
