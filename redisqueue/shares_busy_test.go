@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,23 @@ func (c *callSpans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// silentAround reports whether no answer was read for at least d in an
+// interval that reaches into [t-w, t]: a 503 at t that the promise allows.
+func (c *callSpans) silentAround(t time.Time, d, w time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ends := slices.Clone(c.end)
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	prev := time.Time{}
+	for _, e := range append(ends, t.Add(w)) {
+		if !prev.IsZero() && e.Sub(prev) >= d && !prev.After(t) && !e.Before(t.Add(-w)) {
+			return true
+		}
+		prev = e
+	}
+	return false
+}
+
 // longest is the longest time from a call's start to the next one's end,
 // and the longest call.
 func (c *callSpans) longest() (gap, call time.Duration) {
@@ -66,7 +84,12 @@ func (c *callSpans) longest() (gap, call time.Duration) {
 // that it cannot tell its own stall from Redis's silence). Here a short
 // lease and handlers that spin on the CPU, alone and beside two other
 // busy processes (a noisy neighbour per core), which hold a call's
-// answer unread up to about 160 ms: then a lease of 200 ms.
+// answer unread up to about 160 ms: then a lease of 200 ms. Redis runs on
+// the same cores, and on a busy machine it can go past that promise: a 503
+// that follows a silence of 9/10 of a lease (less a twentieth for the
+// test's own timing) is allowed, any other fails the test. A run whose
+// 503s were all allowed proves nothing: the case runs again with a lease
+// twice as long, up to four times.
 func TestSharesFailOpenABusyProcessAnswersNo503WhileRedisAnswers(t *testing.T) {
 	needRedis(t)
 	for _, tt := range []struct {
@@ -81,13 +104,19 @@ func TestSharesFailOpenABusyProcessAnswersNo503WhileRedisAnswers(t *testing.T) {
 				}
 				t.Cleanup(func() { _ = hog.Process.Kill(); _ = hog.Wait() })
 			}
-			busyReplica(t, tt.lease)
+			for lease, try := tt.lease, 1; !busyReplica(t, lease); lease, try = 2*lease, try+1 {
+				if try == 4 {
+					t.Fatalf("in %d runs, up to a lease of %v, Redis was silent for 9/10 of a lease", try, lease)
+				}
+			}
 		})
 	}
 }
 
 // busyReplica is one run of TestSharesFailOpenABusyProcessAnswersNo503WhileRedisAnswers.
-func busyReplica(t *testing.T, lease time.Duration) {
+// It reports false if the run proved nothing: 503s, each after a silence
+// of 9/10 of a lease.
+func busyReplica(t *testing.T, lease time.Duration) bool {
 	srv := startRedis(t)
 	var downs atomic.Int64
 	o := redisqueue.Options{Name: newName(t), Mode: redisqueue.Shares, OnRedisDown: redisqueue.FailOpen,
@@ -107,6 +136,7 @@ func busyReplica(t *testing.T, lease time.Duration) {
 	})
 	var mu sync.Mutex
 	codes := map[int]int{}
+	var refused []time.Time
 	var wg sync.WaitGroup
 	end := time.Now().Add(4 * time.Second)
 	for range 8 {
@@ -115,6 +145,9 @@ func busyReplica(t *testing.T, lease time.Duration) {
 				c := r.get()
 				mu.Lock()
 				codes[c]++
+				if c == http.StatusServiceUnavailable {
+					refused = append(refused, time.Now())
+				}
 				mu.Unlock()
 				if c != http.StatusOK {
 					time.Sleep(time.Millisecond)
@@ -126,9 +159,21 @@ func busyReplica(t *testing.T, lease time.Duration) {
 	gap, call := calls.longest()
 	t.Logf("answers %v; Redis marked down %d times; longest from a call's start to the next one's end %v, longest call %v (LeaseTTL %v, CallTimeout %v)",
 		codes, downs.Load(), gap.Round(time.Millisecond), call.Round(time.Millisecond), o.LeaseTTL, o.CallTimeout)
-	if n := codes[http.StatusServiceUnavailable]; n > 0 && downs.Load() == 0 {
-		t.Errorf("%d × 503 from a replica whose Redis answered every call and was never marked down", n)
+	if downs.Load() > 0 || len(refused) == 0 {
+		return true
 	}
+	wrong := 0
+	for _, at := range refused {
+		if !calls.silentAround(at, lease*9/10-lease/20, lease) {
+			wrong++
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d × 503 from a replica that read an answer from Redis within 9/10 of every lease and was never marked down", wrong)
+		return true
+	}
+	t.Logf("each 503 followed a silence of 9/10 of the lease: run again")
+	return false
 }
 
 // Start and Close may run at once on a Shares Backend (a Queue closed as
