@@ -19,7 +19,9 @@ import (
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
-// callSpans records when each call that Redis answered started and ended.
+// callSpans records when each script call that Redis answered started and
+// ended: the calls whose answers the Backend counts (other commands, such
+// as the notice reader's, do not tell it that Redis answers).
 type callSpans struct {
 	mu         sync.Mutex
 	start, end []time.Time
@@ -35,7 +37,7 @@ func (c *callSpans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		st := time.Now()
 		err := next(ctx, cmd)
-		if err == nil {
+		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") {
 			c.mu.Lock()
 			c.start, c.end = append(c.start, st), append(c.end, time.Now())
 			c.mu.Unlock()
