@@ -54,7 +54,8 @@ const (
 )
 
 // String returns the outcome's name as used in metric labels: "served",
-// "queue_full", "queue_timeout", "canceled", "closed" or "panic".
+// "queue_full", "queue_timeout", "canceled", "closed" or "panic". Any other
+// value, such as one past the last outcome, returns "unknown".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeServed:

@@ -94,7 +94,8 @@ type GlobalStats struct {
 // error, if any; it is safe for concurrent use.
 //
 // In Shares mode Running is the slots the replicas hold (each its share, or
-// what it runs if more) and Queued their waiters as of their last syncs;
+// what it runs if more; an idle replica's share counts), not the requests
+// running, and Queued their waiters as of their last syncs;
 // each call is bounded by CallTimeout (a Name split into parts takes one
 // call per part, and one more). In GlobalQueue mode Running is the slots
 // granted, leases that expired but were not yet swept included, and only
