@@ -45,6 +45,26 @@ type Stats struct {
 	NoLoadLatency time.Duration
 }
 
+// Count is the counter of outcome o: Served, QueueFull, QueueTimeout,
+// Canceled, Closed or Panicked; 0 for a value that is no outcome.
+func (s Stats) Count(o Outcome) uint64 {
+	switch o {
+	case OutcomeServed:
+		return s.Served
+	case OutcomeQueueFull:
+		return s.QueueFull
+	case OutcomeQueueTimeout:
+		return s.QueueTimeout
+	case OutcomeCanceled:
+		return s.Canceled
+	case OutcomeClosed:
+		return s.Closed
+	case OutcomePanic:
+		return s.Panicked
+	}
+	return 0
+}
+
 // Stats returns a snapshot of the Queue's slots, queue, counters and waits.
 // It never waits behind waiters. Abandoned is never above Served. The
 // other counters hold values they all held at one instant, so a rejection

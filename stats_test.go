@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,47 @@ func TestOldestWaitAndStatusHandler(t *testing.T) {
 // a reader that looks at Stats and WaitHistogram as fast as it can never
 // sees a counter or a bucket go down, Served below Running, a split that
 // does not add up or a wild drain rate.
+// Count reads each outcome's counter: every uint64 counter of Stats (its
+// Backend's included) gets a value of its own, and each outcome must read
+// a different one, so a new outcome that Count forgets reads 0 and fails.
+func TestStatsCountReadsEachOutcomesCounter(t *testing.T) {
+	var st ginqueue.Stats
+	next := uint64(0)
+	var fill func(v reflect.Value)
+	fill = func(v reflect.Value) {
+		for i := range v.NumField() {
+			switch f := v.Field(i); f.Kind() {
+			case reflect.Uint64:
+				next++
+				f.SetUint(next)
+			case reflect.Struct:
+				fill(f)
+			}
+		}
+	}
+	fill(reflect.ValueOf(&st).Elem())
+	want := map[ginqueue.Outcome]uint64{
+		ginqueue.OutcomeServed: st.Served, ginqueue.OutcomeQueueFull: st.QueueFull,
+		ginqueue.OutcomeQueueTimeout: st.QueueTimeout, ginqueue.OutcomeCanceled: st.Canceled,
+		ginqueue.OutcomeClosed: st.Closed, ginqueue.OutcomePanic: st.Panicked,
+	}
+	seen := map[uint64]ginqueue.Outcome{}
+	o := ginqueue.Outcome(0)
+	for ; o.String() != "unknown"; o++ {
+		n := st.Count(o)
+		assert.NotZero(t, n, "Count(%v)", o)
+		if w, ok := want[o]; ok {
+			assert.Equal(t, w, n, "Count(%v)", o)
+		}
+		if other, ok := seen[n]; ok {
+			t.Errorf("Count(%v) and Count(%v) read the same counter", o, other)
+		}
+		seen[n] = o
+	}
+	assert.Len(t, seen, len(want))
+	assert.Zero(t, st.Count(o), "Count of a value past the last outcome")
+}
+
 func TestStatsNeverContradictThemselves(t *testing.T) {
 	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 64, QueueTimeout: 20 * time.Millisecond,
 		Priority: byQueryPriority, FlowKey: byQueryFlow})

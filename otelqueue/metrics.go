@@ -289,16 +289,8 @@ func (e *entry) observe(in *instruments, o metric.Observer) {
 		o.ObserveFloat64(in.percentile, p, e.pcts[i]...)
 	}
 
-	counts := [...]uint64{
-		ginqueue.OutcomeServed:       st.Served,
-		ginqueue.OutcomeQueueFull:    st.QueueFull,
-		ginqueue.OutcomeQueueTimeout: st.QueueTimeout,
-		ginqueue.OutcomeCanceled:     st.Canceled,
-		ginqueue.OutcomeClosed:       st.Closed,
-		ginqueue.OutcomePanic:        st.Panicked,
-	}
-	for i, n := range counts {
-		o.ObserveInt64(in.requests, count(n), e.outcomes[i]...)
+	for i, opts := range e.outcomes {
+		o.ObserveInt64(in.requests, count(st.Count(ginqueue.Outcome(i))), opts...)
 	}
 
 	e.observePriorities(in, o, st.QueuedByPriority)

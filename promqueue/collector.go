@@ -211,17 +211,9 @@ func (e *entry) collect(d *descs, ms []prometheus.Metric) []prometheus.Metric {
 		gauge(d.queuedByPriority, float64(n), strconv.Itoa(p))
 	}
 
-	counts := [...]uint64{
-		ginqueue.OutcomeServed:       st.Served,
-		ginqueue.OutcomeQueueFull:    st.QueueFull,
-		ginqueue.OutcomeQueueTimeout: st.QueueTimeout,
-		ginqueue.OutcomeCanceled:     st.Canceled,
-		ginqueue.OutcomeClosed:       st.Closed,
-		ginqueue.OutcomePanic:        st.Panicked,
-	}
-	for o, n := range counts {
+	for o := ginqueue.Outcome(0); o.String() != "unknown"; o++ {
 		ms = append(ms, prometheus.MustNewConstMetric(d.requests, prometheus.CounterValue,
-			float64(n), e.name, ginqueue.Outcome(o).String()))
+			float64(st.Count(o)), e.name, o.String()))
 	}
 
 	ms = append(ms, prometheus.MustNewConstMetric(d.abandoned, prometheus.CounterValue, float64(st.Abandoned), e.name))
