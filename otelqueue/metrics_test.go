@@ -113,11 +113,44 @@ func (refusingMeter) RegisterCallback(metric.Callback, ...metric.Observable) (me
 	return nil, errors.New("no callbacks here")
 }
 
+// noInstrumentsProvider is a MeterProvider whose Meter refuses every
+// instrument.
+type noInstrumentsProvider struct{ noop.MeterProvider }
+
+func (noInstrumentsProvider) Meter(string, ...metric.MeterOption) metric.Meter {
+	return noInstrumentsMeter{}
+}
+
+type noInstrumentsMeter struct{ noop.Meter }
+
+var errNoInstruments = errors.New("no instruments here")
+
+func (noInstrumentsMeter) Int64ObservableUpDownCounter(string, ...metric.Int64ObservableUpDownCounterOption) (metric.Int64ObservableUpDownCounter, error) {
+	return nil, errNoInstruments
+}
+
+func (noInstrumentsMeter) Int64ObservableCounter(string, ...metric.Int64ObservableCounterOption) (metric.Int64ObservableCounter, error) {
+	return nil, errNoInstruments
+}
+
+func (noInstrumentsMeter) Float64ObservableGauge(string, ...metric.Float64ObservableGaugeOption) (metric.Float64ObservableGauge, error) {
+	return nil, errNoInstruments
+}
+
+func (noInstrumentsMeter) Float64ObservableCounter(string, ...metric.Float64ObservableCounterOption) (metric.Float64ObservableCounter, error) {
+	return nil, errNoInstruments
+}
+
 // A provider's error is passed on, with what was being done.
 func TestNewMetricsPassesProviderErrors(t *testing.T) {
 	m, err := otelqueue.NewMetrics(refusingProvider{})
 	assert.Nil(t, m)
 	assert.EqualError(t, err, "otelqueue: registering the callback: no callbacks here")
+
+	m, err = otelqueue.NewMetrics(noInstrumentsProvider{})
+	assert.Nil(t, m)
+	require.ErrorIs(t, err, errNoInstruments)
+	assert.True(t, strings.HasPrefix(err.Error(), "otelqueue: creating the instruments: no instruments here"), err.Error())
 }
 
 func TestAddRefuses(t *testing.T) {
