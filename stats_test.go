@@ -66,10 +66,6 @@ func TestOldestWaitAndStatusHandler(t *testing.T) {
 	})
 }
 
-// In real time, with priorities, hang-ups and the limit moving up and down,
-// a reader that looks at Stats and WaitHistogram as fast as it can never
-// sees a counter or a bucket go down, Served below Running, a split that
-// does not add up or a wild drain rate.
 // Count reads each outcome's counter: every uint64 counter of Stats (its
 // Backend's included) gets a value of its own, and each outcome must read
 // a different one, so a new outcome that Count forgets reads 0 and fails.
@@ -111,6 +107,10 @@ func TestStatsCountReadsEachOutcomesCounter(t *testing.T) {
 	assert.Zero(t, st.Count(o), "Count of a value past the last outcome")
 }
 
+// In real time, with priorities, hang-ups and the limit moving up and down,
+// a reader that looks at Stats and WaitHistogram as fast as it can never
+// sees a counter or a bucket go down, Served below Running, a split that
+// does not add up or a wild drain rate.
 func TestStatsNeverContradictThemselves(t *testing.T) {
 	q := mustQueue(t, ginqueue.Config{MaxConcurrent: 4, MaxQueue: 64, QueueTimeout: 20 * time.Millisecond,
 		Priority: byQueryPriority, FlowKey: byQueryFlow})
