@@ -77,7 +77,7 @@ func (s *shares) haltIfDown(p *pacer) {
 	switch {
 	case !s.b.down.Load():
 		if now := time.Now(); s.unreachable(now) && s.lapsed(now) {
-			s.halt("the share's lease ran out while Redis was unreachable")
+			s.halt(whyLeaseRanOut)
 		}
 	case s.localLimit() == 0 && p.probeFailed:
 		// Nothing to admit with, and nobody to move a share here: a
@@ -87,7 +87,7 @@ func (s *shares) haltIfDown(p *pacer) {
 		// soon, finds it back.
 		s.halt("Redis is unreachable and this replica holds no share of the limit")
 	case s.lapsed(time.Now()):
-		s.halt("the share's lease ran out while Redis was unreachable")
+		s.halt(whyLeaseRanOut)
 	}
 }
 

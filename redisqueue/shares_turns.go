@@ -158,10 +158,13 @@ func (s *shares) leaseRanOut() {
 		s.mu.Unlock()
 		return
 	}
-	cancel := s.haltLocked("the share's lease ran out while Redis was unreachable")
+	cancel := s.haltLocked(whyLeaseRanOut)
 	s.mu.Unlock()
 	cancel()
 }
+
+// whyLeaseRanOut is why a replica stops admitting when its lease ran out.
+const whyLeaseRanOut = "the share's lease ran out while Redis was unreachable"
 
 // unreachable reports whether Redis looks unreachable from here at now:
 // marked down, or the last call failed and no call got an answer for 9/10
