@@ -1361,6 +1361,7 @@ func TestALeaseRunOutStopsFailOpenOnceACallFailed(t *testing.T) {
 		{name: "the last call answered"},
 		{name: "the last call failed", fails: 1, answered: time.Minute, want: true},
 		{name: "the last call failed, others answered lately", fails: 1, answered: DefaultLeaseTTL * 8 / 10},
+		{name: "the last call failed, the last answer 19/20 of a lease ago", fails: 1, answered: DefaultLeaseTTL * 19 / 20, want: true},
 		{name: "marked down", fails: 3, answered: time.Minute, down: true, want: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
