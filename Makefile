@@ -36,7 +36,7 @@ demo:
 examples:
 	cd _example && $(GO) build ./...
 
-# The benchmark suite: rewrites BENCHMARKS.md and its charts (a few minutes).
+# The benchmark suite: rewrites the tables of BENCHMARKS.md and its charts (a few minutes).
 bench:
 	cd bench && $(GO) run ./cmd/report -out ..
 

@@ -1,6 +1,6 @@
 // Command report runs the benchmark suite of ginqueue and its peers:
 //
-//	go run ./cmd/report -out ..      # the whole suite; rewrites ../BENCHMARKS.md and ../docs/bench-*.svg
+//	go run ./cmd/report -out ..      # the whole suite; writes its tables into ../BENCHMARKS.md and its charts into ../docs
 //	go run ./cmd/report -smoke       # every measurement once on tiny sizes; writes nothing
 //	go run ./cmd/report -goodput     # section 12 alone; prints its targets and table, writes nothing
 //	go run ./cmd/report -weighted    # section 13 alone; prints its targets and table, writes nothing
@@ -9,6 +9,9 @@
 //	go run ./cmd/report -fleet-scale -sizes 256,1024 # section 15 on these fleet sizes only
 //	go run ./cmd/report -fleet-scale -out ..  # section 15 alone; writes its tables into ../BENCHMARKS.md
 //	go run ./cmd/report -fleet-scale -parts 4 -sizes 4096 # each Name split into 4 parts on a Cluster of 4 shards; prints, writes nothing
+//
+// BENCHMARKS.md is kept by hand apart from the blocks between its lines
+// <!-- bench:name --> and <!-- /bench:name -->, which a run rewrites.
 package main
 
 import (
@@ -42,8 +45,7 @@ func main() {
 		}
 	}
 	if alone > 1 {
-		fmt.Fprintln(os.Stderr, "report: -goodput, -weighted, -fleet and -fleet-scale each run one section alone; give one")
-		os.Exit(2)
+		fail(2, "-goodput, -weighted, -fleet and -fleet-scale each run one section alone; give one")
 	}
 	if *smoke {
 		plan = suite.SmokePlan()
@@ -51,15 +53,13 @@ func main() {
 	if *sizes != "" {
 		n, err := parseSizes(*sizes)
 		if err != nil || !*fleetScale {
-			fmt.Fprintln(os.Stderr, "report: -sizes takes fleet sizes above 1, comma-separated, with -fleet-scale:", *sizes)
-			os.Exit(2)
+			fail(2, "-sizes takes fleet sizes above 1, comma-separated, with -fleet-scale: "+*sizes)
 		}
 		plan.Scale.Replicas = n
 	}
 	if *parts != 0 {
 		if *parts < 2 || !*fleetScale {
-			fmt.Fprintln(os.Stderr, "report: -parts takes 2 or more, with -fleet-scale:", *parts)
-			os.Exit(2)
+			fail(2, fmt.Sprintf("-parts takes 2 or more, with -fleet-scale: %d", *parts))
 		}
 		plan.Scale.Parts, *out = *parts, ""
 	}
@@ -67,9 +67,13 @@ func main() {
 		*out = ""
 	}
 	if err := run(plan, only, *out); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
+		fail(1, err.Error())
 	}
+}
+
+func fail(code int, msg string) {
+	fmt.Fprintln(os.Stderr, "report:", msg)
+	os.Exit(code)
 }
 
 func run(plan suite.Plan, only, out string) error {
@@ -77,51 +81,46 @@ func run(plan suite.Plan, only, out string) error {
 	if err != nil {
 		return err
 	}
-	var md, burst, good bytes.Buffer
-	err = suite.Markdown(&md, res, only)
-	if err == nil && only == "" {
-		err = suite.DrawBurst(&burst, res)
-	}
-	if err == nil && (only == "" || only == "goodput") {
-		err = suite.DrawGoodput(&good, res)
-	}
 	for _, e := range res.Errors {
 		fmt.Fprintln(os.Stderr, "failed:", e)
 	}
-	if err != nil || out == "" {
-		if err == nil {
-			_, err = os.Stdout.Write(md.Bytes())
-			fmt.Fprintf(os.Stderr, "charts: %d and %d bytes of SVG, not written\n", burst.Len(), good.Len())
+	blocks := suite.Blocks(res, only)
+	charts := map[string]*bytes.Buffer{}
+	if only == "" {
+		charts[suite.BurstChart], charts[suite.GoodputChart] = new(bytes.Buffer), new(bytes.Buffer)
+		if err := suite.DrawBurst(charts[suite.BurstChart], res); err != nil {
+			return err
 		}
-		return err
+		if err := suite.DrawGoodput(charts[suite.GoodputChart], res); err != nil {
+			return err
+		}
+	}
+	if out == "" {
+		for _, b := range blocks {
+			fmt.Printf("%s\n", b.Text)
+		}
+		for path, b := range charts {
+			fmt.Fprintf(os.Stderr, "%s: %d bytes of SVG, not written\n", path, b.Len())
+		}
+		return nil
 	}
 	path := filepath.Join(out, "BENCHMARKS.md")
-	old, _ := os.ReadFile(path)
-	if only == "fleet-scale" {
-		// Section 15 alone: its tables go into BENCHMARKS.md, the rest stays.
-		b, err := spliceSection(old, md.Bytes(), scaleSection)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "wrote section 15 of %s\n", path)
-		return os.WriteFile(path, b, 0o644)
+	md, err := os.ReadFile(path)
+	if err == nil {
+		md, err = suite.Fill(md, blocks)
 	}
-	if res.FleetScale.Sizes == nil && bytes.Contains(section(old, scaleSection), []byte("| N | phase |")) {
-		// make bench does not run section 15: keep the tables of the last
-		// make bench-fleet-scale -out.
-		b, err := spliceSection(md.Bytes(), old, scaleSection)
-		if err != nil {
-			return err
-		}
-		md.Reset()
-		md.Write(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	for path, b := range map[string][]byte{suite.BurstChart: burst.Bytes(), suite.GoodputChart: good.Bytes(), "BENCHMARKS.md": md.Bytes()} {
-		if err := os.WriteFile(filepath.Join(out, path), b, 0o644); err != nil {
+	for name, b := range charts {
+		if err := os.WriteFile(filepath.Join(out, name), b.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "wrote BENCHMARKS.md, %s and %s in %v\n", suite.BurstChart, suite.GoodputChart, res.Took.Round(1e9))
+	if err := os.WriteFile(path, md, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "wrote %d blocks of %s and %d charts in %v\n", len(blocks), path, len(charts), res.Took.Round(1e9))
 	return nil
 }
 
@@ -136,34 +135,4 @@ func parseSizes(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// scaleSection is the heading that starts section 15.
-const scaleSection = "## 15. "
-
-// section is the part of md from the line that starts with heading to the
-// next "## " heading (excluded), or nil.
-func section(md []byte, heading string) []byte {
-	var rest []byte
-	if bytes.HasPrefix(md, []byte(heading)) {
-		rest = md
-	} else if i := bytes.Index(md, []byte("\n"+heading)); i >= 0 {
-		rest = md[i+1:]
-	} else {
-		return nil
-	}
-	if j := bytes.Index(rest[1:], []byte("\n## ")); j >= 0 {
-		return rest[:j+2]
-	}
-	return rest
-}
-
-// spliceSection returns into with its section under heading replaced by
-// from's.
-func spliceSection(into, from []byte, heading string) ([]byte, error) {
-	old, src := section(into, heading), section(from, heading)
-	if old == nil || src == nil {
-		return nil, fmt.Errorf("no section %q to replace", heading)
-	}
-	return bytes.Replace(into, old, src, 1), nil
 }

@@ -1,7 +1,7 @@
 package suite
 
 import (
-	_ "embed"
+	"bytes"
 	"fmt"
 	"image/color"
 	"io"
@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/template"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -17,8 +16,6 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-
-	"github.com/ginqueue/ginqueue/redisqueue"
 )
 
 // Where the charts go, relative to the repository root and BENCHMARKS.md.
@@ -26,12 +23,6 @@ const (
 	BurstChart   = "docs/bench-burst.svg"
 	GoodputChart = "docs/bench-goodput.svg"
 )
-
-// BenchstatVersion is the benchstat the report suggests.
-const BenchstatVersion = "v0.0.0-20260908200009-22c9c6c9d4da"
-
-//go:embed report.md.tmpl
-var reportTemplate string
 
 // format prints x as f says.
 func format(f Format, x float64) string {
@@ -174,45 +165,153 @@ func summary(r *Results) Table {
 	return t
 }
 
-// Markdown renders r as BENCHMARKS.md or, with only, that section alone.
-func Markdown(w io.Writer, r *Results, only string) error {
-	tmpl, err := template.New("report").Option("missingkey=error").Funcs(template.FuncMap{
-		"digits": digits, "pct": func(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) },
-		"dur":   func(d time.Duration) string { return format(FormatDuration, float64(d)) },
-		"maxOf": slices.Max[[]int], "ratio": func(a, b time.Duration) float64 { return float64(a) / float64(b) },
-		"fig": func(metric, col string) string {
-			if x, ok := r.value(metric, col); ok {
-				return format(r.Row(metric).Format, x)
-			}
-			return "–"
-		},
-	}).Parse(reportTemplate)
-	if err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	var ts, fleet []target
+// Block is one generated part of BENCHMARKS.md: the Markdown between the
+// lines <!-- bench:Name --> and <!-- /bench:Name -->.
+type Block struct{ Name, Text string }
+
+// Blocks renders what r measured: every section of a full run, or the one
+// named only.
+func Blocks(r *Results, only string) []Block {
+	var area, fleet []target
 	for _, t := range targets(r) {
-		if only == "" || t.Area == only {
-			ts = append(ts, t)
+		if t.Area == only {
+			area = append(area, t)
 		}
 		if t.Area == "fleet" {
 			fleet = append(fleet, t)
 		}
 	}
+	switch only {
+	case "":
+	case "fleet-scale":
+		return []Block{{"scale", scaleBlock(r)}}
+	case "fleet":
+		return []Block{{"fleet", fleetBlock(r, fleet)}}
+	default:
+		b := map[string]Block{"goodput": {"goodput", markdown(r.Goodput, none)}, "weighted": {"weighted", weightedBlock(r)}}[only]
+		return []Block{{"targets", targetTable(area)}, b}
+	}
 	peer := func(row Row) float64 { _, x := bestPeer(row); return x }
 	plain := func(row Row) float64 { return map[bool]float64{true: row.Values[Plain]}[row.Format != FormatCount] }
-	none := func(Row) float64 { return 0 }
-	if err := tmpl.ExecuteTemplate(w, map[bool]string{true: only + "-alone", false: "report"}[only != ""], map[string]any{
-		"R": r, "Targets": ts, "Summary": markdown(summary(r), peer), "Main": markdown(r.Main, peer),
-		"Features": markdown(r.Features, plain), "Redis": markdown(r.Redis, none), "Goodput": markdown(r.Goodput, none),
-		"Weighted": markdown(r.Weighted, none), "Fleet": byColumn(r.Fleet, "way"), "FleetTargets": fleet,
-		"ScaleConverged": scaleConverged, "ScaleTable": scaleTable(r), "ScaleStartTable": scaleStartTable(r), "ScaleTargets": scaleTargets(r),
-		"SharePeriod": redisqueue.DefaultSharePeriod, "BurstChart": BurstChart, "GoodputChart": GoodputChart,
-		"Benchstat": BenchstatVersion, "DefaultRedisAddr": DefaultRedisAddr, "ScrapeInterval": ScrapeInterval,
-	}); err != nil {
-		return fmt.Errorf("render: %w", err)
+	bs := []Block{
+		{"run", runTable(r)}, {"summary", markdown(summary(r), peer)}, {"targets", targetTable(targets(r))},
+		{"results", markdown(r.Main, peer) + notes(r.Main) + failures(r)}, {"features", markdown(r.Features, plain)},
+		{"redis", redisBlock(r)}, {"goodput", markdown(r.Goodput, none)}, {"weighted", weightedBlock(r)},
+		{"fleet", fleetBlock(r, fleet)}, {"burst", burstTable(r)},
 	}
-	return nil
+	if r.FleetScale.Sizes != nil || r.FleetScale.Why != "" { // a smoke run measures section 15 too
+		bs = append(bs, Block{"scale", scaleBlock(r)})
+	}
+	return bs
+}
+
+func none(Row) float64 { return 0 }
+
+// Fill puts each block into md between its markers; every block must have
+// them.
+func Fill(md []byte, blocks []Block) ([]byte, error) {
+	for _, b := range blocks {
+		begin, end := []byte("<!-- bench:"+b.Name+" -->\n"), []byte("<!-- /bench:"+b.Name+" -->")
+		i, j := bytes.Index(md, begin), bytes.Index(md, end)
+		if i < 0 || j < i {
+			return nil, fmt.Errorf("no lines %q and %q to write between", begin[:len(begin)-1], end)
+		}
+		md = slices.Concat(md[:i+len(begin)], []byte(b.Text), md[j:])
+	}
+	return md, nil
+}
+
+// runTable says when, where and how long the run was.
+func runTable(r *Results) string {
+	rows := [][]string{{"date", r.Date.Format("2006-01-02 15:04 MST")}, {"CPU", r.CPU},
+		{"cores", fmt.Sprintf("%d (GOMAXPROCS %d)", r.Cores, r.GOMAXPROCS)}, {"Go", r.GoVersion}}
+	if r.LoadBefore != "" {
+		rows = append(rows, []string{"load average", r.LoadBefore + " at the start, " + r.LoadAfter + " at the end (other work on a shared machine adds noise)"})
+	}
+	rows = append(rows, []string{"run", fmt.Sprintf("%v, %d rounds (%d for the interval-polled queue), Go benchmarks at -benchtime %s",
+		r.Took.Round(time.Second), r.Rounds, r.SlowRounds, r.BenchTime)})
+	return mdTable([]string{"", ""}, rows)
+}
+
+// notes lists the notes of t's rows.
+func notes(t Table) (s string) {
+	for _, row := range t.Rows {
+		if row.Note != "" {
+			s += "\n- " + row.Metric + ": " + row.Note + ".\n"
+		}
+	}
+	return s
+}
+
+// failures lists the measurements that failed, if any did.
+func failures(r *Results) string {
+	if len(r.Errors) == 0 {
+		return ""
+	}
+	return "\nMeasurements that failed in this run:\n\n- " + strings.Join(r.Errors, "\n- ") + "\n"
+}
+
+// targetTable renders targets as a table.
+func targetTable(ts []target) string {
+	rows := make([][]string, len(ts))
+	for i, t := range ts {
+		rows[i] = []string{t.Area, t.Name, t.Figure, t.Met}
+	}
+	return mdTable([]string{"area", "target", "figure", "met"}, rows)
+}
+
+// redisBlock is section 11's table, or why it was not measured.
+func redisBlock(r *Results) string {
+	switch {
+	case r.RedisWhy != "":
+		return r.RedisWhy + "\n"
+	case len(r.Redis.Rows) == 0:
+		return "Not measured in this run.\n"
+	}
+	return "Redis " + r.RedisVersion + ".\n\n" + markdown(r.Redis, none)
+}
+
+func weightedBlock(r *Results) string {
+	if len(r.Weighted.Rows) == 0 {
+		return "Not measured in this run.\n"
+	}
+	return markdown(r.Weighted, none) + notes(r.Weighted)
+}
+
+// fleetBlock is section 14's table and targets, and why a way is missing.
+func fleetBlock(r *Results, ts []target) string {
+	if len(r.Fleet.Rows) == 0 {
+		return "Not measured in this run.\n"
+	}
+	s := byColumn(r.Fleet, "way") + "\n" + targetTable(ts)
+	if r.FleetWhy != "" {
+		s += "\n" + r.FleetWhy + "\n"
+	}
+	return s
+}
+
+// scaleBlock is section 15's tables and targets, or why it was not run.
+func scaleBlock(r *Results) string {
+	if r.FleetScale.Why != "" {
+		return r.FleetScale.Why + "\n"
+	}
+	s := fmt.Sprintf("Measured %s on %s, %d cores (GOMAXPROCS %d), %s, Redis %s", r.Date.Format("2006-01-02 15:04 MST"),
+		r.CPU, r.Cores, r.GOMAXPROCS, r.GoVersion, r.FleetScale.RedisVersion)
+	if r.LoadBefore != "" {
+		s += ", load average " + r.LoadBefore + " at the start and " + r.LoadAfter + " at the end"
+	}
+	return s + fmt.Sprintf("; the run took %v.\n\n", r.Took.Round(time.Second)) +
+		scaleStartTable(r) + "\n" + scaleTable(r) + "\n" + targetTable(scaleTargets(r))
+}
+
+// burstTable is how each variant answered the burst.
+func burstTable(r *Results) string {
+	var rows [][]string
+	for _, t := range r.Timelines {
+		rows = append(rows, []string{t.Variant, strconv.Itoa(t.Count(OutcomeServed)), strconv.Itoa(t.Count(OutcomeFull)),
+			strconv.Itoa(t.Count(OutcomeTimeout)), format(FormatDuration, float64(t.Last()))})
+	}
+	return mdTable([]string{"variant", "served", "refused at once", "timed out", "last response"}, rows)
 }
 
 // target is one figure ginqueue is held to, checked against a run.

@@ -24,16 +24,19 @@ func TestRun(t *testing.T) {
 	if err != nil || len(r.Errors) > 0 {
 		t.Fatalf("%v %q", err, r.Errors)
 	}
-	var md, chart bytes.Buffer
-	if err := Markdown(&md, r, ""); err != nil {
-		t.Fatal(err)
+	text := func(bs []Block) string {
+		var s string
+		for _, b := range bs {
+			s += "<!-- " + b.Name + " -->\n" + b.Text
+		}
+		return s
 	}
-	for _, s := range []string{"## Summary\n", "| overhead per request, the route alone (1a) | lower |", "| 7. growth, deepest / shallowest (ratio) |",
+	md := text(Blocks(r, ""))
+	for _, s := range []string{"<!-- run -->\n|  |  |\n|---|---|\n| date | ", "| overhead per request, the route alone (1a) | lower |", "| 7. growth, deepest / shallowest (ratio) |",
 		"| 10d. growth over flows, deepest / shallowest (ratio) |", "| 12. 5× C: goodput (share of C) |", "| 13. most slots running at once (slots, of 8) | lower | – | – |",
-		"| interval-polled, as written | 3 | 5 | 7 |", "## 14. Fleet: one limit for 4 replicas, three ways\n",
-		"| way | 14a. admitted, even load (req/s, 4 × 64 clients, 2ms handlers) |", "\n| static split | ", "| fleet | static split: peak running across the fleet ≤ 64 |",
-		"## 15. Fleet at scale: one Name, up to 4 replicas in Shares mode\n"} {
-		if !strings.Contains(md.String(), s) {
+		"| interval-polled, as written | 3 | 5 | 7 |", "<!-- fleet -->\n| way | 14a. admitted, even load (req/s, 4 × 64 clients, 2ms handlers) |",
+		"\n| static split | ", "| fleet | static split: peak running across the fleet ≤ 64 |", "<!-- scale -->\nMeasured ", "| N | phase |"} {
+		if !strings.Contains(md, s) {
 			t.Errorf("report lacks %q", s)
 		}
 	}
@@ -47,23 +50,36 @@ func TestRun(t *testing.T) {
 			t.Errorf("target %q not measured", tg.Name)
 		}
 	}
+	var chart bytes.Buffer
 	if err := DrawBurst(&chart, r); err != nil || !strings.Contains(chart.String(), "<svg") {
 		t.Errorf("burst chart: %v", err)
 	}
 	if err := DrawGoodput(&chart, r); err != nil {
 		t.Errorf("goodput chart: %v", err)
 	}
-	md.Reset()
-	if err := Markdown(&md, r, "weighted"); err != nil || !strings.HasPrefix(md.String(), "| area | target | figure | met |\n|---|---|---|---|\n| weighted |") {
-		t.Errorf("section 13 alone: %v\n%s", err, md.String())
+	for only, want := range map[string]string{
+		"weighted":    "<!-- targets -->\n| area | target | figure | met |\n|---|---|---|---|\n| weighted |",
+		"fleet-scale": "<!-- scale -->\nMeasured ",
+		"fleet":       "<!-- fleet -->\n| way |",
+	} {
+		if got := text(Blocks(r, only)); !strings.HasPrefix(got, want) || only == "fleet" && !strings.Contains(got, "\n| fleet | Shares: admitted on an even load ≥ 0.8× the static split's |") {
+			t.Errorf("section %s alone:\n%s", only, got)
+		}
 	}
-	md.Reset()
-	if err := Markdown(&md, r, "fleet-scale"); err != nil || !strings.HasPrefix(md.String(), "## 15. Fleet at scale") {
-		t.Errorf("section 15 alone: %v\n%s", err, md.String())
+}
+
+// TestFill: a run's blocks replace the text between their lines and the
+// rest of the file stays; a block without its lines is an error.
+func TestFill(t *testing.T) {
+	file := "# B\n<!-- bench:a -->\nold a\n<!-- /bench:a -->\ntext\n<!-- bench:b -->\nold b\n<!-- /bench:b -->\nend\n"
+	got, err := Fill([]byte(file), []Block{{"b", "new b\n"}, {"a", ""}})
+	if want := "# B\n<!-- bench:a -->\n<!-- /bench:a -->\ntext\n<!-- bench:b -->\nnew b\n<!-- /bench:b -->\nend\n"; err != nil || string(got) != want {
+		t.Fatalf("filled: %v\n%q\nwant\n%q", err, got, want)
 	}
-	md.Reset()
-	if err := Markdown(&md, r, "fleet"); err != nil || !strings.HasPrefix(md.String(), "## 14. Fleet") || !strings.Contains(md.String(), "\n| fleet | Shares: admitted on an even load ≥ 0.8× the static split's |") {
-		t.Errorf("section 14 alone: %v\n%s", err, md.String())
+	for _, bad := range []string{"# no blocks\n", "<!-- /bench:a -->\n<!-- bench:a -->\n", "<!-- bench:a -->\n"} {
+		if _, err := Fill([]byte(bad), []Block{{"a", "x"}}); err == nil || !strings.Contains(err.Error(), "bench:a") {
+			t.Errorf("%q: %v, want an error naming the block", bad, err)
+		}
 	}
 }
 
