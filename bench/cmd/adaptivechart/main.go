@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"image/color"
-	"io"
 	"math"
 	"os"
 	"slices"
@@ -24,6 +23,9 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
 )
+
+// header is the first line of the CSV the root test writes.
+const header = "algorithm,start,sample,time_s,limit,latency_s,k"
 
 // window is the simulated seconds per point of the latency and throughput.
 const window = 2.0
@@ -38,6 +40,7 @@ func main() {
 	}
 }
 
+// run draws the runs in the CSV file in as the SVG file out.
 func run(in, out string) error {
 	if in == "" || out == "" {
 		return errors.New("both -csv and -out are required")
@@ -46,12 +49,12 @@ func run(in, out string) error {
 	if err != nil {
 		return err
 	}
-	runs, err := readRuns(bytes.NewReader(b))
+	runs, err := readRuns(string(b))
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
 	var svg bytes.Buffer
-	if err := chart(&svg, runs); err != nil {
+	if _, err := chart(runs).WriteTo(&svg); err != nil {
 		return err
 	}
 	return os.WriteFile(out, svg.Bytes(), 0o644)
@@ -61,8 +64,8 @@ func run(in, out string) error {
 // limit then, its handler time (seconds) and the simulated capacity then.
 type sample struct{ t, limit, latency, k float64 }
 
-// simRun is the samples of one algorithm (gradient 0, aimd 1, other -1)
-// from one starting limit.
+// simRun is the samples of one algorithm (gradient 0, aimd 1) from one
+// starting limit.
 type simRun struct {
 	title      string
 	alg, start int
@@ -71,48 +74,38 @@ type simRun struct {
 
 // readRuns parses the CSV into the runs of gradient, then of aimd, the
 // higher start first.
-func readRuns(rd io.Reader) ([]simRun, error) {
-	recs, err := csv.NewReader(rd).ReadAll()
-	if err == nil && len(recs) == 0 {
-		err = errors.New("no header")
-	}
-	if err != nil {
+func readRuns(data string) ([]*simRun, error) {
+	recs, err := csv.NewReader(strings.NewReader(data)).ReadAll()
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	names := []string{"algorithm", "start", "time_s", "limit", "latency_s", "k"}
-	col := make([]int, len(names))
-	for i, name := range names {
-		if col[i] = slices.Index(recs[0], name); col[i] < 0 {
-			return nil, fmt.Errorf("no column %q in the header %q", name, strings.Join(recs[0], ","))
-		}
+	case len(recs) == 0 || strings.Join(recs[0], ",") != header:
+		return nil, fmt.Errorf("the header is not %q", header)
+	case len(recs) == 1:
+		return nil, errors.New("no samples")
 	}
 	index := map[string]*simRun{}
-	var runs []simRun
+	var runs []*simRun
 	for n, rec := range recs[1:] {
-		var x [5]float64 // start, time_s, limit, latency_s, k
+		var x [6]float64 // start, sample, time_s, limit, latency_s, k
 		for i := range x {
-			if x[i], err = strconv.ParseFloat(rec[col[i+1]], 64); err != nil {
-				return nil, fmt.Errorf("line %d, column %s: %w", n+2, names[i+1], err)
+			x[i], err = strconv.ParseFloat(rec[i+1], 64)
+			if err != nil || math.IsNaN(x[i]) || math.IsInf(x[i], 0) {
+				return nil, fmt.Errorf("line %d, column %s: %q is not a finite number", n+2, recs[0][i+1], rec[i+1])
 			}
 		}
-		key := rec[col[0]] + " from " + rec[col[1]]
-		if index[key] == nil {
-			index[key] = &simRun{title: key, alg: slices.Index([]string{"gradient", "aimd"}, rec[col[0]]), start: int(x[0])}
+		title := rec[0] + " from " + rec[1]
+		r := index[title]
+		if r == nil {
+			r = &simRun{title: title, alg: slices.Index([]string{"gradient", "aimd"}, rec[0]), start: int(x[0])}
+			if r.alg < 0 {
+				return nil, fmt.Errorf("line %d: algorithm %q is neither gradient nor aimd", n+2, rec[0])
+			}
+			index[title], runs = r, append(runs, r)
 		}
-		index[key].samples = append(index[key].samples, sample{x[1], x[2], x[3], x[4]})
+		r.samples = append(r.samples, sample{x[2], x[3], x[4], x[5]})
 	}
-	for _, r := range index {
-		if r.alg >= 0 {
-			runs = append(runs, *r)
-		}
-	}
-	slices.SortFunc(runs, func(a, b simRun) int { return cmp.Or(a.alg-b.alg, b.start-a.start) })
-	switch {
-	case len(index) == 0:
-		return nil, errors.New("no samples")
-	case len(runs) == 0:
-		return nil, errors.New("no run of gradient or aimd")
-	}
+	slices.SortFunc(runs, func(a, b *simRun) int { return cmp.Or(a.alg-b.alg, b.start-a.start) })
 	return runs, nil
 }
 
@@ -121,8 +114,7 @@ func readRuns(rd io.Reader) ([]simRun, error) {
 func windowed(s []sample) (latency, throughput plotter.XYs) {
 	end := s[len(s)-1].t
 	for lo := 0.0; lo < end; lo += window {
-		var n int
-		var sum float64
+		n, sum := 0, 0.0
 		for _, x := range s {
 			if x.t >= lo && x.t < lo+window {
 				n, sum = n+1, sum+x.latency
@@ -156,143 +148,132 @@ func steps(s []sample, value func(sample) float64, minRun int) plotter.XYs {
 // phases is the levels of a step line: "20 → 10 → 20".
 func phases(xy plotter.XYs) string {
 	var out []string
-	for i, p := range xy {
-		if i == 0 || p.Y != xy[i-1].Y {
-			out = append(out, strconv.FormatFloat(p.Y, 'f', -1, 64))
-		}
+	for _, p := range xy {
+		out = append(out, strconv.FormatFloat(p.Y, 'f', -1, 64))
 	}
-	return strings.Join(out, " → ")
+	return strings.Join(slices.Compact(out), " → ")
 }
 
-// series is one line of a panel.
+// series is one labelled line of a panel.
 type series struct {
-	label  string
-	xy     plotter.XYs
-	color  uint32 // 0xRRGGBB
-	dashed bool
+	label string
+	*plotter.Line
 }
 
-// chart draws the runs side by side, three panels each: limit and K,
-// latency, throughput. The panels of a row share their ranges.
-func chart(w io.Writer, runs []simRun) error {
+// line is xy drawn 1.2 points wide in the colour 0xRRGGBB, maybe dashed.
+func line(xy plotter.XYs, rgb uint32, dashed bool) *plotter.Line {
+	c := color.RGBA{R: uint8(rgb >> 16), G: uint8(rgb >> 8), B: uint8(rgb), A: 0xff}
+	l := &plotter.Line{XYs: xy, LineStyle: draw.LineStyle{Color: c, Width: vg.Points(1.2)}}
+	if dashed {
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	}
+	return l
+}
+
+// panels is the lines of a run's three panels, top to bottom: the limit
+// and K, the latency, the throughput.
+func panels(s []sample) [3][]series {
+	// The service time s is the fastest handler time.
+	sMin := slices.MinFunc(s, func(a, b sample) int { return cmp.Compare(a.latency, b.latency) }).latency
+	lat, tput := windowed(s)
+	k := steps(s, func(x sample) float64 { return x.k }, max(1, len(s)/100))
+	ideal := make(plotter.XYs, len(k))
+	for i, p := range k {
+		ideal[i] = plotter.XY{X: p.X, Y: p.Y / sMin}
+	}
+	bound := plotter.XYs{{X: 0, Y: 2e3 * sMin}, {X: s[len(s)-1].t, Y: 2e3 * sMin}}
+	return [3][]series{
+		{{"limit", line(steps(s, func(x sample) float64 { return x.limit }, 1), 0x1f77b4, false)},
+			{"capacity K", line(k, 0x2ca02c, true)}},
+		{{fmt.Sprintf("mean over %gs", window), line(lat, 0xd62728, false)},
+			{"2 × s, the p99 bound", line(bound, 0x555555, true)}},
+		{{fmt.Sprintf("served per s, over %gs", window), line(tput, 0x9467bd, false)},
+			{"K / s, the capacity", line(ideal, 0x555555, true)}},
+	}
+}
+
+// chart draws the runs side by side, three panels each, and the title.
+func chart(runs []*simRun) *vgsvg.Canvas {
 	grid := make([][]*plot.Plot, 3)
-	legends := make([]plot.Legend, 3) // of the first column, drawn inside its data area
-	var title string
+	cols := make([][3][]series, len(runs))
 	for c, r := range runs {
-		s := r.samples
-		// The service time s is the fastest handler time.
-		sMin := math.Inf(1)
-		for _, x := range s {
-			sMin = min(sMin, x.latency)
-		}
-		lat, tput := windowed(s)
-		k := steps(s, func(x sample) float64 { return x.k }, max(1, len(s)/100))
-		ideal := make(plotter.XYs, len(k))
-		for i, p := range k {
-			ideal[i] = plotter.XY{X: p.X, Y: p.Y / sMin}
-		}
-		bound := plotter.XYs{{X: 0, Y: 2e3 * sMin}, {X: s[len(s)-1].t, Y: 2e3 * sMin}}
-		if c == 0 {
-			title = "Adaptive limit under steady overload: capacity K " + phases(k) + ", handler time s while at most K requests run"
-		}
-		for i, pn := range []struct {
-			ylabel string
-			ss     []series
-		}{
-			{"slots (log scale)", []series{
-				{"limit", steps(s, func(x sample) float64 { return x.limit }, 1), 0x1f77b4, false},
-				{"capacity K", k, 0x2ca02c, true}}},
-			{"handler latency (ms, log scale)", []series{
-				{fmt.Sprintf("mean over %gs", window), lat, 0xd62728, false},
-				{"2 × s, the p99 bound", bound, 0x555555, true}}},
-			{"throughput (requests/s)", []series{
-				{fmt.Sprintf("served per s, over %gs", window), tput, 0x9467bd, false},
-				{"K / s, the capacity", ideal, 0x555555, true}}},
-		} {
+		cols[c] = panels(r.samples)
+		for i, ss := range cols[c] {
 			p := plot.New()
-			if i == 0 {
-				p.Title.Text = r.title
-			}
-			p.X.Label.Text, p.Y.Label.Text = "simulated time (s)", pn.ylabel
 			p.Add(plotter.NewGrid())
-			if c == 0 {
-				legends[i] = plot.NewLegend()
-				legends[i].Top, legends[i].TextStyle.Font.Size = true, vg.Points(8)
-				legends[i].XOffs, legends[i].YOffs = -vg.Points(4), -vg.Points(4)
-			}
-			for _, s := range pn.ss {
-				l, err := plotter.NewLine(s.xy)
-				if err != nil {
-					return fmt.Errorf("%s, %s: %w", r.title, s.label, err)
-				}
-				l.Color, l.Width = color.RGBA{R: uint8(s.color >> 16), G: uint8(s.color >> 8), B: uint8(s.color), A: 0xff}, vg.Points(1.2)
-				if s.dashed {
-					l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-				}
-				p.Add(l)
-				if c == 0 {
-					legends[i].Add(s.label, l)
-				}
+			for _, s := range ss {
+				p.Add(s.Line)
 			}
 			grid[i] = append(grid[i], p)
 		}
+		grid[0][c].Title.Text = r.title
 	}
-	for row, ps := range grid {
-		lo, hi, xMax := math.Inf(1), math.Inf(-1), 0.0
-		for _, p := range ps {
-			lo, hi, xMax = min(lo, p.Y.Min), max(hi, p.Y.Max), max(xMax, p.X.Max)
+	for i, ps := range grid {
+		setAxes(i, ps)
+	}
+	k := cols[0][0][1].XYs // the K line of the first run
+	title := "Adaptive limit under steady overload: capacity K " + phases(k) + ", handler time s while at most K requests run"
+	return drawGrid(grid, cols[0], title)
+}
+
+// setAxes labels the axes of a row of panels and gives them the same
+// ranges, with room for the legend above the lines.
+func setAxes(row int, ps []*plot.Plot) {
+	lo, hi, xMax := math.Inf(1), math.Inf(-1), 0.0
+	for _, p := range ps {
+		lo, hi, xMax = min(lo, p.Y.Min), max(hi, p.Y.Max), max(xMax, p.X.Max)
+	}
+	for _, p := range ps {
+		p.X.Label.Text, p.X.Min, p.X.Max = "simulated time (s)", 0, xMax
+		switch row {
+		case 0:
+			p.Y.Label.Text, p.Y.Min, p.Y.Max = "slots (log scale)", 0.8, hi*2.5
+		case 1:
+			p.Y.Label.Text, p.Y.Min, p.Y.Max = "handler latency (ms, log scale)", lo*0.8, hi*3
+		case 2:
+			p.Y.Label.Text, p.Y.Min, p.Y.Max = "throughput (requests/s)", 0, hi*1.35
 		}
-		for _, p := range ps { // room for the legend above the lines
-			p.X.Min, p.X.Max = 0, xMax
-			switch row {
-			case 0:
-				p.Y.Scale, p.Y.Min, p.Y.Max, p.Y.Tick.Marker = plot.LogScale{}, 0.8, hi*2.5, ticks(true)
-			case 1:
-				p.Y.Scale, p.Y.Min, p.Y.Max, p.Y.Tick.Marker = plot.LogScale{}, lo*0.8, hi*3, ticks(true)
-			case 2:
-				p.Y.Min, p.Y.Max, p.Y.Tick.Marker = 0, hi*1.35, ticks(false)
-			}
+		if row < 2 {
+			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.TickerFunc(logTicks)
 		}
 	}
-	width, height, titleH := vg.Length(len(runs))*3.6*vg.Inch+0.4*vg.Inch, 8.5*vg.Inch, 0.45*vg.Inch
+}
+
+// drawGrid draws the title above the grid, and in each row's first panel
+// the legend of the lines of first.
+func drawGrid(grid [][]*plot.Plot, first [3][]series, title string) *vgsvg.Canvas {
+	width, height, titleH := vg.Length(len(grid[0]))*3.6*vg.Inch+0.4*vg.Inch, 8.5*vg.Inch, 0.45*vg.Inch
 	cv := vgsvg.New(width, height)
 	dc := draw.New(cv)
 	sty := plot.New().Title.TextStyle
 	sty.Font.Size, sty.XAlign, sty.YAlign = vg.Points(13), draw.XCenter, draw.YCenter
 	dc.FillText(sty, vg.Point{X: width / 2, Y: height - titleH/2}, title)
-	tiles := draw.Tiles{Rows: 3, Cols: len(runs), PadX: vg.Points(10), PadY: vg.Points(10),
+	tiles := draw.Tiles{Rows: 3, Cols: len(grid[0]), PadX: vg.Points(10), PadY: vg.Points(10),
 		PadTop: vg.Points(4), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(10)}
 	canvases := plot.Align(grid, tiles, draw.Crop(dc, 0, 0, 0, -titleH))
 	for r := range grid {
 		for c := range grid[r] {
 			grid[r][c].Draw(canvases[r][c])
 		}
-		legends[r].Draw(grid[r][0].DataCanvas(canvases[r][0]))
+		legend := plot.NewLegend()
+		legend.Top, legend.TextStyle.Font.Size = true, vg.Points(8)
+		legend.XOffs, legend.YOffs = -vg.Points(4), -vg.Points(4)
+		for _, s := range first[r] {
+			legend.Add(s.label, s.Line)
+		}
+		legend.Draw(grid[r][0].DataCanvas(canvases[r][0]))
 	}
-	_, err := cv.WriteTo(w)
-	return err
+	return cv
 }
 
-// ticks labels 1, 2, 5, 10, 20, 50… on a log scale, and otherwise gonum's
-// default ticks without trailing zeros.
-func ticks(log bool) plot.TickerFunc {
-	return func(lo, hi float64) []plot.Tick {
-		ts := plot.DefaultTicks{}.Ticks(lo, hi)
-		if log {
-			ts = nil
-			for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
-				for _, m := range []float64{d, 2 * d, 5 * d} {
-					if m >= lo && m <= hi {
-						ts = append(ts, plot.Tick{Value: m, Label: "labelled below"})
-					}
-				}
+// logTicks labels 1, 2, 5, 10, 20, 50… on a log scale.
+func logTicks(lo, hi float64) (ts []plot.Tick) {
+	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
+		for _, m := range []float64{d, 2 * d, 5 * d} {
+			if m >= lo && m <= hi {
+				ts = append(ts, plot.Tick{Value: m, Label: strconv.FormatFloat(m, 'f', -1, 64)})
 			}
 		}
-		for i := range ts {
-			if ts[i].Label != "" {
-				ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
-			}
-		}
-		return ts
 	}
+	return ts
 }

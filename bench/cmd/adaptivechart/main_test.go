@@ -12,28 +12,30 @@ import (
 // TestRun draws three synthetic runs, K halving half-way with one straggler
 // that still carries the old K, and checks what the chart is drawn from.
 func TestRun(t *testing.T) {
-	var b strings.Builder
-	b.WriteString("algorithm,start,sample,time_s,limit,latency_s,k\n")
+	csv := header + "\n"
 	for _, run := range []string{"gradient,1", "aimd,1", "gradient,200"} {
 		for i := range 200 {
 			k, limit, lat := 20, 1+i/5, 0.1
 			if i >= 100 {
 				k, limit, lat = 10, 12, 0.12
 			}
-			fmt.Fprintf(&b, "%s,%d,%.4f,%d,%.4f,%d\n", run, i, 0.1*float64(i), limit, lat, map[bool]int{true: 20, false: k}[i == 101])
+			if i == 101 {
+				k = 20 // a straggler with the old K
+			}
+			csv += fmt.Sprintf("%s,%d,%.4f,%d,%.4f,%d\n", run, i, 0.1*float64(i), limit, lat, k)
 		}
 	}
-	in, svg := filepath.Join(t.TempDir(), "x.csv"), filepath.Join(t.TempDir(), "adaptive.svg")
-	if err := os.WriteFile(in, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	runs, err := readRuns(strings.NewReader(b.String()))
+	runs, err := readRuns(csv)
 	if err != nil || len(runs) != 3 || runs[0].title != "gradient from 200" || runs[2].title != "aimd from 1" {
 		t.Fatalf("runs %v, %v", runs, err)
 	}
 	lat, tput := windowed(runs[0].samples)
 	if len(lat) != 10 || math.Abs(lat[0].Y-100) > 1e-9 || tput[0].Y != 10 {
 		t.Errorf("windows: %v, %v", lat, tput)
+	}
+	in, svg := filepath.Join(t.TempDir(), "x.csv"), filepath.Join(t.TempDir(), "adaptive.svg")
+	if err := os.WriteFile(in, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if err := run(in, svg); err != nil {
 		t.Fatal(err)
@@ -45,12 +47,15 @@ func TestRun(t *testing.T) {
 		}
 	}
 	for csv, want := range map[string]string{
-		"": "no header", "algorithm,start,time_s,limit,k\n": `no column "latency_s"`,
-		"algorithm,start,time_s,limit,latency_s,k\n":                        "no samples",
-		"algorithm,start,time_s,limit,latency_s,k\ngradient,1,x,1,0.1,20\n": "line 2, column time_s",
-		"algorithm,start,time_s,limit,latency_s,k\nvegas,1,1,1,0.1,20\n":    "no run of gradient or aimd",
+		"":                                     "the header is not",
+		"algorithm,start,time_s,limit,k\n":     "the header is not",
+		header + "\n":                          "no samples",
+		header + "\ngradient,1,0,1\n":          "wrong number of fields",
+		header + "\ngradient,1,0,x,1,0.1,20\n": "line 2, column time_s",
+		header + "\ngradient,1,0,1,1,NaN,20\n": "line 2, column latency_s",
+		header + "\nvegas,1,0,1,1,0.1,20\n":    `algorithm "vegas"`,
 	} {
-		if _, err := readRuns(strings.NewReader(csv)); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := readRuns(csv); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("readRuns(%q) = %v, want an error with %q", csv, err, want)
 		}
 	}
