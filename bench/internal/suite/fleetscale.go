@@ -336,12 +336,6 @@ func (ns redisNodes) load(ctx context.Context) (calls float64, cpu []float64, er
 	return calls, cpu, nil
 }
 
-func (ns redisNodes) close() {
-	for _, c := range ns {
-		_ = c.Close()
-	}
-}
-
 // sleepCtx sleeps for d or until ctx ends; false if it ended.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -527,7 +521,7 @@ func (r *runner) fleetScale() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r.logf("  open files: up to %d", raiseOpenFiles())
-	srvs, err := r.scaleServers(ctx)
+	srvs, err := startRedis(ctx, r.Scale.Parts)
 	if errors.Is(err, errNoRedisServer) {
 		res.Why = "No redis-server was found on the PATH, so this section was not measured in this run."
 		r.logf("  %s", res.Why)
@@ -541,10 +535,8 @@ func (r *runner) fleetScale() {
 	var ctl redisNodes
 	for _, s := range srvs {
 		defer s.stop()
-		addrs = append(addrs, s.addr)
-		ctl = append(ctl, newRedisClient(s.addr))
+		addrs, ctl = append(addrs, s.addr), append(ctl, s.ctl)
 	}
-	defer ctl.close()
 	if info, err := ctl[0].Info(ctx, "server").Result(); err == nil {
 		res.RedisVersion = infoString(info, "redis_version")
 	}
@@ -573,16 +565,4 @@ func (r *runner) fleetScale() {
 			r.logf("  Redis at %s refused %d connections in the run (rejected_connections)", c.Options().Addr, infoInt(info, "rejected_connections"))
 		}
 	}
-}
-
-// scaleServers starts one redis-server, or a Cluster of Parts masters.
-func (r *runner) scaleServers(ctx context.Context) ([]*redisServer, error) {
-	if r.Scale.Parts > 1 {
-		return startRedisCluster(ctx, r.Scale.Parts)
-	}
-	srv, err := startRedisServer(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	return []*redisServer{srv}, nil
 }
