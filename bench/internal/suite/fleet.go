@@ -294,15 +294,14 @@ func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc
 // countRedis sets pt's Redis figures from the INFO replies and the hooks'
 // counts at the window's start and end.
 func (pt *fleetPoint) countRedis(ctl *redis.Client, sent *sentNames, info [2]string, hooks [2]map[string]float64) error {
-	cpu0, calls0, _ := redisCounters(info[0])
-	cpu1, calls1, _ := redisCounters(info[1])
-	pt.cpu, pt.sent, pt.inScript, pt.hooks = cpu1-cpu0, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	d := parseLoad(info[1]).since(parseLoad(info[0]))
+	pt.cpu, pt.sent, pt.inScript, pt.hooks = d.cpu, map[string]float64{}, map[string]float64{}, map[string]float64{}
 	for c, n := range hooks[1] {
 		pt.hooks[c] = n - hooks[0][c]
 	}
 	var moved []string
-	for c, n := range calls1 {
-		if n != calls0[c] {
+	for c, n := range d.calls {
+		if n != 0 {
 			moved = append(moved, c)
 		}
 	}
@@ -310,8 +309,8 @@ func (pt *fleetPoint) countRedis(ctl *redis.Client, sent *sentNames, info [2]str
 	if err != nil {
 		return fmt.Errorf("COMMAND INFO: %w", err)
 	}
-	for c, n := range calls1 {
-		if n -= calls0[c]; sent.sent(c, flagged) {
+	for c, n := range d.calls {
+		if sent.sent(c, flagged) {
 			pt.sent[c] = n
 		} else {
 			pt.inScript[c] = n

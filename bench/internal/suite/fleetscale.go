@@ -325,13 +325,13 @@ type redisNodes []*redis.Client
 // load reads the script calls (summed) and CPU seconds (by server).
 func (ns redisNodes) load(ctx context.Context) (calls float64, cpu []float64, err error) {
 	for _, c := range ns {
-		info, err := c.Info(ctx, "cpu", "commandstats").Result()
+		l, err := readLoad(ctx, c)
 		if err != nil {
-			return 0, nil, fmt.Errorf("INFO cpu and commandstats: %w", err)
+			return 0, nil, err
 		}
-		cp, n, _ := parseRedisLoad(info)
+		n, _ := l.scripts()
 		calls += n
-		cpu = append(cpu, cp)
+		cpu = append(cpu, l.cpu)
 	}
 	return calls, cpu, nil
 }

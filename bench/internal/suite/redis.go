@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"strconv"
@@ -135,40 +136,56 @@ func pair(ctx context.Context, b *redisqueue.Backend) error {
 	return err
 }
 
-// redisCounters reads INFO cpu and commandstats: CPU seconds, and the calls
-// and microseconds of every command, by name.
-func redisCounters(info string) (cpu float64, calls, usec map[string]float64) {
-	calls, usec = map[string]float64{}, map[string]float64{}
-	for line := range strings.SplitSeq(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		switch cmd, ok := strings.CutPrefix(k, "cmdstat_"); {
-		case k == "used_cpu_sys", k == "used_cpu_user":
-			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f
-		case ok:
-			for kv := range strings.SplitSeq(v, ",") {
-				name, val, _ := strings.Cut(kv, "=")
-				f, _ := strconv.ParseFloat(val, 64)
-				switch name {
-				case "calls":
-					calls[cmd] += f
-				case "usec":
-					usec[cmd] += f
-				}
-			}
-		}
-	}
-	return cpu, calls, usec
+// redisLoad is what a Redis server's INFO cpu and commandstats count: CPU
+// seconds (used_cpu_sys + used_cpu_user), and the calls and microseconds
+// of each command, by name ("evalsha", "client|setinfo").
+type redisLoad struct {
+	cpu         float64
+	calls, usec map[string]float64
 }
 
-// parseRedisLoad is redisCounters' CPU seconds, and the calls and
-// microseconds of the script commands.
-func parseRedisLoad(info string) (cpu, calls, usec float64) {
-	cpu, c, u := redisCounters(info)
-	for _, n := range []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall"} {
-		calls, usec = calls+c[n], usec+u[n]
+// readLoad asks c for INFO cpu and commandstats.
+func readLoad(ctx context.Context, c *redis.Client) (redisLoad, error) {
+	info, err := c.Info(ctx, "cpu", "commandstats").Result()
+	if err != nil {
+		return redisLoad{}, fmt.Errorf("INFO cpu and commandstats: %w", err)
 	}
-	return cpu, calls, usec
+	return parseLoad(info), nil
+}
+
+// parseLoad reads an INFO cpu and commandstats reply.
+func parseLoad(info string) redisLoad {
+	l := redisLoad{calls: map[string]float64{}, usec: map[string]float64{}}
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			l.cpu += f
+		} else if cmd, ok := strings.CutPrefix(k, "cmdstat_"); ok {
+			var calls, usec float64
+			_, _ = fmt.Sscanf(v, "calls=%g,usec=%g", &calls, &usec)
+			l.calls[cmd], l.usec[cmd] = calls, usec
+		}
+	}
+	return l
+}
+
+// since is how much each of l's counters grew after then.
+func (l redisLoad) since(then redisLoad) redisLoad {
+	d := redisLoad{cpu: l.cpu - then.cpu, calls: maps.Clone(l.calls), usec: maps.Clone(l.usec)}
+	for c := range d.calls {
+		d.calls[c] -= then.calls[c]
+		d.usec[c] -= then.usec[c]
+	}
+	return d
+}
+
+// scripts sums the calls and microseconds of the script commands.
+func (l redisLoad) scripts() (calls, usec float64) {
+	for _, n := range []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall"} {
+		calls, usec = calls+l.calls[n], usec+l.usec[n]
+	}
+	return calls, usec
 }
 
 // infoString is the field name of an INFO reply, or "".
@@ -298,7 +315,7 @@ func (r *runner) redis() {
 	d, err = timed(r.RedisPairs, func() error { return errors.Join(ctl.Ping(ctx).Err(), ctl.Ping(ctx).Err()) })
 	quantiles("11a. two PINGs, the floor of a pair,", d, err)
 	pairs := fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients)
-	before, err0 := ctl.Info(ctx, "cpu", "commandstats").Result() // 11d counts the backend's start and close too
+	before, err0 := readLoad(ctx, ctl) // 11d counts the backend's start and close too
 	b, err := f.started("-pairs", uncontended)
 	var rates []float64
 	var n int64
@@ -306,7 +323,7 @@ func (r *runner) redis() {
 		rates, n, err = r.redisPairs(ctx, b)
 	}
 	f.close()
-	after, err1 := ctl.Info(ctx, "cpu", "commandstats").Result()
+	after, err1 := readLoad(ctx, ctl)
 	if err != nil {
 		r.fail(redisCol, pairs, err)
 	}
@@ -325,10 +342,10 @@ func (r *runner) redis() {
 	if err := errors.Join(err0, err1); err != nil {
 		r.fail(redisCol, "11d. INFO cpu and commandstats", err)
 	} else if n > 0 {
-		cpu0, calls0, usec0 := parseRedisLoad(before)
-		cpu1, calls1, usec1 := parseRedisLoad(after)
-		add("11d. Redis CPU per acquire+release pair (INFO cpu)", FormatDuration, false, (cpu1-cpu0)*1e9/float64(n))
-		add("11d. Redis script time per pair (commandstats)", FormatDuration, false, (usec1-usec0)*1e3/float64(n))
-		add("11d. script calls per pair (commandstats)", FormatRatio, false, (calls1-calls0)/float64(n))
+		l := after.since(before)
+		calls, usec := l.scripts()
+		add("11d. Redis CPU per acquire+release pair (INFO cpu)", FormatDuration, false, l.cpu*1e9/float64(n))
+		add("11d. Redis script time per pair (commandstats)", FormatDuration, false, usec*1e3/float64(n))
+		add("11d. script calls per pair (commandstats)", FormatRatio, false, calls/float64(n))
 	}
 }
