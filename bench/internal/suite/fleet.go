@@ -42,89 +42,64 @@ func (p Plan) FleetShare() int { return p.FleetLimits.MaxConcurrent / p.FleetRep
 // saturation: "8, 8, 8 and 104".
 func (p Plan) FleetUnevenClients() string { return andList(p.FleetUneven) }
 
-// sentNames counts, through a go-redis hook, the commands clients send by
-// name: commandstats also counts the calls scripts make inside Redis.
-type sentNames struct{ names sync.Map } // name → *atomic.Int64
+// seenNames is a go-redis hook that notes the name of every command a
+// client sends.
+type seenNames struct{ names sync.Map } // name → nil
 
-func (s *sentNames) add(cmd redis.Cmder) {
-	n, ok := s.names.Load(cmd.Name())
-	if !ok {
-		n, _ = s.names.LoadOrStore(cmd.Name(), new(atomic.Int64))
+func (s *seenNames) note(name string) {
+	if _, ok := s.names.Load(name); !ok {
+		s.names.Store(name, nil)
 	}
-	n.(*atomic.Int64).Add(1)
 }
 
-// counts is what the hooks have counted so far, by name.
-func (s *sentNames) counts() map[string]float64 {
-	m := map[string]float64{}
-	s.names.Range(func(k, v any) bool {
-		m[k.(string)] = float64(v.(*atomic.Int64).Load())
-		return true
-	})
-	return m
+func (s *seenNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *seenNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { s.note(cmd.Name()); return next(ctx, cmd) }
 }
 
-func (s *sentNames) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (s *sentNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { s.add(cmd); return next(ctx, cmd) }
-}
-
-func (s *sentNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (s *seenNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			s.add(c)
+			s.note(c.Name())
 		}
 		return next(ctx, cmds)
 	}
 }
 
-// sent reports whether the commandstats entry name is one a client sends:
-// one the hooks saw, one flagged noscript, or INFO or PING, which
-// redisqueue sends on clients no hook sees.
-func (s *sentNames) sent(name string, noscript map[string]bool) bool {
-	cmd, _, _ := strings.Cut(name, "|")
-	_, ok := s.names.Load(cmd)
-	return ok || noscript[name] || cmd == "info" || cmd == "ping"
-}
-
-// noscript asks Redis which of the commandstats entries names it refuses
-// to run inside a script.
-func noscript(ctx context.Context, ctl *redis.Client, names []string) (map[string]bool, error) {
-	args := []any{"command", "info"}
-	for _, n := range names {
-		cmd, _, _ := strings.Cut(n, "|")
-		args = append(args, cmd)
+// roundTrips splits d's calls into those the replicas sent and those
+// their scripts ran inside Redis. A client sent a command that a hook saw,
+// one that Redis refuses to run in a script (COMMAND INFO flag noscript),
+// and INFO and PING, which redisqueue sends on clients no hook sees.
+func roundTrips(ctx context.Context, ctl *redis.Client, seen *seenNames, d redisLoad) (sent, inScript map[string]float64, err error) {
+	args, moved := []any{"command", "info"}, []string{}
+	for c, n := range d.calls {
+		if n != 0 { // Redis 7 takes a subcommand such as "client|setinfo" as is
+			args, moved = append(args, c), append(moved, c)
+		}
 	}
 	res, err := ctl.Do(ctx, args...).Slice()
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("COMMAND INFO: %w", err)
 	}
-	flagged := func(info []any) bool {
-		flags, _ := info[2].([]any)
-		return slices.Contains(flags, any("noscript"))
-	}
-	m := map[string]bool{}
+	noscript := map[string]bool{}
 	for i, e := range res {
-		info, _ := e.([]any)
-		if len(info) < 3 {
-			continue // unknown to this Redis
-		}
-		if _, _, sub := strings.Cut(names[i], "|"); !sub {
-			m[names[i]] = flagged(info)
-			continue
-		}
-		if len(info) < 10 {
-			continue
-		}
-		subs, _ := info[9].([]any)
-		for _, s := range subs {
-			if si, _ := s.([]any); len(si) >= 3 && si[0] == names[i] {
-				m[names[i]] = flagged(si)
-			}
+		if info, _ := e.([]any); i < len(moved) && len(info) > 2 { // nil: unknown to this Redis
+			flags, _ := info[2].([]any)
+			noscript[moved[i]] = slices.Contains(flags, any("noscript"))
 		}
 	}
-	return m, nil
+	sent, inScript = map[string]float64{}, map[string]float64{}
+	for c, n := range d.calls {
+		cmd, _, _ := strings.Cut(c, "|")
+		if _, ok := seen.names.Load(cmd); ok || noscript[c] || cmd == "info" || cmd == "ping" {
+			sent[c] = n
+		} else {
+			inScript[c] = n
+		}
+	}
+	sent["info"]-- // the window's first INFO is in the second's count: the measurement's own
+	return sent, inScript, nil
 }
 
 // fleetPoint is what one way gave in one scenario.
@@ -132,17 +107,15 @@ type fleetPoint struct {
 	admitted int64         // handlers that ended in the window
 	handled  time.Duration // the whole time of those handlers, summed
 	procCPU  float64       // this process's CPU seconds over the window
-	gcs      uint32        // the collections that ended in the window
 	busy     time.Duration // handler time inside the window, summed over the fleet
 	peak     int64         // the most handlers running at once, over the warm-up and the window
 	refused  int64         // requests answered other than 204, over the warm-up and the window
 	status   int64         // the first such status
 	outages  uint64        // times a replica's Backend marked Redis down
-	// Redis only, over the window: its CPU seconds; the commands sent, run
-	// by scripts and seen by the hooks; each replica's mean Stats().Limit.
-	cpu                   float64
-	sent, inScript, hooks map[string]float64
-	shares                []float64
+	// Redis only, over the window: its CPU seconds; the commands that the
+	// replicas sent, and those that their scripts ran inside Redis.
+	cpu            float64
+	sent, inScript map[string]float64
 }
 
 // commands lists calls by name, most first: "evalsha 1,234, blpop 56".
@@ -183,8 +156,8 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		c.Status(http.StatusNoContent)
 	}
 	defer f.close()
-	var sent sentNames
-	handlers, queues, backends, err := p.fleetReplicas(f, way, name, len(clients), h, &sent)
+	seen := &seenNames{}
+	handlers, queues, backends, err := p.fleetReplicas(f, way, name, len(clients), h, seen)
 	if err != nil {
 		return nil, err
 	}
@@ -206,40 +179,22 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 			})
 		}
 	}
-	// Each replica's Backend.Stats().Limit, every 10 ms of the window.
-	sums, samples := make([]float64, len(backends)), 0
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		time.Sleep(time.Until(from))
-		for ; time.Now().Before(to); time.Sleep(10 * time.Millisecond) {
-			for i, b := range backends {
-				sums[i] += float64(b.Stats().Limit)
-			}
-			samples++
-		}
-	}()
 	var errs []error
-	readInfo := func() (string, map[string]float64) {
+	readInfo := func() string {
 		if len(backends) == 0 {
-			return "", nil
+			return ""
 		}
 		info, err := ctl.Info(context.Background(), "cpu", "commandstats").Result()
 		errs = append(errs, err)
-		return info, sent.counts()
+		return info
 	}
-	var m0, m1 runtime.MemStats
 	time.Sleep(time.Until(from))
 	cpu0 := processCPU()
-	runtime.ReadMemStats(&m0)
-	before, hooks0 := readInfo()
+	before := readInfo()
 	time.Sleep(time.Until(to))
-	after, hooks1 := readInfo()
+	after := readInfo()
 	pt.procCPU = processCPU() - cpu0
-	runtime.ReadMemStats(&m1)
-	pt.gcs = m1.NumGC - m0.NumGC
 	wg.Wait()
-	<-sampled
 	for _, q := range queues {
 		pt.outages += q.Stats().Outages
 	}
@@ -249,11 +204,10 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		return pt, fmt.Errorf("INFO cpu and commandstats: %w", err)
 	}
 	if len(backends) > 0 {
-		if err := pt.countRedis(ctl, &sent, [2]string{before, after}, [2]map[string]float64{hooks0, hooks1}); err != nil {
+		d := parseLoad(after).since(parseLoad(before))
+		pt.cpu = d.cpu
+		if pt.sent, pt.inScript, err = roundTrips(context.Background(), ctl, seen, d); err != nil {
 			return pt, err
-		}
-		for i := range sums {
-			pt.shares = append(pt.shares, sums[i]/float64(max(samples, 1)))
 		}
 	}
 	if pt.refused > 0 {
@@ -264,7 +218,7 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 
 // fleetReplicas builds n replicas that share the limit as way says, each
 // serving h: their handlers, Queues and Backends. f closes them.
-func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc, sent *sentNames) ([]http.Handler, []*ginqueue.Queue, []*redisqueue.Backend, error) {
+func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc, seen *seenNames) ([]http.Handler, []*ginqueue.Queue, []*redisqueue.Backend, error) {
 	handlers := make([]http.Handler, n)
 	var queues []*ginqueue.Queue
 	var backends []*redisqueue.Backend
@@ -274,7 +228,7 @@ func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc
 			cfg.MaxConcurrent = p.FleetShare()
 		} else {
 			mode := map[bool]redisqueue.Mode{true: redisqueue.Shares, false: redisqueue.GlobalQueue}[way == FleetShares]
-			b, err := f.backend(name, mode, sent) // f closes it, even if NewQueue fails
+			b, err := f.backend(name, mode, seen) // f closes it, even if NewQueue fails
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("replica %d: %w", i+1, err)
 			}
@@ -289,36 +243,6 @@ func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc
 		handlers[i], _ = route(h, nil, q.Handler())
 	}
 	return handlers, queues, backends, nil
-}
-
-// countRedis sets pt's Redis figures from the INFO replies and the hooks'
-// counts at the window's start and end.
-func (pt *fleetPoint) countRedis(ctl *redis.Client, sent *sentNames, info [2]string, hooks [2]map[string]float64) error {
-	d := parseLoad(info[1]).since(parseLoad(info[0]))
-	pt.cpu, pt.sent, pt.inScript, pt.hooks = d.cpu, map[string]float64{}, map[string]float64{}, map[string]float64{}
-	for c, n := range hooks[1] {
-		pt.hooks[c] = n - hooks[0][c]
-	}
-	var moved []string
-	for c, n := range d.calls {
-		if n != 0 {
-			moved = append(moved, c)
-		}
-	}
-	flagged, err := noscript(context.Background(), ctl, moved)
-	if err != nil {
-		return fmt.Errorf("COMMAND INFO: %w", err)
-	}
-	for c, n := range d.calls {
-		if sent.sent(c, flagged) {
-			pt.sent[c] = n
-		} else {
-			pt.inScript[c] = n
-		}
-	}
-	// The first INFO is in the second's count: the measurement's own.
-	pt.sent["info"]--
-	return nil
 }
 
 // fleet is section 14: every way under an even load, an even load of short
@@ -426,12 +350,12 @@ func (r *runner) fleetRecord(rows []Row, scenario, way string, pt *fleetPoint) {
 // logFleet logs what way gave in scenario.
 func (r *runner) logFleet(scenario, way string, pt *fleetPoint) {
 	window := r.FleetWindow.Seconds()
-	line := fmt.Sprintf("  %s, %s: admitted %s, handler time %s, peak %d, mean running %.1f, refused %d, outages %d, process CPU %.2f s, %d GCs",
+	line := fmt.Sprintf("  %s, %s: admitted %s, handler time %s, peak %d, mean running %.1f, refused %d, outages %d, process CPU %.2f s",
 		scenario, way, format(FormatRate, float64(pt.admitted)/window), format(FormatDuration, float64(pt.handled)/float64(max(pt.admitted, 1))),
-		pt.peak, pt.busy.Seconds()/window, pt.refused, pt.outages, pt.procCPU, pt.gcs)
+		pt.peak, pt.busy.Seconds()/window, pt.refused, pt.outages, pt.procCPU)
 	if pt.sent != nil {
-		line += fmt.Sprintf("; Redis: CPU %s, commands sent %s (the replicas' hooks counted %s), run by the scripts %s; Stats().Limit mean per replica %.1f",
-			format(FormatDuration, pt.cpu*1e9), commands(pt.sent), commands(pt.hooks), commands(pt.inScript), pt.shares)
+		line += fmt.Sprintf("; Redis: CPU %s, commands sent %s, run by the scripts %s",
+			format(FormatDuration, pt.cpu*1e9), commands(pt.sent), commands(pt.inScript))
 	}
 	r.logf("%s", line)
 }
