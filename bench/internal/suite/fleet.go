@@ -135,7 +135,7 @@ func commands(calls map[string]float64) string {
 
 // fleetRun serves clients[i] closed-loop clients on replica i, handlers
 // that sleep work, the replicas sharing the limit as way says.
-func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []int, work time.Duration) (*fleetPoint, error) {
+func (p Plan) fleetRun(sh *sharedRedis, way, name string, clients []int, work time.Duration) (*fleetPoint, error) {
 	runtime.GC() // the previous measurement's garbage is collected on its own time
 	pt := &fleetPoint{}
 	var running, peak, admitted, handled, busy, refused, status atomic.Int64
@@ -155,9 +155,9 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		}
 		c.Status(http.StatusNoContent)
 	}
-	defer f.close()
+	defer sh.close()
 	seen := &seenNames{}
-	handlers, queues, backends, err := p.fleetReplicas(f, way, name, len(clients), h, seen)
+	handlers, queues, backends, err := p.fleetReplicas(sh, way, name, len(clients), h, seen)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 		if len(backends) == 0 {
 			return ""
 		}
-		info, err := ctl.Info(context.Background(), "cpu", "commandstats").Result()
+		info, err := sh.ctl.Info(context.Background(), "cpu", "commandstats").Result()
 		errs = append(errs, err)
 		return info
 	}
@@ -206,7 +206,7 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 	if len(backends) > 0 {
 		d := parseLoad(after).since(parseLoad(before))
 		pt.cpu = d.cpu
-		if pt.sent, pt.inScript, err = roundTrips(context.Background(), ctl, seen, d); err != nil {
+		if pt.sent, pt.inScript, err = roundTrips(context.Background(), sh.ctl, seen, d); err != nil {
 			return pt, err
 		}
 	}
@@ -217,8 +217,8 @@ func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []
 }
 
 // fleetReplicas builds n replicas that share the limit as way says, each
-// serving h: their handlers, Queues and Backends. f closes them.
-func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc, seen *seenNames) ([]http.Handler, []*ginqueue.Queue, []*redisqueue.Backend, error) {
+// serving h: their handlers, Queues and Backends. sh closes them.
+func (p Plan) fleetReplicas(sh *sharedRedis, way, name string, n int, h gin.HandlerFunc, seen *seenNames) ([]http.Handler, []*ginqueue.Queue, []*redisqueue.Backend, error) {
 	handlers := make([]http.Handler, n)
 	var queues []*ginqueue.Queue
 	var backends []*redisqueue.Backend
@@ -228,7 +228,7 @@ func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc
 			cfg.MaxConcurrent = p.FleetShare()
 		} else {
 			mode := map[bool]redisqueue.Mode{true: redisqueue.Shares, false: redisqueue.GlobalQueue}[way == FleetShares]
-			b, err := f.backend(name, mode, seen) // f closes it, even if NewQueue fails
+			b, err := sh.backend(name, mode, seen) // sh closes it, even if NewQueue fails
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("replica %d: %w", i+1, err)
 			}
@@ -238,7 +238,7 @@ func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("replica %d: %w", i+1, err)
 		}
-		f.closers = append(f.closers, func() { _ = q.Close() })
+		sh.closers = append(sh.closers, func() { _ = q.Close() })
 		queues = append(queues, q)
 		handlers[i], _ = route(h, nil, q.Handler())
 	}
@@ -251,15 +251,14 @@ func (r *runner) fleet() {
 	t, ctx := &r.res.Fleet, context.Background()
 	ways := fleetWays()
 	t.Cols = ways
-	f, ctl, _, why := openFleet(ctx)
-	defer f.close()
-	defer ctl.Close()
+	sh, _, why := openRedis(ctx)
+	defer sh.ctl.Close()
 	if why != "" {
 		r.res.FleetWhy = fmt.Sprintf("No Redis answered at REDIS_ADDR (default %s), so only the static split was measured in this run (%s).", DefaultRedisAddr, why)
 		r.logf("  %s", r.res.FleetWhy)
 		ways = ways[:1]
 	} else {
-		defer r.deleteKeys(ctx, f, ctl, FleetShares, "14. deleting the run's keys")
+		defer r.deleteKeys(ctx, sh, FleetShares, "14. deleting the run's keys")
 	}
 	rows := r.fleetRows()
 	saturated := slices.Repeat([]int{r.FleetClients}, r.FleetReplicas)
@@ -275,7 +274,7 @@ func (r *runner) fleet() {
 	} {
 		for _, way := range ways {
 			seq++
-			pt, err := r.fleetRun(f, ctl, way, fmt.Sprintf("-fleet%d", seq), sc.clients, sc.work)
+			pt, err := r.fleetRun(sh, way, fmt.Sprintf("-fleet%d", seq), sc.clients, sc.work)
 			if err != nil {
 				r.fail(way, "14. "+sc.name, err)
 			}

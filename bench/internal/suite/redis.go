@@ -1,9 +1,9 @@
 package suite
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -27,113 +27,86 @@ const DefaultRedisAddr = "127.0.0.1:6379"
 // redisCol heads the figures of section 11.
 const redisCol = "redisqueue"
 
-// fleet starts redisqueue backends on the Redis at addr, each on its own
-// client as a replica would, under Names that start with prefix.
-type fleet struct {
-	addr, prefix string
-	closers      []func()
-}
-
 // newRedisClient honours context deadlines (redisqueue needs
 // ContextTimeoutEnabled), never retries, and notices a missing Redis at once.
 func newRedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond, MaxRetries: -1})
 }
 
+// sharedRedis is the Redis at REDIS_ADDR, which other clients may use too:
+// a control client, a prefix made fresh for the Names of this run, and
+// what closes the backends started so far.
+type sharedRedis struct {
+	addr, prefix string
+	ctl          *redis.Client
+	closers      []func()
+}
+
+// openRedis opens the Redis at REDIS_ADDR and reads its version, or says
+// why no Redis answered. Close sh.ctl either way.
+func openRedis(ctx context.Context) (sh *sharedRedis, version, why string) {
+	addr := cmp.Or(os.Getenv("REDIS_ADDR"), DefaultRedisAddr)
+	sh = &sharedRedis{addr: addr, prefix: "bench-" + rand.Text()[:12], ctl: newRedisClient(addr)}
+	info, err := sh.ctl.Info(ctx, "server").Result()
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), addr, "REDIS_ADDR")
+		if host, _, _ := net.SplitHostPort(addr); host != "" {
+			msg = strings.ReplaceAll(msg, host, "REDIS_ADDR")
+		}
+		return sh, "", msg
+	}
+	return sh, infoString(info, "redis_version"), ""
+}
+
 // backend is a redisqueue Backend of mode under the Name prefix+name, on a
-// client of its own as a replica would have, with hooks; f closes both.
-func (f *fleet) backend(name string, mode redisqueue.Mode, hooks ...redis.Hook) (*redisqueue.Backend, error) {
-	rdb := newRedisClient(f.addr)
+// client of its own as a replica would have, with hooks; close closes
+// both, even after an error.
+func (sh *sharedRedis) backend(name string, mode redisqueue.Mode, hooks ...redis.Hook) (*redisqueue.Backend, error) {
+	rdb := newRedisClient(sh.addr)
 	for _, h := range hooks {
 		rdb.AddHook(h)
 	}
-	f.closers = append(f.closers, func() { _ = rdb.Close() })
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name, Mode: mode})
+	sh.closers = append(sh.closers, func() { _ = rdb.Close() })
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: sh.prefix + name, Mode: mode})
 	if err == nil {
-		f.closers = append(f.closers, func() { _ = b.Close() })
+		sh.closers = append(sh.closers, func() { _ = b.Close() })
 	}
 	return b, err
 }
 
 // started is a backend in GlobalQueue mode, started with l.
-func (f *fleet) started(name string, l backend.Limits) (*redisqueue.Backend, error) {
-	b, err := f.backend(name, redisqueue.GlobalQueue)
+func (sh *sharedRedis) started(name string, l backend.Limits) (*redisqueue.Backend, error) {
+	b, err := sh.backend(name, redisqueue.GlobalQueue)
 	if err == nil {
 		err = b.Start(l)
 	}
 	return b, err
 }
 
-// openFleet is a fleet on the Redis at REDIS_ADDR under a fresh prefix, a
-// control client and the version, or why no Redis answered. Close both.
-func openFleet(ctx context.Context) (f *fleet, ctl *redis.Client, version, why string) {
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		addr = DefaultRedisAddr
+func (sh *sharedRedis) close() {
+	for i := len(sh.closers) - 1; i >= 0; i-- {
+		sh.closers[i]()
 	}
-	var name [6]byte
-	_, _ = rand.Read(name[:])
-	f = &fleet{addr: addr, prefix: "bench-" + hex.EncodeToString(name[:])}
-	ctl = newRedisClient(addr)
-	info, err := ctl.Info(ctx, "server").Result()
-	if err != nil {
-		msg := strings.ReplaceAll(err.Error(), addr, "REDIS_ADDR")
-		if host, _, _ := net.SplitHostPort(addr); host != "" {
-			msg = strings.ReplaceAll(msg, host, "REDIS_ADDR")
-		}
-		return f, ctl, "", msg
-	}
-	return f, ctl, infoString(info, "redis_version"), ""
+	sh.closers = nil
 }
 
-// deleteKeys closes f and deletes the keys of its Names; a failure counts
-// against col as metric.
-func (r *runner) deleteKeys(ctx context.Context, f *fleet, ctl *redis.Client, col, metric string) {
-	f.close()
+// deleteKeys closes the backends and deletes the keys of the run's Names;
+// a failure counts against col as metric.
+func (r *runner) deleteKeys(ctx context.Context, sh *sharedRedis, col, metric string) {
+	sh.close()
 	var keys []string
-	iter := ctl.Scan(ctx, 0, "ginqueue:{"+f.prefix+"*", 1000).Iterator()
+	iter := sh.ctl.Scan(ctx, 0, "ginqueue:{"+sh.prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
 	}
 	err := iter.Err()
 	for i := 0; i < len(keys) && err == nil; i += 500 {
-		err = ctl.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
+		err = sh.ctl.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
 	}
 	if err != nil {
 		r.fail(col, metric, err)
 	}
 	r.logf("  deleted the run's %d keys", len(keys))
-}
-
-func (f *fleet) close() {
-	for i := len(f.closers) - 1; i >= 0; i-- {
-		f.closers[i]()
-	}
-	f.closers = nil
-}
-
-// timed times n calls of f after n/10 to warm up, in ns.
-func timed(n int, f func() error) ([]float64, error) {
-	d := make([]float64, n)
-	for i := -max(n/10, 1); i < n; i++ {
-		start := time.Now()
-		if err := f(); err != nil {
-			return nil, err
-		}
-		if i >= 0 {
-			d[i] = float64(time.Since(start))
-		}
-	}
-	return d, nil
-}
-
-// pair is one acquire+release on b.
-func pair(ctx context.Context, b *redisqueue.Backend) error {
-	t, err := b.Acquire(ctx, backend.Arrival{})
-	if err == nil {
-		b.Release(t)
-	}
-	return err
 }
 
 // redisLoad is what a Redis server's INFO cpu and commandstats count: CPU
@@ -204,6 +177,30 @@ func infoInt(info, name string) int {
 		return n
 	}
 	return -1
+}
+
+// timed times n calls of f after n/10 to warm up, in ns.
+func timed(n int, f func() error) ([]float64, error) {
+	d := make([]float64, n)
+	for i := -max(n/10, 1); i < n; i++ {
+		start := time.Now()
+		if err := f(); err != nil {
+			return nil, err
+		}
+		if i >= 0 {
+			d[i] = float64(time.Since(start))
+		}
+	}
+	return d, nil
+}
+
+// pair is one acquire+release on b.
+func pair(ctx context.Context, b *redisqueue.Backend) error {
+	t, err := b.Acquire(ctx, backend.Arrival{})
+	if err == nil {
+		b.Release(t)
+	}
+	return err
 }
 
 // redisPairs is 11b: RedisClients on one backend doing pairs for
@@ -283,16 +280,15 @@ func (p Plan) redisHandoff(ctx context.Context, a, b *redisqueue.Backend) ([]flo
 func (r *runner) redis() {
 	t, ctx := &r.res.Redis, context.Background()
 	t.Cols = []string{redisCol}
-	f, ctl, version, why := openFleet(ctx)
-	defer f.close()
-	defer ctl.Close()
+	sh, version, why := openRedis(ctx)
+	defer sh.ctl.Close()
 	if why != "" {
 		r.res.RedisWhy = fmt.Sprintf("No Redis answered at REDIS_ADDR (default %s), so the Redis figures were not measured in this run (%s).", DefaultRedisAddr, why)
 		r.logf("  %s", r.res.RedisWhy)
 		return
 	}
 	r.res.RedisVersion = version
-	defer r.deleteKeys(ctx, f, ctl, redisCol, "11. deleting the run's keys")
+	defer r.deleteKeys(ctx, sh, redisCol, "11. deleting the run's keys")
 	add := func(metric string, f Format, higher bool, x float64) {
 		t.Rows = append(t.Rows, Row{Metric: metric, Format: f, Higher: higher, Values: map[string]float64{redisCol: x}})
 	}
@@ -305,25 +301,25 @@ func (r *runner) redis() {
 		add(metric+" p99", FormatDuration, false, pct(0, 0.99)([][]float64{d}))
 	}
 	uncontended := backend.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
-	rt, err := f.started("-rt", uncontended)
+	rt, err := sh.started("-rt", uncontended)
 	d := []float64(nil)
 	if err == nil {
 		d, err = timed(r.RedisPairs, func() error { return pair(ctx, rt) })
 	}
 	quantiles("11a. acquire+release round trip", d, err)
-	f.close() // each measurement's backends are closed before the next starts
-	d, err = timed(r.RedisPairs, func() error { return errors.Join(ctl.Ping(ctx).Err(), ctl.Ping(ctx).Err()) })
+	sh.close() // each measurement's backends are closed before the next starts
+	d, err = timed(r.RedisPairs, func() error { return errors.Join(sh.ctl.Ping(ctx).Err(), sh.ctl.Ping(ctx).Err()) })
 	quantiles("11a. two PINGs, the floor of a pair,", d, err)
 	pairs := fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients)
-	before, err0 := readLoad(ctx, ctl) // 11d counts the backend's start and close too
-	b, err := f.started("-pairs", uncontended)
+	before, err0 := readLoad(ctx, sh.ctl) // 11d counts the backend's start and close too
+	b, err := sh.started("-pairs", uncontended)
 	var rates []float64
 	var n int64
 	if err == nil {
 		rates, n, err = r.redisPairs(ctx, b)
 	}
-	f.close()
-	after, err1 := readLoad(ctx, ctl)
+	sh.close()
+	after, err1 := readLoad(ctx, sh.ctl)
 	if err != nil {
 		r.fail(redisCol, pairs, err)
 	}
@@ -331,8 +327,8 @@ func (r *runner) redis() {
 		add(pairs, FormatRate, true, med(0)([][]float64{rates}))
 	}
 	one := backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
-	a, errA := f.started("-handoff", one)
-	b, errB := f.started("-handoff", one)
+	a, errA := sh.started("-handoff", one)
+	b, errB := sh.started("-handoff", one)
 	if err := errors.Join(errA, errB); err != nil {
 		r.fail(redisCol, "11c. hand-off", err)
 	} else {
