@@ -58,26 +58,15 @@ func openRedis(ctx context.Context) (sh *sharedRedis, version, why string) {
 	return sh, infoString(info, "redis_version"), ""
 }
 
-// backend is a redisqueue Backend of mode under the Name prefix+name, on a
-// client of its own as a replica would have, with hooks; close closes
-// both, even after an error.
-func (sh *sharedRedis) backend(name string, mode redisqueue.Mode, hooks ...redis.Hook) (*redisqueue.Backend, error) {
+// started is a Backend in GlobalQueue mode under the Name prefix+name,
+// started with l, on a client of its own as a replica would have; close
+// closes both, even after an error.
+func (sh *sharedRedis) started(name string, l backend.Limits) (*redisqueue.Backend, error) {
 	rdb := newRedisClient(sh.addr)
-	for _, h := range hooks {
-		rdb.AddHook(h)
-	}
 	sh.closers = append(sh.closers, func() { _ = rdb.Close() })
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: sh.prefix + name, Mode: mode})
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: sh.prefix + name, Mode: redisqueue.GlobalQueue})
 	if err == nil {
 		sh.closers = append(sh.closers, func() { _ = b.Close() })
-	}
-	return b, err
-}
-
-// started is a backend in GlobalQueue mode, started with l.
-func (sh *sharedRedis) started(name string, l backend.Limits) (*redisqueue.Backend, error) {
-	b, err := sh.backend(name, redisqueue.GlobalQueue)
-	if err == nil {
 		err = b.Start(l)
 	}
 	return b, err
