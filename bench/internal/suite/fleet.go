@@ -20,8 +20,300 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginqueue/ginqueue"
+	"github.com/ginqueue/ginqueue/backend"
 	"github.com/ginqueue/ginqueue/redisqueue"
 )
+
+// The harness of sections 14 and 15: replicas that share one limit, in
+// this process, loaded by closed-loop clients and measured over a window.
+
+// replica is a Queue on a gin engine of its own, on a redisqueue Backend
+// with a Redis client of its own, or on the in-memory Backend.
+type replica struct {
+	rdb redis.UniversalClient // nil with the in-memory Backend
+	b   *redisqueue.Backend   // nil with the in-memory Backend
+	q   *ginqueue.Queue
+	h   http.Handler
+}
+
+// close closes whatever of rep started.
+func (rep *replica) close() {
+	if rep.q != nil {
+		_ = rep.q.Close()
+	}
+	if rep.b != nil {
+		_ = rep.b.Close() // NewQueue leaves b open when it fails
+	}
+	if rep.rdb != nil {
+		_ = rep.rdb.Close()
+	}
+}
+
+// fleet is replicas that share one limit, and what their handlers and
+// clients count outside the library.
+type fleet struct {
+	replicas []replica                    // each written by the goroutine that starts it, before start returns
+	cfg      ginqueue.Config              // each replica's Queue, but the Backend
+	dial     func() redis.UniversalClient // each replica's own client; nil: the in-memory Backend
+	opts     redisqueue.Options           // each replica's Backend
+	batch    int                          // replicas started and closed at once; 0 is one
+	work     time.Duration                // what a handler sleeps, and a client after a refusal
+	nodes    []*redis.Client              // the Redis servers read at the window's ends
+	*tally                                // set anew by each measurement
+}
+
+// tally is what a fleet's handlers and clients count in one measurement.
+// The window's ends are in ns after epoch, math.MaxInt64 until set.
+type tally struct {
+	epoch         time.Time
+	from, to      atomic.Int64
+	running, peak atomic.Int64    // handlers running in the fleet; the most at once
+	second        atomic.Int64    // handlers running on the second half of the replicas
+	served        atomic.Int64    // handlers that ended in the window
+	handled, busy atomic.Int64    // their time, and the time of all handlers inside the window, ns
+	refused       [3]atomic.Int64 // the answers that were not 2xx, by kind
+}
+
+// The kinds of refusal in ScalePhase.Refused.
+const (
+	refused503   = iota // queue full or Redis unavailable
+	refused408          // queue timeout
+	refusedOther        // any other status that is not 2xx
+)
+
+// newTally is a tally whose window has not opened.
+func newTally() *tally {
+	t := &tally{epoch: time.Now()}
+	t.from.Store(math.MaxInt64)
+	t.to.Store(math.MaxInt64)
+	return t
+}
+
+// at is tm in ns after epoch; opened and closed say whether the window
+// has.
+func (t *tally) at(tm time.Time) int64 { return int64(tm.Sub(t.epoch)) }
+func (t *tally) opened() bool          { return t.from.Load() < math.MaxInt64 }
+func (t *tally) closed() bool          { return t.to.Load() < math.MaxInt64 }
+
+// refusal is the kind of refusal of a status that is not 2xx.
+func refusal(code int) int {
+	switch code {
+	case http.StatusServiceUnavailable:
+		return refused503
+	case http.StatusRequestTimeout:
+		return refused408
+	}
+	return refusedOther
+}
+
+// handler sleeps work and counts itself; second: on the second half.
+func (f *fleet) handler(second bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		t := f.tally
+		raise(&t.peak, t.running.Add(1))
+		if second {
+			t.second.Add(1)
+		}
+		t0 := time.Now()
+		time.Sleep(f.work)
+		t1 := time.Now()
+		if second {
+			t.second.Add(-1)
+		}
+		t.running.Add(-1)
+		from, to, end := t.from.Load(), t.to.Load(), t.at(t1)
+		if end >= from && end < to {
+			t.served.Add(1)
+			t.handled.Add(int64(t1.Sub(t0)))
+		}
+		if d := min(end, to) - max(t.at(t0), from); d > 0 {
+			t.busy.Add(d)
+		}
+		c.Status(http.StatusNoContent)
+	}
+}
+
+// inBatches calls do for every replica, batch at once, and stops after a
+// batch with an error or once ctx ends.
+func (f *fleet) inBatches(ctx context.Context, do func(i int) error) error {
+	batch := max(f.batch, 1)
+	for lo := 0; lo < len(f.replicas); lo += batch {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hi := min(lo+batch, len(f.replicas))
+		errs := make([]error, hi-lo)
+		var wg sync.WaitGroup
+		for i := lo; i < hi; i++ {
+			wg.Go(func() { errs[i-lo] = do(i) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start starts every replica; close closes those that started.
+func (f *fleet) start(ctx context.Context) error { return f.inBatches(ctx, f.startReplica) }
+
+func (f *fleet) close() {
+	_ = f.inBatches(context.Background(), func(i int) error { f.replicas[i].close(); return nil })
+}
+
+// startReplica starts replica i: its client and Backend, if any, and its
+// Queue on an engine of its own.
+func (f *fleet) startReplica(i int) error {
+	rep, cfg := &f.replicas[i], f.cfg
+	if f.dial != nil {
+		rep.rdb = f.dial()
+		b, err := redisqueue.New(rep.rdb, f.opts)
+		if err != nil {
+			return fmt.Errorf("replica %d: %w", i+1, err)
+		}
+		rep.b, cfg.Backend = b, b
+	}
+	q, err := ginqueue.NewQueue(cfg)
+	if err != nil {
+		return fmt.Errorf("replica %d: %w", i+1, err)
+	}
+	rep.q = q
+	rep.h, _ = route(f.handler(i >= len(f.replicas)/2), nil, q.Handler())
+	return nil
+}
+
+// stats sums of over the Backends' Stats from replica first on.
+func (f *fleet) stats(first int, of func(backend.Stats) uint64) uint64 {
+	var n uint64
+	for _, rep := range f.replicas[first:] {
+		if rep.b != nil {
+			n += of(rep.b.Stats())
+		}
+	}
+	return n
+}
+
+// outages sums the times the replicas marked Redis down.
+func (f *fleet) outages() uint64 {
+	return f.stats(0, func(s backend.Stats) uint64 { return s.Outages })
+}
+
+// down counts the replicas that have Redis marked down now.
+func (f *fleet) down() int {
+	n := 0
+	for _, rep := range f.replicas {
+		if rep.b != nil && rep.b.Stats().Unavailable {
+			n++
+		}
+	}
+	return n
+}
+
+// client sends requests to replica at, moveBy replicas on once the window
+// opens, each as soon as the last is answered, until the window closes.
+func (f *fleet) client(at, moveBy int) {
+	req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
+	for !f.closed() {
+		i := at
+		if f.opened() {
+			i += moveBy
+		}
+		if code := serve(f.replicas[i].h, w, req); code < 200 || code > 299 {
+			f.refused[refusal(code)].Add(1)
+			time.Sleep(f.work) // a refusal returns at once: do not spin on it
+		}
+	}
+}
+
+// fleetPoint is what a fleet gave in one measurement: section 15's
+// figures, and more that section 14 reports.
+type fleetPoint struct {
+	ScalePhase
+	handled, busy  time.Duration      // the time of the handlers that ended in the window; all handler time inside it
+	redis          []redisLoad        // each Redis server's growth over the window; nil if one did not answer
+	sent, inScript map[string]float64 // section 14: the commands the replicas sent; those their scripts ran
+}
+
+func (pt *fleetPoint) refusals() int64 { return pt.Refused[0] + pt.Refused[1] + pt.Refused[2] }
+
+// measure runs clients[i] closed-loop clients on replica i through warmUp
+// and a window of d; they move moveBy replicas on as it opens, and during,
+// if set, runs then. What it measured comes back even with an error.
+func (f *fleet) measure(ctx context.Context, clients []int, moveBy int, warmUp, d time.Duration, during func(start, end time.Time)) (*fleetPoint, error) {
+	runtime.GC() // the previous measurement's garbage is collected on its own time
+	f.tally = newTally()
+	outages0 := f.outages()
+	var wg sync.WaitGroup
+	for i, n := range clients {
+		for range n {
+			wg.Go(func() { f.client(i, moveBy) })
+		}
+	}
+	pt, err := f.window(ctx, warmUp, d, during)
+	wg.Wait()
+	pt.Served, pt.Peak, pt.Outages = f.served.Load(), f.peak.Load(), f.outages()-outages0
+	pt.handled, pt.busy = time.Duration(f.handled.Load()), time.Duration(f.busy.Load())
+	for i := range pt.Refused {
+		pt.Refused[i] = f.refused[i].Load()
+	}
+	return pt, err
+}
+
+// window waits out warmUp, then opens the window for d, reading the Redis
+// servers and this process's CPU at both ends. Closing it ends the
+// clients.
+func (f *fleet) window(ctx context.Context, warmUp, d time.Duration, during func(start, end time.Time)) (*fleetPoint, error) {
+	sleepCtx(ctx, warmUp)
+	l0, err0 := f.read(ctx)
+	cpu0, start := processCPU(), time.Now()
+	f.from.Store(f.at(start))
+	if during != nil {
+		during(start, start.Add(d))
+	}
+	sleepCtx(ctx, time.Until(start.Add(d)))
+	l1, err1 := f.read(ctx)
+	cpu1, end := processCPU(), time.Now()
+	f.to.Store(f.at(end))
+	pt := &fleetPoint{ScalePhase: ScalePhase{Window: end.Sub(start), BenchCPU: cpu1 - cpu0, Down: f.down(),
+		Calls: math.NaN(), RedisCPU: math.NaN(), ShardCPU: math.NaN()}}
+	if err := errors.Join(ctx.Err(), err0, err1); err != nil || l1 == nil {
+		return pt, err
+	}
+	pt.Calls, pt.RedisCPU, pt.ShardCPU = 0, 0, 0
+	for i := range l1 {
+		l := l1[i].since(l0[i])
+		calls, _ := l.scripts()
+		pt.Calls, pt.RedisCPU, pt.ShardCPU = pt.Calls+calls, pt.RedisCPU+l.cpu, max(pt.ShardCPU, l.cpu)
+		pt.redis = append(pt.redis, l)
+	}
+	return pt, nil
+}
+
+// read reads INFO cpu and commandstats of each of the fleet's Redis servers.
+func (f *fleet) read(ctx context.Context) ([]redisLoad, error) {
+	var ls []redisLoad
+	for _, c := range f.nodes {
+		l, err := readLoad(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+// sleepCtx sleeps for d or until ctx ends; false if it ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // Section 14: one limit for a fleet of replicas, shared three ways.
 
@@ -42,107 +334,64 @@ func (p Plan) FleetShare() int { return p.FleetLimits.MaxConcurrent / p.FleetRep
 // saturation: "8, 8, 8 and 104".
 func (p Plan) FleetUnevenClients() string { return andList(p.FleetUneven) }
 
-// sentNames counts, through a go-redis hook, the commands clients send by
-// name: commandstats also counts the calls scripts make inside Redis.
-type sentNames struct{ names sync.Map } // name → *atomic.Int64
+// seenNames is a go-redis hook that notes the name of every command a
+// client sends.
+type seenNames struct{ names sync.Map } // name → nil
 
-func (s *sentNames) add(cmd redis.Cmder) {
-	n, ok := s.names.Load(cmd.Name())
-	if !ok {
-		n, _ = s.names.LoadOrStore(cmd.Name(), new(atomic.Int64))
+func (s *seenNames) note(name string) {
+	if _, ok := s.names.Load(name); !ok {
+		s.names.Store(name, nil)
 	}
-	n.(*atomic.Int64).Add(1)
 }
 
-// counts is what the hooks have counted so far, by name.
-func (s *sentNames) counts() map[string]float64 {
-	m := map[string]float64{}
-	s.names.Range(func(k, v any) bool {
-		m[k.(string)] = float64(v.(*atomic.Int64).Load())
-		return true
-	})
-	return m
+func (s *seenNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *seenNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { s.note(cmd.Name()); return next(ctx, cmd) }
 }
 
-func (s *sentNames) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (s *sentNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { s.add(cmd); return next(ctx, cmd) }
-}
-
-func (s *sentNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (s *seenNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			s.add(c)
+			s.note(c.Name())
 		}
 		return next(ctx, cmds)
 	}
 }
 
-// sent reports whether the commandstats entry name is one a client sends:
-// one the hooks saw, one flagged noscript, or INFO or PING, which
-// redisqueue sends on clients no hook sees.
-func (s *sentNames) sent(name string, noscript map[string]bool) bool {
-	cmd, _, _ := strings.Cut(name, "|")
-	_, ok := s.names.Load(cmd)
-	return ok || noscript[name] || cmd == "info" || cmd == "ping"
-}
-
-// noscript asks Redis which of the commandstats entries names it refuses
-// to run inside a script.
-func noscript(ctx context.Context, ctl *redis.Client, names []string) (map[string]bool, error) {
-	args := []any{"command", "info"}
-	for _, n := range names {
-		cmd, _, _ := strings.Cut(n, "|")
-		args = append(args, cmd)
+// roundTrips splits d's calls into those the replicas sent and those
+// their scripts ran inside Redis. A client sent a command that a hook saw,
+// one that Redis refuses to run in a script (COMMAND INFO flag noscript),
+// and INFO and PING, which redisqueue sends on clients no hook sees.
+func roundTrips(ctx context.Context, ctl *redis.Client, seen *seenNames, d redisLoad) (sent, inScript map[string]float64, err error) {
+	args, moved := []any{"command", "info"}, []string{}
+	for c, n := range d.calls {
+		if n != 0 { // Redis 7 takes a subcommand such as "client|setinfo" as is
+			args, moved = append(args, c), append(moved, c)
+		}
 	}
 	res, err := ctl.Do(ctx, args...).Slice()
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("COMMAND INFO: %w", err)
 	}
-	flagged := func(info []any) bool {
-		flags, _ := info[2].([]any)
-		return slices.Contains(flags, any("noscript"))
-	}
-	m := map[string]bool{}
+	noscript := map[string]bool{}
 	for i, e := range res {
-		info, _ := e.([]any)
-		if len(info) < 3 {
-			continue // unknown to this Redis
-		}
-		if _, _, sub := strings.Cut(names[i], "|"); !sub {
-			m[names[i]] = flagged(info)
-			continue
-		}
-		if len(info) < 10 {
-			continue
-		}
-		subs, _ := info[9].([]any)
-		for _, s := range subs {
-			if si, _ := s.([]any); len(si) >= 3 && si[0] == names[i] {
-				m[names[i]] = flagged(si)
-			}
+		if info, _ := e.([]any); i < len(moved) && len(info) > 2 { // nil: unknown to this Redis
+			flags, _ := info[2].([]any)
+			noscript[moved[i]] = slices.Contains(flags, any("noscript"))
 		}
 	}
-	return m, nil
-}
-
-// fleetPoint is what one way gave in one scenario.
-type fleetPoint struct {
-	admitted int64         // handlers that ended in the window
-	handled  time.Duration // the whole time of those handlers, summed
-	procCPU  float64       // this process's CPU seconds over the window
-	gcs      uint32        // the collections that ended in the window
-	busy     time.Duration // handler time inside the window, summed over the fleet
-	peak     int64         // the most handlers running at once, over the warm-up and the window
-	refused  int64         // requests answered other than 204, over the warm-up and the window
-	status   int64         // the first such status
-	outages  uint64        // times a replica's Backend marked Redis down
-	// Redis only, over the window: its CPU seconds; the commands sent, run
-	// by scripts and seen by the hooks; each replica's mean Stats().Limit.
-	cpu                   float64
-	sent, inScript, hooks map[string]float64
-	shares                []float64
+	sent, inScript = map[string]float64{}, map[string]float64{}
+	for c, n := range d.calls {
+		cmd, _, _ := strings.Cut(c, "|")
+		if _, ok := seen.names.Load(cmd); ok || noscript[c] || cmd == "info" || cmd == "ping" {
+			sent[c] = n
+		} else {
+			inScript[c] = n
+		}
+	}
+	sent["info"]-- // the window's first INFO is in the second's count: the measurement's own
+	return sent, inScript, nil
 }
 
 // commands lists calls by name, most first: "evalsha 1,234, blpop 56".
@@ -162,181 +411,52 @@ func commands(calls map[string]float64) string {
 
 // fleetRun serves clients[i] closed-loop clients on replica i, handlers
 // that sleep work, the replicas sharing the limit as way says.
-func (p Plan) fleetRun(f *fleet, ctl *redis.Client, way, name string, clients []int, work time.Duration) (*fleetPoint, error) {
-	runtime.GC() // the previous measurement's garbage is collected on its own time
-	pt := &fleetPoint{}
-	var running, peak, admitted, handled, busy, refused, status atomic.Int64
-	var from, to time.Time // set before the clients start, read by the handlers
-	h := func(c *gin.Context) {
-		raise(&peak, running.Add(1))
-		t0 := time.Now()
-		time.Sleep(work)
-		t1 := time.Now()
-		running.Add(-1)
-		if !t1.Before(from) && t1.Before(to) {
-			admitted.Add(1)
-			handled.Add(int64(t1.Sub(t0)))
+func (r *runner) fleetRun(sh *sharedRedis, way, name string, clients []int, work time.Duration) (*fleetPoint, error) {
+	ctx, seen := context.Background(), &seenNames{}
+	l := r.FleetLimits
+	f := &fleet{replicas: make([]replica, len(clients)), work: work,
+		cfg: ginqueue.Config{MaxConcurrent: l.MaxConcurrent, MaxQueue: l.MaxQueue, QueueTimeout: l.QueueTimeout}}
+	if way == FleetStatic {
+		f.cfg.MaxConcurrent = r.FleetShare()
+	} else {
+		f.dial = func() redis.UniversalClient {
+			c := newRedisClient(sh.addr)
+			c.AddHook(seen)
+			return c
 		}
-		if d := min(t1.Sub(from), to.Sub(from)) - max(t0.Sub(from), 0); d > 0 {
-			busy.Add(int64(d))
+		f.opts = redisqueue.Options{Name: sh.prefix + name, Mode: redisqueue.Shares}
+		if way == FleetGlobal {
+			f.opts.Mode = redisqueue.GlobalQueue
 		}
-		c.Status(http.StatusNoContent)
+		f.nodes = []*redis.Client{sh.ctl}
 	}
 	defer f.close()
-	var sent sentNames
-	handlers, queues, backends, err := p.fleetReplicas(f, way, name, len(clients), h, &sent)
-	if err != nil {
+	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	from = start.Add(p.FleetWarmUp)
-	to = from.Add(p.FleetWindow)
-	var wg sync.WaitGroup
-	for i, n := range clients {
-		for range n {
-			wg.Go(func() {
-				req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
-				for time.Now().Before(to) {
-					if code := serve(handlers[i], w, req); code != http.StatusNoContent {
-						refused.Add(1)
-						status.CompareAndSwap(0, int64(code))
-						time.Sleep(time.Millisecond) // a refusal returns at once: do not spin on it
-					}
-				}
-			})
-		}
+	pt, err := f.measure(ctx, clients, 0, r.FleetWarmUp, r.FleetWindow, nil)
+	if err == nil && pt.redis != nil {
+		pt.sent, pt.inScript, err = roundTrips(ctx, sh.ctl, seen, pt.redis[0])
 	}
-	// Each replica's Backend.Stats().Limit, every 10 ms of the window.
-	sums, samples := make([]float64, len(backends)), 0
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		time.Sleep(time.Until(from))
-		for ; time.Now().Before(to); time.Sleep(10 * time.Millisecond) {
-			for i, b := range backends {
-				sums[i] += float64(b.Stats().Limit)
-			}
-			samples++
-		}
-	}()
-	var errs []error
-	readInfo := func() (string, map[string]float64) {
-		if len(backends) == 0 {
-			return "", nil
-		}
-		info, err := ctl.Info(context.Background(), "cpu", "commandstats").Result()
-		errs = append(errs, err)
-		return info, sent.counts()
+	if n := pt.refusals(); err == nil && n > 0 {
+		err = fmt.Errorf("%d requests not served: 503 %d, 408 %d, other %d", n, pt.Refused[refused503], pt.Refused[refused408], pt.Refused[refusedOther])
 	}
-	var m0, m1 runtime.MemStats
-	time.Sleep(time.Until(from))
-	cpu0 := processCPU()
-	runtime.ReadMemStats(&m0)
-	before, hooks0 := readInfo()
-	time.Sleep(time.Until(to))
-	after, hooks1 := readInfo()
-	pt.procCPU = processCPU() - cpu0
-	runtime.ReadMemStats(&m1)
-	pt.gcs = m1.NumGC - m0.NumGC
-	wg.Wait()
-	<-sampled
-	for _, q := range queues {
-		pt.outages += q.Stats().Outages
-	}
-	pt.admitted, pt.handled, pt.busy, pt.peak = admitted.Load(), time.Duration(handled.Load()), time.Duration(busy.Load()), peak.Load()
-	pt.refused, pt.status = refused.Load(), status.Load()
-	if err := errors.Join(errs...); err != nil {
-		return pt, fmt.Errorf("INFO cpu and commandstats: %w", err)
-	}
-	if len(backends) > 0 {
-		if err := pt.countRedis(ctl, &sent, [2]string{before, after}, [2]map[string]float64{hooks0, hooks1}); err != nil {
-			return pt, err
-		}
-		for i := range sums {
-			pt.shares = append(pt.shares, sums[i]/float64(max(samples, 1)))
-		}
-	}
-	if pt.refused > 0 {
-		return pt, fmt.Errorf("%d requests not served, the first answered %d", pt.refused, pt.status)
-	}
-	return pt, nil
-}
-
-// fleetReplicas builds n replicas that share the limit as way says, each
-// serving h: their handlers, Queues and Backends. f closes them.
-func (p Plan) fleetReplicas(f *fleet, way, name string, n int, h gin.HandlerFunc, sent *sentNames) ([]http.Handler, []*ginqueue.Queue, []*redisqueue.Backend, error) {
-	handlers := make([]http.Handler, n)
-	var queues []*ginqueue.Queue
-	var backends []*redisqueue.Backend
-	for i := range n {
-		cfg := ginqueue.Config{MaxConcurrent: p.FleetLimits.MaxConcurrent, MaxQueue: p.FleetLimits.MaxQueue, QueueTimeout: p.FleetLimits.QueueTimeout}
-		if way == FleetStatic { // nil Config.Backend: the in-memory Backend
-			cfg.MaxConcurrent = p.FleetShare()
-		} else {
-			mode := map[bool]redisqueue.Mode{true: redisqueue.Shares, false: redisqueue.GlobalQueue}[way == FleetShares]
-			b, err := f.backend(name, mode, sent) // f closes it, even if NewQueue fails
-			if err != nil {
-				return nil, nil, nil, fmt.Errorf("replica %d: %w", i+1, err)
-			}
-			cfg.Backend, backends = b, append(backends, b)
-		}
-		q, err := ginqueue.NewQueue(cfg)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("replica %d: %w", i+1, err)
-		}
-		f.closers = append(f.closers, func() { _ = q.Close() })
-		queues = append(queues, q)
-		handlers[i], _ = route(h, nil, q.Handler())
-	}
-	return handlers, queues, backends, nil
-}
-
-// countRedis sets pt's Redis figures from the INFO replies and the hooks'
-// counts at the window's start and end.
-func (pt *fleetPoint) countRedis(ctl *redis.Client, sent *sentNames, info [2]string, hooks [2]map[string]float64) error {
-	cpu0, calls0, _ := redisCounters(info[0])
-	cpu1, calls1, _ := redisCounters(info[1])
-	pt.cpu, pt.sent, pt.inScript, pt.hooks = cpu1-cpu0, map[string]float64{}, map[string]float64{}, map[string]float64{}
-	for c, n := range hooks[1] {
-		pt.hooks[c] = n - hooks[0][c]
-	}
-	var moved []string
-	for c, n := range calls1 {
-		if n != calls0[c] {
-			moved = append(moved, c)
-		}
-	}
-	flagged, err := noscript(context.Background(), ctl, moved)
-	if err != nil {
-		return fmt.Errorf("COMMAND INFO: %w", err)
-	}
-	for c, n := range calls1 {
-		if n -= calls0[c]; sent.sent(c, flagged) {
-			pt.sent[c] = n
-		} else {
-			pt.inScript[c] = n
-		}
-	}
-	// The first INFO is in the second's count: the measurement's own.
-	pt.sent["info"]--
-	return nil
+	return pt, err
 }
 
 // fleet is section 14: every way under an even load, an even load of short
 // handlers and an uneven load; without a Redis, the static split alone.
 func (r *runner) fleet() {
-	t, ctx := &r.res.Fleet, context.Background()
-	ways := fleetWays()
-	t.Cols = ways
-	f, ctl, _, why := openFleet(ctx)
-	defer f.close()
-	defer ctl.Close()
+	ctx, ways := context.Background(), fleetWays()
+	r.res.Fleet.Cols = ways
+	sh, _, why := openRedis(ctx)
+	defer sh.ctl.Close()
 	if why != "" {
 		r.res.FleetWhy = fmt.Sprintf("No Redis answered at REDIS_ADDR (default %s), so only the static split was measured in this run (%s).", DefaultRedisAddr, why)
 		r.logf("  %s", r.res.FleetWhy)
 		ways = ways[:1]
 	} else {
-		defer r.deleteKeys(ctx, f, ctl, FleetShares, "14. deleting the run's keys")
+		defer r.deleteKeys(ctx, sh, FleetShares, "14. deleting the run's keys")
 	}
 	rows := r.fleetRows()
 	saturated := slices.Repeat([]int{r.FleetClients}, r.FleetReplicas)
@@ -352,7 +472,7 @@ func (r *runner) fleet() {
 	} {
 		for _, way := range ways {
 			seq++
-			pt, err := r.fleetRun(f, ctl, way, fmt.Sprintf("-fleet%d", seq), sc.clients, sc.work)
+			pt, err := r.fleetRun(sh, way, fmt.Sprintf("-fleet%d", seq), sc.clients, sc.work)
 			if err != nil {
 				r.fail(way, "14. "+sc.name, err)
 			}
@@ -371,7 +491,7 @@ func (r *runner) fleet() {
 			}
 		}
 	}
-	t.Rows = append(t.Rows, rows...)
+	r.res.Fleet.Rows = append(r.res.Fleet.Rows, rows...)
 }
 
 // fleetRows are the rows of section 14, with no figures yet.
@@ -402,37 +522,37 @@ func (r *runner) fleetRows() []Row {
 
 // fleetRecord puts what way gave in scenario into rows (see fleetRows).
 func (r *runner) fleetRecord(rows []Row, scenario, way string, pt *fleetPoint) {
-	window := r.FleetWindow.Seconds()
-	rows[6].Values[way] = max(rows[6].Values[way], float64(pt.peak))
+	window := pt.Window.Seconds()
+	rows[6].Values[way] = max(rows[6].Values[way], float64(pt.Peak))
 	if scenario == "uneven" {
 		mean := pt.busy.Seconds() / window
 		rows[7].Values[way], rows[8].Values[way] = mean, mean/float64(r.FleetLimits.MaxConcurrent)
 		return
 	}
 	i := map[string]int{"even": 0, "short": 9}[scenario] // 14a or 14e
-	rows[i].Values[way] = float64(pt.admitted) / window
-	if pt.admitted == 0 {
+	rows[i].Values[way] = float64(pt.Served) / window
+	if pt.Served == 0 {
 		return
 	}
-	rows[i+2].Values[way] = float64(pt.handled) / float64(pt.admitted)
-	if scenario == "even" && !math.IsNaN(pt.procCPU) {
-		rows[3].Values[way] = pt.procCPU * 1e9 / float64(pt.admitted)
+	rows[i+2].Values[way] = float64(pt.handled) / float64(pt.Served)
+	if scenario == "even" && !math.IsNaN(pt.BenchCPU) {
+		rows[3].Values[way] = pt.BenchCPU * 1e9 / float64(pt.Served)
 	}
 	if scenario == "short" && pt.sent != nil {
-		rows[4].Values[way] = sum(slices.Collect(maps.Values(pt.sent))) / float64(pt.admitted)
-		rows[5].Values[way] = pt.cpu * 1e9 / float64(pt.admitted)
+		rows[4].Values[way] = sum(slices.Collect(maps.Values(pt.sent))) / float64(pt.Served)
+		rows[5].Values[way] = pt.RedisCPU * 1e9 / float64(pt.Served)
 	}
 }
 
 // logFleet logs what way gave in scenario.
 func (r *runner) logFleet(scenario, way string, pt *fleetPoint) {
-	window := r.FleetWindow.Seconds()
-	line := fmt.Sprintf("  %s, %s: admitted %s, handler time %s, peak %d, mean running %.1f, refused %d, outages %d, process CPU %.2f s, %d GCs",
-		scenario, way, format(FormatRate, float64(pt.admitted)/window), format(FormatDuration, float64(pt.handled)/float64(max(pt.admitted, 1))),
-		pt.peak, pt.busy.Seconds()/window, pt.refused, pt.outages, pt.procCPU, pt.gcs)
+	window := pt.Window.Seconds()
+	line := fmt.Sprintf("  %s, %s: admitted %s, handler time %s, peak %d, mean running %.1f, refused %d, outages %d, process CPU %.2f s",
+		scenario, way, format(FormatRate, float64(pt.Served)/window), format(FormatDuration, float64(pt.handled)/float64(max(pt.Served, 1))),
+		pt.Peak, pt.busy.Seconds()/window, pt.refusals(), pt.Outages, pt.BenchCPU)
 	if pt.sent != nil {
-		line += fmt.Sprintf("; Redis: CPU %s, commands sent %s (the replicas' hooks counted %s), run by the scripts %s; Stats().Limit mean per replica %.1f",
-			format(FormatDuration, pt.cpu*1e9), commands(pt.sent), commands(pt.hooks), commands(pt.inScript), pt.shares)
+		line += fmt.Sprintf("; Redis: CPU %s, commands sent %s, run by the scripts %s",
+			format(FormatDuration, pt.RedisCPU*1e9), commands(pt.sent), commands(pt.inScript))
 	}
 	r.logf("%s", line)
 }

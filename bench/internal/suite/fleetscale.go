@@ -3,22 +3,16 @@ package suite
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/signal"
-	"runtime"
+	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ginqueue/ginqueue"
@@ -101,7 +95,7 @@ type ScalePhase struct {
 	RedisCPU float64  // Redis's used_cpu_sys + used_cpu_user, seconds, summed over the servers; NaN if INFO failed
 	ShardCPU float64  // the same, of the busiest server; NaN if INFO failed
 	BenchCPU float64  // this process's CPU, seconds; NaN where unknown
-	Served   int64    // 2xx answers
+	Served   int64    // 2xx answers: the handlers that ended in the window
 	Refused  [3]int64 // the other answers, by kind: refused503, refused408, refusedOther
 	Outages  uint64   // times a replica marked Redis down (Stats().Outages), summed
 	Down     int      // replicas that had Redis marked down (Stats().Unavailable) at the window's end
@@ -111,333 +105,60 @@ type ScalePhase struct {
 	SharesAt, RunningAt time.Duration
 }
 
-// The kinds of refusal in ScalePhase.Refused.
-const (
-	refused503   = iota // queue full or Redis unavailable
-	refused408          // queue timeout
-	refusedOther        // any other status that is not 2xx
-)
-
-// scaleCounts is what a fleet's handlers and clients count, outside the
-// library; each phase resets it.
-type scaleCounts struct {
-	running, peak atomic.Int64 // handlers running in the fleet; the most at once
-	second        atomic.Int64 // handlers running on the second half of the replicas
-	window        atomic.Bool  // set while the phase's window is open
-	served        atomic.Int64 // 2xx answers while window was set
-	refused       [3]atomic.Int64
-}
-
-func (c *scaleCounts) reset() {
-	c.peak.Store(c.running.Load())
-	c.served.Store(0)
-	for i := range c.refused {
-		c.refused[i].Store(0)
-	}
-}
-
-// enter counts a handler that starts, on the second half or not.
-func (c *scaleCounts) enter(second bool) {
-	raise(&c.peak, c.running.Add(1))
-	if second {
-		c.second.Add(1)
-	}
-}
-
-func (c *scaleCounts) leave(second bool) {
-	if second {
-		c.second.Add(-1)
-	}
-	c.running.Add(-1)
-}
-
-// answer counts the status a client got and reports whether it was served.
-func (c *scaleCounts) answer(code int) bool {
-	switch {
-	case code >= 200 && code < 300:
-		if c.window.Load() {
-			c.served.Add(1)
-		}
-		return true
-	case code == http.StatusServiceUnavailable:
-		c.refused[refused503].Add(1)
-	case code == http.StatusRequestTimeout:
-		c.refused[refused408].Add(1)
-	default:
-		c.refused[refusedOther].Add(1)
-	}
-	return false
-}
-
-// scaleReplica is a Backend in Shares mode on a client of its own, under
-// a Queue on a gin engine of its own.
-type scaleReplica struct {
-	rdb redis.UniversalClient
-	b   *redisqueue.Backend
-	q   *ginqueue.Queue
-	h   http.Handler
-}
-
-// scaleFleet is the replicas of one fleet size, all under one Name.
-type scaleFleet struct {
-	plan     ScalePlan
-	addrs    []string // one Redis, or the Cluster's masters
-	name     string
-	limit    int
-	replicas []scaleReplica // each written by the goroutine that starts it, before start returns
-	counts   scaleCounts
-}
-
-// newScaleFleet is a fleet of n replicas, not started, under a fresh Name.
-func newScaleFleet(plan ScalePlan, addrs []string, n int) *scaleFleet {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return &scaleFleet{plan: plan, addrs: addrs, name: fmt.Sprintf("scale%d-%s", n, hex.EncodeToString(b[:])),
-		limit: plan.Limit(n), replicas: make([]scaleReplica, n)}
-}
-
-// inBatches calls do for every replica, StartBatch at once, and stops
-// after a batch with an error or once ctx ends.
-func (f *scaleFleet) inBatches(ctx context.Context, do func(i int) error) error {
-	batch := max(f.plan.StartBatch, 1)
-	for lo := 0; lo < len(f.replicas); lo += batch {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		hi := min(lo+batch, len(f.replicas))
-		errs := make([]error, hi-lo)
-		var wg sync.WaitGroup
-		for i := lo; i < hi; i++ {
-			wg.Go(func() { errs[i-lo] = do(i) })
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// startReplica starts replica i: a client with a small pool, a Backend in
-// Shares mode with default Options otherwise, and its Queue.
-func (f *scaleFleet) startReplica(i int) error {
-	rep := &f.replicas[i]
-	o := redisqueue.Options{Name: f.name, Mode: redisqueue.Shares}
-	if f.plan.Parts > 1 {
-		o.Shares.Parts = f.plan.Parts
-		rep.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: f.addrs, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
-	} else {
-		rep.rdb = redis.NewClient(&redis.Options{Addr: f.addrs[0], ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
-	}
-	b, err := redisqueue.New(rep.rdb, o)
-	if err != nil {
-		return fmt.Errorf("replica %d: %w", i+1, err)
-	}
-	rep.b = b
-	q, err := ginqueue.NewQueue(ginqueue.Config{MaxConcurrent: f.limit, MaxQueue: f.plan.MaxQueue, QueueTimeout: f.plan.QueueTimeout, Backend: b})
-	if err != nil {
-		return fmt.Errorf("replica %d: %w", i+1, err)
-	}
-	rep.q = q
-	rep.h, _ = route(f.handler(i >= len(f.replicas)/2), nil, q.Handler())
-	return nil
-}
-
-// handler sleeps work and counts itself running; second: on the second half.
-func (f *scaleFleet) handler(second bool) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		f.counts.enter(second)
-		defer f.counts.leave(second)
-		time.Sleep(f.plan.work(len(f.replicas)))
-		c.Status(http.StatusNoContent)
-	}
-}
-
-// close closes every replica that started.
-func (f *scaleFleet) close() {
-	_ = f.inBatches(context.Background(), func(i int) error {
-		rep := &f.replicas[i]
-		if rep.q != nil {
-			_ = rep.q.Close()
-		}
-		if rep.b != nil {
-			_ = rep.b.Close() // NewQueue leaves b open when it fails
-		}
-		if rep.rdb != nil {
-			_ = rep.rdb.Close()
-		}
-		return nil
-	})
-}
-
-// sum adds up of over the Stats of the replicas from first on.
-func (f *scaleFleet) sum(first int, of func(backend.Stats) uint64) uint64 {
-	var n uint64
-	for _, rep := range f.replicas[first:] {
-		n += of(rep.b.Stats())
-	}
-	return n
-}
-
-// outages sums the times the replicas marked Redis down; down counts those
-// with it marked down now; secondShares sums the second half's shares.
-func (f *scaleFleet) outages() uint64 {
-	return f.sum(0, func(s backend.Stats) uint64 { return s.Outages })
-}
-func (f *scaleFleet) down() int {
-	return int(f.sum(0, func(s backend.Stats) uint64 {
-		if s.Unavailable {
-			return 1
-		}
-		return 0
-	}))
-}
-func (f *scaleFleet) secondShares() int {
-	return int(f.sum(len(f.replicas)/2, func(s backend.Stats) uint64 { return uint64(s.Limit) }))
-}
-
-// clients starts Clients closed-loop clients on replicas first to last
-// (excluded); once moved is set they move moveBy on, once stop, they end.
-func (f *scaleFleet) clients(wg *sync.WaitGroup, first, last, moveBy int, moved, stop *atomic.Bool) {
-	for i := first; i < last; i++ {
-		for range f.plan.Clients {
-			wg.Go(func() { f.client(i, moveBy, moved, stop) })
-		}
-	}
-}
-
-func (f *scaleFleet) client(at, moveBy int, moved, stop *atomic.Bool) {
-	req, w := httptest.NewRequest(http.MethodGet, "/", nil), newWriter()
-	for !stop.Load() {
-		i := at
-		if moved.Load() {
-			i += moveBy
-		}
-		if !f.counts.answer(serve(f.replicas[i].h, w, req)) {
-			time.Sleep(f.plan.work(len(f.replicas))) // do not spin on refusals
-		}
-	}
-}
-
-// redisNodes are the Redis servers of a run: one, or a Cluster's masters.
-type redisNodes []*redis.Client
-
-// load reads the script calls (summed) and CPU seconds (by server).
-func (ns redisNodes) load(ctx context.Context) (calls float64, cpu []float64, err error) {
-	for _, c := range ns {
-		info, err := c.Info(ctx, "cpu", "commandstats").Result()
-		if err != nil {
-			return 0, nil, fmt.Errorf("INFO cpu and commandstats: %w", err)
-		}
-		cp, n, _ := parseRedisLoad(info)
-		calls += n
-		cpu = append(cpu, cp)
-	}
-	return calls, cpu, nil
-}
-
-func (ns redisNodes) close() {
-	for _, c := range ns {
-		_ = c.Close()
-	}
-}
-
-// sleepCtx sleeps for d or until ctx ends; false if it ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // scaleSpec is how a phase loads the fleet.
 type scaleSpec struct {
-	name         string
-	first, last  int           // the replicas whose clients start the phase; none when equal
-	moveBy       int           // at the window's start the clients move this many replicas on; 0 stays
-	before       time.Duration // the load before the window
-	measureMoves bool          // sample the convergence in the window
+	name    string
+	clients []int         // closed-loop clients on each replica from the first; none on the rest
+	moveBy  int           // at the window's start the clients move this many replicas on
+	before  time.Duration // the load before the window
 }
 
 // specs are the phases of a fleet of n replicas, in order.
 func (s ScalePlan) specs(n int) []scaleSpec {
 	return []scaleSpec{
 		{name: ScaleIdle, before: s.WarmUp},
-		{name: ScaleLoaded, last: n, before: s.WarmUp},
-		{name: ScaleMoves, last: n / 2, moveBy: n / 2, before: s.Settle, measureMoves: true},
+		{name: ScaleLoaded, clients: slices.Repeat([]int{s.Clients}, n), before: s.WarmUp},
+		{name: ScaleMoves, clients: slices.Repeat([]int{s.Clients}, n/2), moveBy: n / 2, before: s.Settle},
 	}
 }
 
-// phase runs sp's clients through the load before the window and the
-// window; they have all returned when it does.
-func (f *scaleFleet) phase(ctx context.Context, ctl redisNodes, sp scaleSpec) (ScalePhase, error) {
-	runtime.GC() // the previous phase's garbage is collected on its own time
-	pt := ScalePhase{Name: sp.name, Calls: math.NaN(), RedisCPU: math.NaN(), ShardCPU: math.NaN(), BenchCPU: math.NaN(), SharesAt: -1, RunningAt: -1}
-	f.counts.reset()
-	outages0 := f.outages()
-	var moved, stop atomic.Bool
-	var wg sync.WaitGroup
-	f.clients(&wg, sp.first, sp.last, sp.moveBy, &moved, &stop)
-	err := f.window(ctx, ctl, sp, &pt, &moved)
-	stop.Store(true)
-	wg.Wait()
-	pt.Served, pt.Peak, pt.Outages = f.counts.served.Load(), f.counts.peak.Load(), f.outages()-outages0
-	for i := range pt.Refused {
-		pt.Refused[i] = f.counts.refused[i].Load()
-	}
-	return pt, err
+// fleet is n replicas, not started, under a Name of their own: Backends in
+// Shares mode with default Options otherwise, each on a client with a
+// small pool.
+func (s ScalePlan) fleet(addrs []string, nodes []*redis.Client, n int) *fleet {
+	return &fleet{replicas: make([]replica, n), batch: s.StartBatch, work: s.work(n), nodes: nodes,
+		cfg: ginqueue.Config{MaxConcurrent: s.Limit(n), MaxQueue: s.MaxQueue, QueueTimeout: s.QueueTimeout},
+		dial: func() redis.UniversalClient {
+			return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, IsClusterMode: s.Parts > 1,
+				ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
+		},
+		opts: redisqueue.Options{Name: fmt.Sprintf("scale%d-%s", n, rand.Text()[:8]), Mode: redisqueue.Shares,
+			Shares: redisqueue.SharesOptions{Parts: s.Parts}}}
 }
 
-// window waits out the load before it, then measures Redis's counters,
-// this process's CPU and the replicas down into pt. It sets moved at its
-// start and, if sp says so, samples the convergence.
-func (f *scaleFleet) window(ctx context.Context, ctl redisNodes, sp scaleSpec, pt *ScalePhase, moved *atomic.Bool) error {
-	if !sleepCtx(ctx, sp.before) {
-		return ctx.Err()
+// phase runs sp on f; what it measured comes back even with an error.
+func (s ScalePlan) phase(ctx context.Context, f *fleet, sp scaleSpec) (ScalePhase, error) {
+	shares, running := time.Duration(-1), time.Duration(-1)
+	var during func(start, end time.Time)
+	if sp.name == ScaleMoves {
+		during = func(start, end time.Time) { shares, running = f.converge(ctx, start, end) }
 	}
-	calls0, cpu0, err := ctl.load(ctx)
-	if err != nil {
-		return err
-	}
-	bench0, start := processCPU(), time.Now()
-	f.counts.window.Store(true)
-	defer f.counts.window.Store(false)
-	moved.Store(true)
-	end := start.Add(f.plan.Window)
-	if sp.measureMoves {
-		pt.SharesAt, pt.RunningAt = f.converge(ctx, start, end)
-	}
-	if !sleepCtx(ctx, time.Until(end)) {
-		return ctx.Err()
-	}
-	calls1, cpu1, err := ctl.load(ctx)
-	f.counts.window.Store(false)
-	pt.Window, pt.BenchCPU, pt.Down = time.Since(start), processCPU()-bench0, f.down()
-	if err == nil {
-		pt.Calls, pt.RedisCPU, pt.ShardCPU = calls1-calls0, 0, 0
-		for i := range cpu1 {
-			pt.RedisCPU += cpu1[i] - cpu0[i]
-			pt.ShardCPU = max(pt.ShardCPU, cpu1[i]-cpu0[i])
-		}
-	}
-	return err
+	pt, err := f.measure(ctx, sp.clients, sp.moveBy, sp.before, s.Window, during)
+	pt.Name, pt.SharesAt, pt.RunningAt = sp.name, shares, running
+	return pt.ScalePhase, err
 }
 
 // converge samples every 5 ms the second half's shares and running
 // handlers: how long after start each reached scaleConverged of the limit
 // (-1: not before end).
-func (f *scaleFleet) converge(ctx context.Context, start, end time.Time) (shares, running time.Duration) {
-	need := int(math.Ceil(scaleConverged * float64(f.limit)))
+func (f *fleet) converge(ctx context.Context, start, end time.Time) (shares, running time.Duration) {
+	need := int(math.Ceil(scaleConverged * float64(f.cfg.MaxConcurrent)))
 	shares, running = -1, -1
 	for now := time.Now(); now.Before(end) && (shares < 0 || running < 0); now = time.Now() {
-		if running < 0 && int(f.counts.second.Load()) >= need {
+		if running < 0 && int(f.second.Load()) >= need {
 			running = now.Sub(start)
 		}
-		if shares < 0 && f.secondShares() >= need {
+		if shares < 0 && int(f.stats(len(f.replicas)/2, func(s backend.Stats) uint64 { return uint64(s.Limit) })) >= need {
 			shares = now.Sub(start)
 		}
 		if !sleepCtx(ctx, 5*time.Millisecond) {
@@ -448,9 +169,9 @@ func (f *scaleFleet) converge(ctx context.Context, start, end time.Time) (shares
 }
 
 // census counts Redis's clients and live replicas; -1 where it did not answer.
-func (f *scaleFleet) census(ctx context.Context, ctl redisNodes) (conns, live int) {
+func (f *fleet) census(ctx context.Context) (conns, live int) {
 	conns, live = 0, -1
-	for _, c := range ctl {
+	for _, c := range f.nodes {
 		info, err := c.Info(ctx, "clients").Result()
 		if err != nil {
 			conns = -1
@@ -466,19 +187,19 @@ func (f *scaleFleet) census(ctx context.Context, ctl redisNodes) (conns, live in
 
 // scaleSize starts n replicas, runs the phases and closes them; what it
 // measured comes back even with an error.
-func (r *runner) scaleSize(ctx context.Context, addrs []string, ctl redisNodes, n int) (*ScaleSize, error) {
-	f := newScaleFleet(r.Scale, addrs, n)
+func (r *runner) scaleSize(ctx context.Context, addrs []string, nodes []*redis.Client, n int) (*ScaleSize, error) {
+	f := r.Scale.fleet(addrs, nodes, n)
 	defer f.close()
 	start := time.Now()
-	if err := f.inBatches(ctx, f.startReplica); err != nil {
+	if err := f.start(ctx); err != nil {
 		return nil, fmt.Errorf("starting %d replicas: %w", n, err)
 	}
-	size := &ScaleSize{N: n, Limit: f.limit, StartUp: time.Since(start), Outages: f.outages(), Down: f.down()}
-	size.Connections, size.Live = f.census(ctx, ctl)
+	size := &ScaleSize{N: n, Limit: f.cfg.MaxConcurrent, StartUp: time.Since(start), Outages: f.outages(), Down: f.down()}
+	size.Connections, size.Live = f.census(ctx)
 	r.logf("  N=%d: %d replicas started in %v, marked Redis down %d times, %d down now; Redis: %d connections, %d replicas live",
 		n, n, size.StartUp.Round(time.Millisecond), size.Outages, size.Down, size.Connections, size.Live)
 	for _, sp := range r.Scale.specs(n) {
-		pt, err := f.phase(ctx, ctl, sp)
+		pt, err := r.Scale.phase(ctx, f, sp)
 		size.Phases = append(size.Phases, pt)
 		r.logf("  N=%d %s", n, r.Scale.describe(n, pt))
 		if err != nil {
@@ -527,7 +248,7 @@ func (r *runner) fleetScale() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r.logf("  open files: up to %d", raiseOpenFiles())
-	srvs, err := r.scaleServers(ctx)
+	srvs, err := startRedis(ctx, r.Scale.Parts)
 	if errors.Is(err, errNoRedisServer) {
 		res.Why = "No redis-server was found on the PATH, so this section was not measured in this run."
 		r.logf("  %s", res.Why)
@@ -538,19 +259,17 @@ func (r *runner) fleetScale() {
 		return
 	}
 	var addrs []string
-	var ctl redisNodes
+	var nodes []*redis.Client
 	for _, s := range srvs {
 		defer s.stop()
-		addrs = append(addrs, s.addr)
-		ctl = append(ctl, newRedisClient(s.addr))
+		addrs, nodes = append(addrs, s.addr), append(nodes, s.ctl)
 	}
-	defer ctl.close()
-	if info, err := ctl[0].Info(ctx, "server").Result(); err == nil {
+	if info, err := nodes[0].Info(ctx, "server").Result(); err == nil {
 		res.RedisVersion = infoString(info, "redis_version")
 	}
 	r.logf("  redis-server %s on %s", res.RedisVersion, strings.Join(addrs, ", "))
 	for _, n := range r.Scale.Replicas {
-		size, err := r.scaleSize(ctx, addrs, ctl, n)
+		size, err := r.scaleSize(ctx, addrs, nodes, n)
 		if size != nil {
 			res.Sizes = append(res.Sizes, *size)
 		}
@@ -562,27 +281,15 @@ func (r *runner) fleetScale() {
 			r.fail(FleetShares, "15. fleet at scale", err)
 		}
 		// Each size starts on an empty Redis.
-		for _, c := range ctl {
+		for _, c := range nodes {
 			if err := c.FlushAll(ctx).Err(); err != nil {
 				r.fail(FleetShares, "15. FLUSHALL", err)
 			}
 		}
 	}
-	for _, c := range ctl {
+	for _, c := range nodes {
 		if info, err := c.Info(ctx, "stats").Result(); err == nil {
 			r.logf("  Redis at %s refused %d connections in the run (rejected_connections)", c.Options().Addr, infoInt(info, "rejected_connections"))
 		}
 	}
-}
-
-// scaleServers starts one redis-server, or a Cluster of Parts masters.
-func (r *runner) scaleServers(ctx context.Context) ([]*redisServer, error) {
-	if r.Scale.Parts > 1 {
-		return startRedisCluster(ctx, r.Scale.Parts)
-	}
-	srv, err := startRedisServer(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	return []*redisServer{srv}, nil
 }

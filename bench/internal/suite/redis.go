@@ -1,11 +1,12 @@
 package suite
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"strconv"
@@ -26,77 +27,70 @@ const DefaultRedisAddr = "127.0.0.1:6379"
 // redisCol heads the figures of section 11.
 const redisCol = "redisqueue"
 
-// fleet starts redisqueue backends on the Redis at addr, each on its own
-// client as a replica would, under Names that start with prefix.
-type fleet struct {
-	addr, prefix string
-	closers      []func()
-}
-
 // newRedisClient honours context deadlines (redisqueue needs
 // ContextTimeoutEnabled), never retries, and notices a missing Redis at once.
 func newRedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond, MaxRetries: -1})
 }
 
-// backend is a redisqueue Backend of mode under the Name prefix+name, on a
-// client of its own as a replica would have, with hooks; f closes both.
-func (f *fleet) backend(name string, mode redisqueue.Mode, hooks ...redis.Hook) (*redisqueue.Backend, error) {
-	rdb := newRedisClient(f.addr)
-	for _, h := range hooks {
-		rdb.AddHook(h)
-	}
-	f.closers = append(f.closers, func() { _ = rdb.Close() })
-	b, err := redisqueue.New(rdb, redisqueue.Options{Name: f.prefix + name, Mode: mode})
-	if err == nil {
-		f.closers = append(f.closers, func() { _ = b.Close() })
-	}
-	return b, err
+// sharedRedis is the Redis at REDIS_ADDR, which other clients may use too:
+// a control client, a prefix made fresh for the Names of this run, and
+// what closes the backends started so far.
+type sharedRedis struct {
+	addr, prefix string
+	ctl          *redis.Client
+	closers      []func()
 }
 
-// started is a backend in GlobalQueue mode, started with l.
-func (f *fleet) started(name string, l backend.Limits) (*redisqueue.Backend, error) {
-	b, err := f.backend(name, redisqueue.GlobalQueue)
-	if err == nil {
-		err = b.Start(l)
-	}
-	return b, err
-}
-
-// openFleet is a fleet on the Redis at REDIS_ADDR under a fresh prefix, a
-// control client and the version, or why no Redis answered. Close both.
-func openFleet(ctx context.Context) (f *fleet, ctl *redis.Client, version, why string) {
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		addr = DefaultRedisAddr
-	}
-	var name [6]byte
-	_, _ = rand.Read(name[:])
-	f = &fleet{addr: addr, prefix: "bench-" + hex.EncodeToString(name[:])}
-	ctl = newRedisClient(addr)
-	info, err := ctl.Info(ctx, "server").Result()
+// openRedis opens the Redis at REDIS_ADDR and reads its version, or says
+// why no Redis answered. Close sh.ctl either way.
+func openRedis(ctx context.Context) (sh *sharedRedis, version, why string) {
+	addr := cmp.Or(os.Getenv("REDIS_ADDR"), DefaultRedisAddr)
+	sh = &sharedRedis{addr: addr, prefix: "bench-" + rand.Text()[:12], ctl: newRedisClient(addr)}
+	info, err := sh.ctl.Info(ctx, "server").Result()
 	if err != nil {
 		msg := strings.ReplaceAll(err.Error(), addr, "REDIS_ADDR")
 		if host, _, _ := net.SplitHostPort(addr); host != "" {
 			msg = strings.ReplaceAll(msg, host, "REDIS_ADDR")
 		}
-		return f, ctl, "", msg
+		return sh, "", msg
 	}
-	return f, ctl, infoString(info, "redis_version"), ""
+	return sh, infoString(info, "redis_version"), ""
 }
 
-// deleteKeys closes f and deletes the keys of its Names; a failure counts
-// against col as metric.
-func (r *runner) deleteKeys(ctx context.Context, f *fleet, ctl *redis.Client, col, metric string) {
-	f.close()
+// started is a Backend in GlobalQueue mode under the Name prefix+name,
+// started with l, on a client of its own as a replica would have; close
+// closes both, even after an error.
+func (sh *sharedRedis) started(name string, l backend.Limits) (*redisqueue.Backend, error) {
+	rdb := newRedisClient(sh.addr)
+	sh.closers = append(sh.closers, func() { _ = rdb.Close() })
+	b, err := redisqueue.New(rdb, redisqueue.Options{Name: sh.prefix + name, Mode: redisqueue.GlobalQueue})
+	if err == nil {
+		sh.closers = append(sh.closers, func() { _ = b.Close() })
+		err = b.Start(l)
+	}
+	return b, err
+}
+
+func (sh *sharedRedis) close() {
+	for i := len(sh.closers) - 1; i >= 0; i-- {
+		sh.closers[i]()
+	}
+	sh.closers = nil
+}
+
+// deleteKeys closes the backends and deletes the keys of the run's Names;
+// a failure counts against col as metric.
+func (r *runner) deleteKeys(ctx context.Context, sh *sharedRedis, col, metric string) {
+	sh.close()
 	var keys []string
-	iter := ctl.Scan(ctx, 0, "ginqueue:{"+f.prefix+"*", 1000).Iterator()
+	iter := sh.ctl.Scan(ctx, 0, "ginqueue:{"+sh.prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
 	}
 	err := iter.Err()
 	for i := 0; i < len(keys) && err == nil; i += 500 {
-		err = ctl.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
+		err = sh.ctl.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
 	}
 	if err != nil {
 		r.fail(col, metric, err)
@@ -104,11 +98,74 @@ func (r *runner) deleteKeys(ctx context.Context, f *fleet, ctl *redis.Client, co
 	r.logf("  deleted the run's %d keys", len(keys))
 }
 
-func (f *fleet) close() {
-	for i := len(f.closers) - 1; i >= 0; i-- {
-		f.closers[i]()
+// redisLoad is what a Redis server's INFO cpu and commandstats count: CPU
+// seconds (used_cpu_sys + used_cpu_user), and the calls and microseconds
+// of each command, by name ("evalsha", "client|setinfo").
+type redisLoad struct {
+	cpu         float64
+	calls, usec map[string]float64
+}
+
+// readLoad asks c for INFO cpu and commandstats.
+func readLoad(ctx context.Context, c *redis.Client) (redisLoad, error) {
+	info, err := c.Info(ctx, "cpu", "commandstats").Result()
+	if err != nil {
+		return redisLoad{}, fmt.Errorf("INFO cpu and commandstats: %w", err)
 	}
-	f.closers = nil
+	return parseLoad(info), nil
+}
+
+// parseLoad reads an INFO cpu and commandstats reply.
+func parseLoad(info string) redisLoad {
+	l := redisLoad{calls: map[string]float64{}, usec: map[string]float64{}}
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			l.cpu += f
+		} else if cmd, ok := strings.CutPrefix(k, "cmdstat_"); ok {
+			var calls, usec float64
+			_, _ = fmt.Sscanf(v, "calls=%g,usec=%g", &calls, &usec)
+			l.calls[cmd], l.usec[cmd] = calls, usec
+		}
+	}
+	return l
+}
+
+// since is how much each of l's counters grew after then.
+func (l redisLoad) since(then redisLoad) redisLoad {
+	d := redisLoad{cpu: l.cpu - then.cpu, calls: maps.Clone(l.calls), usec: maps.Clone(l.usec)}
+	for c := range d.calls {
+		d.calls[c] -= then.calls[c]
+		d.usec[c] -= then.usec[c]
+	}
+	return d
+}
+
+// scripts sums the calls and microseconds of the script commands.
+func (l redisLoad) scripts() (calls, usec float64) {
+	for _, n := range []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall"} {
+		calls, usec = calls+l.calls[n], usec+l.usec[n]
+	}
+	return calls, usec
+}
+
+// infoString is the field name of an INFO reply, or "".
+func infoString(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// infoInt is the integer field name of an INFO reply, or -1.
+func infoInt(info, name string) int {
+	if n, err := strconv.Atoi(infoString(info, name)); err == nil {
+		return n
+	}
+	return -1
 }
 
 // timed times n calls of f after n/10 to warm up, in ns.
@@ -133,60 +190,6 @@ func pair(ctx context.Context, b *redisqueue.Backend) error {
 		b.Release(t)
 	}
 	return err
-}
-
-// redisCounters reads INFO cpu and commandstats: CPU seconds, and the calls
-// and microseconds of every command, by name.
-func redisCounters(info string) (cpu float64, calls, usec map[string]float64) {
-	calls, usec = map[string]float64{}, map[string]float64{}
-	for line := range strings.SplitSeq(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		switch cmd, ok := strings.CutPrefix(k, "cmdstat_"); {
-		case k == "used_cpu_sys", k == "used_cpu_user":
-			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f
-		case ok:
-			for kv := range strings.SplitSeq(v, ",") {
-				name, val, _ := strings.Cut(kv, "=")
-				f, _ := strconv.ParseFloat(val, 64)
-				switch name {
-				case "calls":
-					calls[cmd] += f
-				case "usec":
-					usec[cmd] += f
-				}
-			}
-		}
-	}
-	return cpu, calls, usec
-}
-
-// parseRedisLoad is redisCounters' CPU seconds, and the calls and
-// microseconds of the script commands.
-func parseRedisLoad(info string) (cpu, calls, usec float64) {
-	cpu, c, u := redisCounters(info)
-	for _, n := range []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall"} {
-		calls, usec = calls+c[n], usec+u[n]
-	}
-	return cpu, calls, usec
-}
-
-// infoString is the field name of an INFO reply, or "".
-func infoString(info, name string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// infoInt is the integer field name of an INFO reply, or -1.
-func infoInt(info, name string) int {
-	if n, err := strconv.Atoi(infoString(info, name)); err == nil {
-		return n
-	}
-	return -1
 }
 
 // redisPairs is 11b: RedisClients on one backend doing pairs for
@@ -266,16 +269,15 @@ func (p Plan) redisHandoff(ctx context.Context, a, b *redisqueue.Backend) ([]flo
 func (r *runner) redis() {
 	t, ctx := &r.res.Redis, context.Background()
 	t.Cols = []string{redisCol}
-	f, ctl, version, why := openFleet(ctx)
-	defer f.close()
-	defer ctl.Close()
+	sh, version, why := openRedis(ctx)
+	defer sh.ctl.Close()
 	if why != "" {
 		r.res.RedisWhy = fmt.Sprintf("No Redis answered at REDIS_ADDR (default %s), so the Redis figures were not measured in this run (%s).", DefaultRedisAddr, why)
 		r.logf("  %s", r.res.RedisWhy)
 		return
 	}
 	r.res.RedisVersion = version
-	defer r.deleteKeys(ctx, f, ctl, redisCol, "11. deleting the run's keys")
+	defer r.deleteKeys(ctx, sh, redisCol, "11. deleting the run's keys")
 	add := func(metric string, f Format, higher bool, x float64) {
 		t.Rows = append(t.Rows, Row{Metric: metric, Format: f, Higher: higher, Values: map[string]float64{redisCol: x}})
 	}
@@ -288,25 +290,25 @@ func (r *runner) redis() {
 		add(metric+" p99", FormatDuration, false, pct(0, 0.99)([][]float64{d}))
 	}
 	uncontended := backend.Limits{MaxConcurrent: 1000, MaxQueue: 1000, QueueTimeout: 10 * time.Second}
-	rt, err := f.started("-rt", uncontended)
+	rt, err := sh.started("-rt", uncontended)
 	d := []float64(nil)
 	if err == nil {
 		d, err = timed(r.RedisPairs, func() error { return pair(ctx, rt) })
 	}
 	quantiles("11a. acquire+release round trip", d, err)
-	f.close() // each measurement's backends are closed before the next starts
-	d, err = timed(r.RedisPairs, func() error { return errors.Join(ctl.Ping(ctx).Err(), ctl.Ping(ctx).Err()) })
+	sh.close() // each measurement's backends are closed before the next starts
+	d, err = timed(r.RedisPairs, func() error { return errors.Join(sh.ctl.Ping(ctx).Err(), sh.ctl.Ping(ctx).Err()) })
 	quantiles("11a. two PINGs, the floor of a pair,", d, err)
 	pairs := fmt.Sprintf("11b. acquire+release pairs, %d clients, uncontended", r.RedisClients)
-	before, err0 := ctl.Info(ctx, "cpu", "commandstats").Result() // 11d counts the backend's start and close too
-	b, err := f.started("-pairs", uncontended)
+	before, err0 := readLoad(ctx, sh.ctl) // 11d counts the backend's start and close too
+	b, err := sh.started("-pairs", uncontended)
 	var rates []float64
 	var n int64
 	if err == nil {
 		rates, n, err = r.redisPairs(ctx, b)
 	}
-	f.close()
-	after, err1 := ctl.Info(ctx, "cpu", "commandstats").Result()
+	sh.close()
+	after, err1 := readLoad(ctx, sh.ctl)
 	if err != nil {
 		r.fail(redisCol, pairs, err)
 	}
@@ -314,8 +316,8 @@ func (r *runner) redis() {
 		add(pairs, FormatRate, true, med(0)([][]float64{rates}))
 	}
 	one := backend.Limits{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: 10 * time.Second}
-	a, errA := f.started("-handoff", one)
-	b, errB := f.started("-handoff", one)
+	a, errA := sh.started("-handoff", one)
+	b, errB := sh.started("-handoff", one)
 	if err := errors.Join(errA, errB); err != nil {
 		r.fail(redisCol, "11c. hand-off", err)
 	} else {
@@ -325,10 +327,10 @@ func (r *runner) redis() {
 	if err := errors.Join(err0, err1); err != nil {
 		r.fail(redisCol, "11d. INFO cpu and commandstats", err)
 	} else if n > 0 {
-		cpu0, calls0, usec0 := parseRedisLoad(before)
-		cpu1, calls1, usec1 := parseRedisLoad(after)
-		add("11d. Redis CPU per acquire+release pair (INFO cpu)", FormatDuration, false, (cpu1-cpu0)*1e9/float64(n))
-		add("11d. Redis script time per pair (commandstats)", FormatDuration, false, (usec1-usec0)*1e3/float64(n))
-		add("11d. script calls per pair (commandstats)", FormatRatio, false, (calls1-calls0)/float64(n))
+		l := after.since(before)
+		calls, usec := l.scripts()
+		add("11d. Redis CPU per acquire+release pair (INFO cpu)", FormatDuration, false, l.cpu*1e9/float64(n))
+		add("11d. Redis script time per pair (commandstats)", FormatDuration, false, usec*1e3/float64(n))
+		add("11d. script calls per pair (commandstats)", FormatRatio, false, calls/float64(n))
 	}
 }

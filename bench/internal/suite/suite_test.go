@@ -154,14 +154,15 @@ func TestSendOnce(t *testing.T) {
 	if !<-hungUp {
 		t.Error("the server never saw the client give up")
 	}
-	cpu, calls, _ := redisCounters("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
+	l := parseLoad("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
 		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_client|setinfo:calls=2,usec=4\r\ncmdstat_blpop:calls=3,usec=9\r\n")
-	if got := commands(calls); cpu != 3.75 || got != "evalsha 10, blpop 3, client|setinfo 2" {
-		t.Errorf("redisCounters = %v, %q; want 3.75, evalsha 10, blpop 3, client|setinfo 2", cpu, got)
+	if got := commands(l.calls); l.cpu != 3.75 || got != "evalsha 10, blpop 3, client|setinfo 2" {
+		t.Errorf("parseLoad = %v, %q; want 3.75, evalsha 10, blpop 3, client|setinfo 2", l.cpu, got)
 	}
-	if cpu, calls, usec := parseRedisLoad("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
-		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_eval:calls=2,usec=40\r\ncmdstat_ping:calls=99,usec=99\r\n"); cpu != 3.75 || calls != 12 || usec != 190 {
-		t.Errorf("parseRedisLoad = %v, %v, %v; want 3.75, 12, 190", cpu, calls, usec)
+	l = parseLoad("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n" +
+		"cmdstat_evalsha:calls=10,usec=150,usec_per_call=15.00\r\ncmdstat_eval:calls=2,usec=40\r\ncmdstat_ping:calls=99,usec=99\r\n")
+	if calls, usec := l.scripts(); l.cpu != 3.75 || calls != 12 || usec != 190 {
+		t.Errorf("parseLoad, scripts = %v, %v, %v; want 3.75, 12, 190", l.cpu, calls, usec)
 	}
 }
 
