@@ -42,9 +42,6 @@ type ScalePlan struct {
 // share is half a slot and the shares must move between the replicas.
 func (s ScalePlan) Limit(n int) int { return max(1, n/2) }
 
-// Sizes lists the fleet sizes: "16, 64, 256 and 1,024".
-func (s ScalePlan) Sizes() string { return andList(s.Replicas) }
-
 // Capacity is what n replicas serve per second with every slot busy.
 func (s ScalePlan) Capacity(n int) float64 { return float64(s.Limit(n)) / s.work(n).Seconds() }
 
