@@ -207,18 +207,48 @@ func Blocks(r *Results, only string) []Block {
 
 func none(Row) float64 { return 0 }
 
-// Fill puts each block into md between its markers; every block must have
-// them.
+// Fill puts each block into md between its marker lines. Each marker must
+// be a whole line of its own, once in md, the end after the begin; a block
+// whose text holds a marker is refused.
 func Fill(md []byte, blocks []Block) ([]byte, error) {
 	for _, b := range blocks {
-		begin, end := []byte("<!-- bench:"+b.Name+" -->\n"), []byte("<!-- /bench:"+b.Name+" -->")
-		i, j := bytes.Index(md, begin), bytes.Index(md, end)
-		if i < 0 || j < i {
-			return nil, fmt.Errorf("no lines %q and %q to write between", begin[:len(begin)-1], end)
+		if strings.Contains(b.Text, "<!-- bench:") || strings.Contains(b.Text, "<!-- /bench:") {
+			return nil, fmt.Errorf("block %s holds a marker line (<!-- bench: or <!-- /bench:)", b.Name)
 		}
-		md = slices.Concat(md[:i+len(begin)], []byte(b.Text), md[j:])
+		_, i, err := markerLine(md, "<!-- bench:"+b.Name+" -->")
+		if err != nil {
+			return nil, err
+		}
+		j, _, err := markerLine(md, "<!-- /bench:"+b.Name+" -->")
+		if err != nil {
+			return nil, err
+		}
+		if j < i {
+			return nil, fmt.Errorf("the line <!-- /bench:%s --> comes before <!-- bench:%s -->", b.Name, b.Name)
+		}
+		md = slices.Concat(md[:i], []byte(b.Text), md[j:])
 	}
 	return md, nil
+}
+
+// markerLine finds the one line of md that is marker: where it starts, and
+// where the next line does.
+func markerLine(md []byte, marker string) (start, next int, err error) {
+	found := 0
+	for off := 0; off < len(md); {
+		eol := len(md)
+		if k := bytes.IndexByte(md[off:], '\n'); k >= 0 {
+			eol = off + k + 1
+		}
+		if string(bytes.TrimRight(md[off:eol], "\r\n")) == marker {
+			start, next, found = off, eol, found+1
+		}
+		off = eol
+	}
+	if found != 1 {
+		return 0, 0, fmt.Errorf("%d lines %q, want exactly one", found, marker)
+	}
+	return start, next, nil
 }
 
 // runTable says when, where and how long the run was.

@@ -76,10 +76,29 @@ func TestFill(t *testing.T) {
 	if want := "# B\n<!-- bench:a -->\n<!-- /bench:a -->\ntext\n<!-- bench:b -->\nnew b\n<!-- /bench:b -->\nend\n"; err != nil || string(got) != want {
 		t.Fatalf("filled: %v\n%q\nwant\n%q", err, got, want)
 	}
-	for _, bad := range []string{"# no blocks\n", "<!-- /bench:a -->\n<!-- bench:a -->\n", "<!-- bench:a -->\n"} {
+	crlf := "a\r\n<!-- bench:a -->\r\nold\r\n<!-- /bench:a -->\r\nb\r\n"
+	if got, err := Fill([]byte(crlf), []Block{{"a", "new\n"}}); err != nil || string(got) != "a\r\n<!-- bench:a -->\r\nnew\n<!-- /bench:a -->\r\nb\r\n" {
+		t.Errorf("CRLF: %v %q", err, got)
+	}
+	for _, bad := range []string{
+		"# no blocks\n",
+		"<!-- /bench:a -->\n<!-- bench:a -->\n", // end before begin
+		"<!-- bench:a -->\n",                    // no end
+		"<!-- bench:a -->\nkept\n<!-- bench:a -->\nx\n<!-- /bench:a -->\n",           // begin twice
+		"<!-- bench:a -->\n<!-- /bench:a -->\n<!-- bench:a -->\n<!-- /bench:a -->\n", // the pair twice
+		"text <!-- bench:a -->\nx\n<!-- /bench:a -->\n",                              // not a line of its own
+	} {
 		if _, err := Fill([]byte(bad), []Block{{"a", "x"}}); err == nil || !strings.Contains(err.Error(), "bench:a") {
 			t.Errorf("%q: %v, want an error naming the block", bad, err)
 		}
+	}
+	for _, b := range Blocks(&Results{Plan: FullPlan()}, "") {
+		if b.Name == "scale" { // make bench would wipe what make bench-fleet-scale wrote
+			t.Error("a run without section 15 writes its block")
+		}
+	}
+	if _, err := Fill([]byte(file), []Block{{"a", "<!-- /bench:b -->\n"}}); err == nil {
+		t.Error("a block holding a marker line was written")
 	}
 }
 
