@@ -35,7 +35,7 @@ func main() {
 	weighted := flag.Bool("weighted", false, "run section 13 (weighted requests) alone, print its targets and table, write nothing")
 	fleet := flag.Bool("fleet", false, "run section 14 (one limit for a fleet, three ways) alone, print its table and targets, write nothing")
 	fleetScale := flag.Bool("fleet-scale", false, "run section 15 (one Name for up to 1,024 replicas in Shares mode, on a redis-server of its own) alone, print its tables and targets, write nothing")
-	sizes := flag.String("sizes", "", "with -fleet-scale, the fleet sizes to run, comma-separated (default 16,64,256,1024)")
+	sizes := flag.String("sizes", "", "with -fleet-scale and without -out, the fleet sizes to run, comma-separated (default 16,64,256,1024)")
 	parts := flag.Int("parts", 0, "with -fleet-scale, split each Name into this many parts on a Redis Cluster of as many shards; prints, writes nothing")
 	flag.Parse()
 	plan, only, alone := suite.FullPlan(), "", 0
@@ -52,8 +52,8 @@ func main() {
 	}
 	if *sizes != "" {
 		n, err := parseSizes(*sizes)
-		if err != nil || !*fleetScale {
-			fail(2, "-sizes takes fleet sizes above 1, comma-separated, with -fleet-scale: "+*sizes)
+		if err != nil || !*fleetScale || *out != "" {
+			fail(2, "-sizes takes fleet sizes above 1, comma-separated, with -fleet-scale and without -out (BENCHMARKS.md describes the default sizes): "+*sizes)
 		}
 		plan.Scale.Replicas = n
 	}
@@ -77,6 +77,16 @@ func fail(code int, msg string) {
 }
 
 func run(plan suite.Plan, only, out string) error {
+	path := filepath.Join(out, "BENCHMARKS.md")
+	if out != "" { // find every block's lines before measuring for minutes
+		md, err := os.ReadFile(path)
+		if err == nil {
+			_, err = suite.Fill(md, suite.Blocks(&suite.Results{Plan: plan}, only))
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	res, err := suite.Run(plan, only, os.Stderr)
 	if err != nil {
 		return err
@@ -85,6 +95,10 @@ func run(plan suite.Plan, only, out string) error {
 		fmt.Fprintln(os.Stderr, "failed:", e)
 	}
 	blocks := suite.Blocks(res, only)
+	if out != "" && (len(res.Errors) > 0 || res.FleetScale.Why != "") {
+		printBlocks(blocks)
+		return fmt.Errorf("%s left as it was: a measurement failed or did not run (printed above)", path)
+	}
 	charts := map[string]*bytes.Buffer{}
 	if only == "" {
 		charts[suite.BurstChart], charts[suite.GoodputChart] = new(bytes.Buffer), new(bytes.Buffer)
@@ -96,15 +110,12 @@ func run(plan suite.Plan, only, out string) error {
 		}
 	}
 	if out == "" {
-		for _, b := range blocks {
-			fmt.Printf("%s\n", b.Text)
-		}
+		printBlocks(blocks)
 		for path, b := range charts {
 			fmt.Fprintf(os.Stderr, "%s: %d bytes of SVG, not written\n", path, b.Len())
 		}
 		return nil
 	}
-	path := filepath.Join(out, "BENCHMARKS.md")
 	md, err := os.ReadFile(path)
 	if err == nil {
 		md, err = suite.Fill(md, blocks)
@@ -122,6 +133,13 @@ func run(plan suite.Plan, only, out string) error {
 	}
 	fmt.Fprintf(os.Stderr, "wrote %d blocks of %s and %d charts in %v\n", len(blocks), path, len(charts), res.Took.Round(1e9))
 	return nil
+}
+
+// printBlocks writes blocks to stdout between their marker lines.
+func printBlocks(blocks []suite.Block) {
+	for _, b := range blocks {
+		fmt.Printf("<!-- bench:%s -->\n%s<!-- /bench:%s -->\n\n", b.Name, b.Text, b.Name)
+	}
 }
 
 // parseSizes reads "16,64,256": fleet sizes of at least 2 replicas.
