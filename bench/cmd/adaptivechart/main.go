@@ -94,6 +94,9 @@ func readRuns(data string) ([]*simRun, error) {
 				return nil, fmt.Errorf("line %d, column %s: %q is not a finite number", n+2, recs[0][i+1], rec[i+1])
 			}
 		}
+		if x[4] <= 0 {
+			return nil, fmt.Errorf("line %d, column latency_s: %q is not a handler time above 0", n+2, rec[5])
+		}
 		title := rec[0] + " from " + rec[1]
 		r := index[title]
 		if r == nil {
@@ -233,6 +236,7 @@ func setAxes(row int, ps []*plot.Plot) {
 		case 2:
 			p.Y.Label.Text, p.Y.Min, p.Y.Max = "throughput (requests/s)", 0, hi*1.35
 		}
+		p.Y.Tick.Marker = plot.TickerFunc(plainTicks)
 		if row < 2 {
 			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.TickerFunc(logTicks)
 		}
@@ -264,6 +268,17 @@ func drawGrid(grid [][]*plot.Plot, first [3][]series, title string) *vgsvg.Canva
 		legend.Draw(grid[r][0].DataCanvas(canvases[r][0]))
 	}
 	return cv
+}
+
+// plainTicks is gonum's default ticks, labelled without trailing zeros.
+func plainTicks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		}
+	}
+	return ts
 }
 
 // logTicks labels 1, 2, 5, 10, 20, 50… on a log scale.

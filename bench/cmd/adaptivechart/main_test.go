@@ -54,9 +54,16 @@ func TestRun(t *testing.T) {
 		header + "\ngradient,1,0,x,1,0.1,20\n": "line 2, column time_s",
 		header + "\ngradient,1,0,1,1,NaN,20\n": "line 2, column latency_s",
 		header + "\nvegas,1,0,1,1,0.1,20\n":    `algorithm "vegas"`,
+		header + "\ngradient,1,0,0.1,1,0,20\n": "line 2, column latency_s", // a 0 handler time drew forever
+		header + "\naimd,1,0,0.1,1,-1,20\n":    "line 2, column latency_s",
 	} {
 		if _, err := readRuns(csv); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("readRuns(%q) = %v, want an error with %q", csv, err, want)
+		}
+	}
+	for _, tk := range plainTicks(0, 250) {
+		if strings.Contains(tk.Label, ".") {
+			t.Errorf("tick label %q: want no trailing zeros", tk.Label)
 		}
 	}
 	if err := run("", svg); err == nil {
