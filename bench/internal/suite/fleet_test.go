@@ -1,6 +1,10 @@
 package suite
 
 import (
+	"cmp"
+	"context"
+	"maps"
+	"os"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,4 +64,30 @@ func TestFleetMeasure(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRoundTrips: a command a hook saw, one Redis refuses to run in a
+// script, INFO and PING are round trips; the rest ran inside scripts; the
+// measurement's own INFO is left out. It asks the Redis at REDIS_ADDR.
+func TestRoundTrips(t *testing.T) {
+	addr := cmp.Or(os.Getenv("REDIS_ADDR"), DefaultRedisAddr)
+	ctl := newRedisClient(addr)
+	defer ctl.Close()
+	ctx := context.Background()
+	if err := ctl.Ping(ctx).Err(); err != nil {
+		t.Skipf("no Redis at %s: %v", addr, err)
+	}
+	var seen seenNames
+	seen.note("evalsha")
+	d := redisLoad{calls: map[string]float64{"evalsha": 10, "blpop": 3, "client|id": 2, "hset": 50, "info": 2, "ping": 1, "get": 0}}
+	sent, inScript, err := roundTrips(ctx, ctl, &seen, d)
+	wantSent := map[string]float64{"evalsha": 10, "blpop": 3, "client|id": 2, "info": 1, "ping": 1}
+	if err != nil || !maps.Equal(sent, wantSent) || !maps.Equal(inScript, map[string]float64{"hset": 50, "get": 0}) {
+		t.Errorf("sent %v, in scripts %v, %v; want %v and hset 50, get 0", sent, inScript, err, wantSent)
+	}
+	for code, want := range map[int]int{503: refused503, 408: refused408, 429: refusedOther, 500: refusedOther} {
+		if got := refusal(code); got != want {
+			t.Errorf("refusal(%d) = %d, want %d", code, got, want)
+		}
+	}
 }
