@@ -95,9 +95,9 @@ func run(plan suite.Plan, only, out string) error {
 		fmt.Fprintln(os.Stderr, "failed:", e)
 	}
 	blocks := suite.Blocks(res, only)
-	if out != "" && (len(res.Errors) > 0 || res.FleetScale.Why != "") {
+	if err := res.Failed(); out != "" && err != nil {
 		printBlocks(blocks)
-		return fmt.Errorf("%s left as it was: a measurement failed or did not run (printed above)", path)
+		return fmt.Errorf("%s left as it was (what was measured is printed above): %w", path, err)
 	}
 	charts := map[string]*bytes.Buffer{}
 	if only == "" {

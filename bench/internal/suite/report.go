@@ -2,6 +2,7 @@ package suite
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
@@ -206,6 +207,18 @@ func Blocks(r *Results, only string) []Block {
 }
 
 func none(Row) float64 { return 0 }
+
+// Failed says why r's blocks should not replace those of BENCHMARKS.md: a
+// measurement failed or was interrupted, or section 15 could not run.
+func (r *Results) Failed() error {
+	switch {
+	case len(r.Errors) > 0:
+		return fmt.Errorf("%d measurements failed, the first: %s", len(r.Errors), r.Errors[0])
+	case r.FleetScale.Why != "":
+		return errors.New(r.FleetScale.Why)
+	}
+	return nil
+}
 
 // Fill puts each block into md between its marker lines. Each marker must
 // be a whole line of its own, once in md, the end after the begin; a block

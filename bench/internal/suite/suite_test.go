@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -96,6 +97,23 @@ func TestFill(t *testing.T) {
 		if b.Name == "scale" { // make bench would wipe what make bench-fleet-scale wrote
 			t.Error("a run without section 15 writes its block")
 		}
+	}
+	md, err := os.ReadFile("../../../BENCHMARKS.md")
+	for _, only := range []string{"", "fleet-scale"} {
+		if err == nil {
+			_, err = Fill(md, Blocks(&Results{Plan: FullPlan()}, only))
+		}
+	}
+	if err != nil {
+		t.Errorf("BENCHMARKS.md lacks the lines of a block that make bench or make bench-fleet-scale writes: %v", err)
+	}
+	for _, r := range []*Results{{Errors: []string{"2. saturated hand-off, ginqueue: boom"}}, {FleetScale: ScaleResults{Why: "no redis-server"}}} {
+		if r.Failed() == nil {
+			t.Errorf("%+v: not failed", r)
+		}
+	}
+	if err := (&Results{}).Failed(); err != nil {
+		t.Errorf("a clean run failed: %v", err)
 	}
 	if _, err := Fill([]byte(file), []Block{{"a", "<!-- /bench:b -->\n"}}); err == nil {
 		t.Error("a block holding a marker line was written")
