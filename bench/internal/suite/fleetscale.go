@@ -290,3 +290,124 @@ func (r *runner) fleetScale() {
 		}
 	}
 }
+
+// scaleBlock is section 15's tables and targets, or why it was not run.
+func scaleBlock(r *Results) string {
+	if r.FleetScale.Why != "" {
+		return r.FleetScale.Why + "\n"
+	}
+	s := fmt.Sprintf("Measured %s on %s, %d cores (GOMAXPROCS %d), %s, Redis %s", r.Date.Format("2006-01-02 15:04 MST"),
+		r.CPU, r.Cores, r.GOMAXPROCS, r.GoVersion, r.FleetScale.RedisVersion)
+	if r.LoadBefore != "" {
+		s += ", load average " + r.LoadBefore + " at the start and " + r.LoadAfter + " at the end"
+	}
+	return s + fmt.Sprintf("; the run took %v.\n\n", r.Took.Round(time.Second)) +
+		scaleStartTable(r) + "\n" + scaleTable(r) + "\n" + targetTable(scaleTargets(r))
+}
+
+// scaleTable renders section 15: a row per fleet size and phase.
+func scaleTable(r *Results) string {
+	var rows [][]string
+	for _, size := range r.FleetScale.Sizes {
+		for _, pt := range size.Phases {
+			w := pt.Window.Seconds()
+			served, moved := "–", "–"
+			if pt.Name != ScaleIdle {
+				rate := float64(pt.Served) / w
+				served = fmt.Sprintf("%s (%s)", format(FormatRate, rate), format(FormatShare, rate/r.Scale.Capacity(size.N)))
+			}
+			if pt.Name == ScaleMoves {
+				moved = convergence(pt.SharesAt, pt.Window) + "; " + convergence(pt.RunningAt, pt.Window)
+			}
+			rows = append(rows, []string{digits(size.N), pt.Name, format(FormatRate, pt.Calls/w), format(FormatDuration, perCall(pt)),
+				format(FormatShare, pt.RedisCPU/w), served, digits(int(pt.Refused[refused503])), digits(int(pt.Refused[refused408])),
+				digits(int(pt.Refused[refusedOther])), digits(int(pt.Outages)) + "; " + digits(pt.Down), fmt.Sprintf("%d of %d", pt.Peak, size.Limit), moved})
+		}
+	}
+	return mdTable([]string{"N", "phase", "script calls/s", "Redis CPU per call", "Redis CPU (of one core)", "served/s (of capacity)", "503", "408",
+		"other non-2xx", "marked down: times; replicas at the end", "peak running (of the limit)", "load moved: shares; running"}, rows)
+}
+
+// scaleStartTable renders how each fleet size of section 15 started.
+func scaleStartTable(r *Results) string {
+	known := func(n int) string { return map[bool]string{true: digits(n), false: "–"}[n >= 0] }
+	var rows [][]string
+	for _, s := range r.FleetScale.Sizes {
+		rows = append(rows, []string{digits(s.N), digits(s.Limit), digits(s.N * r.Scale.Clients), format(FormatDuration, float64(s.StartUp)),
+			digits(int(s.Outages)) + "; " + digits(s.Down), known(s.Connections), known(s.Live)})
+	}
+	return mdTable([]string{"N", "limit", "clients, loaded", "start-up", "marked down: times; replicas at the end", "Redis connections", "replicas live"}, rows)
+}
+
+// scaleTargets checks section 15 against the targets of its issue, at the
+// largest fleet size of the plan, and the convergence at every size.
+func scaleTargets(r *Results) []target {
+	if len(r.Scale.Replicas) == 0 {
+		return nil
+	}
+	big := slices.Max(r.Scale.Replicas)
+	var ts []target
+	for _, name := range []string{ScaleIdle, ScaleLoaded} {
+		at, pt := fmt.Sprintf("N=%s %s: ", digits(big), name), r.scalePhase(big, name)
+		ts = append(ts, scaleTarget(at+"Redis CPU ≤ 25% of a core", pt, func(pt *ScalePhase) (string, bool) {
+			x := pt.RedisCPU / pt.Window.Seconds()
+			return fmt.Sprintf("%s (limit 25.0%%)", format(FormatShare, x)), x <= 0.25
+		}), scaleTarget(at+"no replica marks Redis down", pt, func(pt *ScalePhase) (string, bool) {
+			return fmt.Sprintf("%s times; %s replicas down at the end", digits(int(pt.Outages)), digits(pt.Down)), pt.Outages == 0 && pt.Down == 0
+		}))
+	}
+	ts = append(ts, scaleTarget(fmt.Sprintf("N=%s loaded: no 503 or 408 (the load calls for none)", digits(big)), r.scalePhase(big, ScaleLoaded), func(pt *ScalePhase) (string, bool) {
+		return fmt.Sprintf("503: %s, 408: %s", digits(int(pt.Refused[refused503])), digits(int(pt.Refused[refused408]))), pt.Refused[refused503]+pt.Refused[refused408] == 0
+	}))
+	for _, n := range r.Scale.Replicas {
+		name := fmt.Sprintf("N=%s load moves: the loaded half holds %.0f%% of the limit within 200 ms", digits(n), 100*scaleConverged)
+		ts = append(ts, scaleTarget(name, r.scalePhase(n, ScaleMoves), func(pt *ScalePhase) (string, bool) {
+			return convergence(pt.SharesAt, pt.Window), pt.SharesAt >= 0 && pt.SharesAt <= 200*time.Millisecond
+		}))
+	}
+	return append(ts, scalePeakTarget(r))
+}
+
+// scalePhase is the phase name of fleet size n, or nil if it was not
+// measured.
+func (r *Results) scalePhase(n int, name string) *ScalePhase {
+	for i := range r.FleetScale.Sizes {
+		s := &r.FleetScale.Sizes[i]
+		for j := range s.Phases {
+			if s.N == n && s.Phases[j].Name == name && !math.IsNaN(s.Phases[j].Calls) {
+				return &s.Phases[j]
+			}
+		}
+	}
+	return nil
+}
+
+// scaleTarget is the target name of section 15, checked on pt by figure:
+// the figure and whether it was met.
+func scaleTarget(name string, pt *ScalePhase, figure func(*ScalePhase) (string, bool)) target {
+	t := target{Area: "fleet at scale", Name: name, Figure: "–", Met: "not measured"}
+	if pt != nil {
+		fig, ok := figure(pt)
+		t.Figure, t.Met = fig, map[bool]string{true: "yes", false: "no"}[ok]
+	}
+	return t
+}
+
+// scalePeakTarget checks that the handlers running at once never exceeded
+// the limit, at any size in any phase.
+func scalePeakTarget(r *Results) target {
+	t := target{Area: "fleet at scale", Name: "peak running ≤ the limit, every size and phase", Figure: "–", Met: "not measured"}
+	worst, over := -1.0, false
+	for _, s := range r.FleetScale.Sizes {
+		for _, pt := range s.Phases {
+			if q := float64(pt.Peak) / float64(s.Limit); q > worst {
+				worst, t.Figure = q, fmt.Sprintf("%d of %d at N=%s, %s", pt.Peak, s.Limit, digits(s.N), pt.Name)
+			}
+			over = over || pt.Peak > int64(s.Limit)
+		}
+	}
+	if worst >= 0 {
+		t.Met = map[bool]string{true: "no", false: "yes"}[over]
+	}
+	return t
+}
