@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"image/color"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -94,8 +95,8 @@ func readRuns(data string) ([]*simRun, error) {
 				return nil, fmt.Errorf("line %d, column %s: %q is not a finite number", n+2, recs[0][i+1], rec[i+1])
 			}
 		}
-		if x[4] <= 0 {
-			return nil, fmt.Errorf("line %d, column latency_s: %q is not a handler time above 0", n+2, rec[5])
+		if err := inRange(x); err != nil {
+			return nil, fmt.Errorf("line %d, %w", n+2, err)
 		}
 		title := rec[0] + " from " + rec[1]
 		r := index[title]
@@ -112,21 +113,41 @@ func readRuns(data string) ([]*simRun, error) {
 	return runs, nil
 }
 
+// maxValue bounds time_s, limit, latency_s and k, far above what the
+// simulation writes, so that the chart's ranges stay finite.
+const maxValue = 1e6
+
+// inRange checks a row's numbers: start, sample, time_s, limit, latency_s
+// and k. Limit, latency and K go on log scales, so they must be above 0.
+func inRange(x [6]float64) error {
+	for i, name := range []string{"time_s", "limit", "latency_s", "k"} {
+		if v := x[i+2]; v > maxValue || v < 0 || v == 0 && name != "time_s" {
+			return fmt.Errorf("column %s: %g is not within (0, %g]", name, v, maxValue)
+		}
+	}
+	return nil
+}
+
 // windowed is a point per window: the mean latency in ms and the requests
 // finished per second; empty windows are left out.
 func windowed(s []sample) (latency, throughput plotter.XYs) {
 	end := s[len(s)-1].t
-	for lo := 0.0; lo < end; lo += window {
-		n, sum := 0, 0.0
-		for _, x := range s {
-			if x.t >= lo && x.t < lo+window {
-				n, sum = n+1, sum+x.latency
-			}
+	type total struct{ n, sum float64 }
+	windows := map[float64]*total{} // by the window's start
+	for _, x := range s {
+		lo := math.Floor(x.t/window) * window
+		if x.t < 0 || lo >= end {
+			continue
 		}
-		if n > 0 {
-			latency = append(latency, plotter.XY{X: lo + window/2, Y: 1e3 * sum / float64(n)})
-			throughput = append(throughput, plotter.XY{X: lo + window/2, Y: float64(n) / (min(lo+window, end) - lo)})
+		if windows[lo] == nil {
+			windows[lo] = &total{}
 		}
+		windows[lo].n, windows[lo].sum = windows[lo].n+1, windows[lo].sum+x.latency
+	}
+	for _, lo := range slices.Sorted(maps.Keys(windows)) {
+		w := windows[lo]
+		latency = append(latency, plotter.XY{X: lo + window/2, Y: 1e3 * w.sum / w.n})
+		throughput = append(throughput, plotter.XY{X: lo + window/2, Y: w.n / (min(lo+window, end) - lo)})
 	}
 	return latency, throughput
 }
@@ -275,7 +296,7 @@ func plainTicks(lo, hi float64) []plot.Tick {
 	ts := plot.DefaultTicks{}.Ticks(lo, hi)
 	for i := range ts {
 		if ts[i].Label != "" {
-			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+			ts[i].Label = strconv.FormatFloat(math.Round(ts[i].Value*1e9)/1e9, 'f', -1, 64)
 		}
 	}
 	return ts
@@ -283,6 +304,9 @@ func plainTicks(lo, hi float64) []plot.Tick {
 
 // logTicks labels 1, 2, 5, 10, 20, 50… on a log scale.
 func logTicks(lo, hi float64) (ts []plot.Tick) {
+	if lo <= 0 || math.IsInf(hi, 0) { // no decade to start from, or none to end at
+		return nil
+	}
 	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
 		for _, m := range []float64{d, 2 * d, 5 * d} {
 			if m >= lo && m <= hi {
