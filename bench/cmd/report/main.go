@@ -128,7 +128,10 @@ func run(plan suite.Plan, only, out string) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(path, md, 0o644); err != nil {
+	if err := os.WriteFile(path+".new", md, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(path+".new", path); err != nil { // never half a file
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "wrote %d blocks of %s and %d charts in %v\n", len(blocks), path, len(charts), res.Took.Round(1e9))

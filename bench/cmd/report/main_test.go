@@ -50,8 +50,24 @@ func TestBadUseFailsAtOnce(t *testing.T) {
 		{[]string{"-out", t.TempDir()}, 1, "no such file"},
 	} {
 		code, out := report(t, c.args...)
-		if code != c.code || !strings.Contains(out, c.want) {
-			t.Errorf("report %q: exit %d, %q; want exit %d and %q", c.args, code, out, c.code, c.want)
+		if code != c.code || !strings.Contains(out, c.want) || strings.Contains(out, "1. uncontended") {
+			t.Errorf("report %q: exit %d, %q; want exit %d and %q, and nothing measured", c.args, code, out, c.code, c.want)
 		}
+	}
+}
+
+// TestFailedRunKeepsTheFile: section 15 cannot run without redis-server,
+// so its block is printed and BENCHMARKS.md stays as it was.
+func TestFailedRunKeepsTheFile(t *testing.T) {
+	dir := t.TempDir()
+	md := []byte("# B\n<!-- bench:scale -->\nthe last good tables\n<!-- /bench:scale -->\n")
+	if err := os.WriteFile(filepath.Join(dir, "BENCHMARKS.md"), md, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", t.TempDir()) // no redis-server
+	code, out := report(t, "-fleet-scale", "-out", dir)
+	got, err := os.ReadFile(filepath.Join(dir, "BENCHMARKS.md"))
+	if code != 1 || !strings.Contains(out, "<!-- bench:scale -->\nNo redis-server") || !strings.Contains(out, "left as it was") || err != nil || string(got) != string(md) {
+		t.Errorf("exit %d, %q; file %q, %v", code, out, got, err)
 	}
 }

@@ -225,7 +225,14 @@ func Fill(md []byte, blocks []Block) ([]byte, error) {
 		if j < i {
 			return nil, fmt.Errorf("the line <!-- /bench:%s --> comes before <!-- bench:%s -->", b.Name, b.Name)
 		}
-		md = slices.Concat(md[:i], []byte(b.Text), md[j:])
+		if old := string(md[i:j]); strings.Contains(old, "<!-- bench:") || strings.Contains(old, "<!-- /bench:") {
+			return nil, fmt.Errorf("block %s encloses another block's marker", b.Name)
+		}
+		text := b.Text
+		if text != "" && !strings.HasSuffix(text, "\n") {
+			text += "\n" // the end marker stays a line of its own
+		}
+		md = slices.Concat(md[:i], []byte(text), md[j:])
 	}
 	return md, nil
 }

@@ -115,8 +115,21 @@ func TestFill(t *testing.T) {
 	if err := (&Results{}).Failed(); err != nil {
 		t.Errorf("a clean run failed: %v", err)
 	}
-	if _, err := Fill([]byte(file), []Block{{"a", "<!-- /bench:b -->\n"}}); err == nil {
-		t.Error("a block holding a marker line was written")
+	for _, text := range []string{"<!-- /bench:b -->\n", "<!-- bench:b -->\n"} {
+		if _, err := Fill([]byte(file), []Block{{"a", text}}); err == nil {
+			t.Errorf("a block holding %q was written", text)
+		}
+	}
+	nested := "<!-- bench:x -->\n<!-- bench:y -->\n<!-- /bench:y -->\n<!-- /bench:x -->\n"
+	if _, err := Fill([]byte(nested), []Block{{"x", "new\n"}}); err == nil || !strings.Contains(err.Error(), "encloses") {
+		t.Errorf("a block around another was replaced: %v", err)
+	}
+	if got, err := Fill([]byte(file), []Block{{"a", "no newline"}}); err != nil || !strings.Contains(string(got), "no newline\n<!-- /bench:a -->") {
+		t.Errorf("text without a last newline: %v %q", err, got)
+	}
+	sized := &Results{Plan: FullPlan(), FleetScale: ScaleResults{Sizes: []ScaleSize{{N: 4, Limit: 2}}}}
+	if bs := Blocks(sized, ""); bs[len(bs)-1].Name != "scale" {
+		t.Error("a run that measured section 15 (a smoke run) does not write its block")
 	}
 }
 
