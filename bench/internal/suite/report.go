@@ -159,8 +159,9 @@ type Block struct{ Name, Text string }
 // Blocks renders what r measured: every section of a full run, or the one
 // named only.
 func Blocks(r *Results, only string) []Block {
+	all := targets(r)
 	var area, fleet []target
-	for _, t := range targets(r) {
+	for _, t := range all {
 		if t.Area == only {
 			area = append(area, t)
 		}
@@ -181,7 +182,7 @@ func Blocks(r *Results, only string) []Block {
 	peer := func(row Row) float64 { _, x := bestPeer(row); return x }
 	plain := func(row Row) float64 { return map[bool]float64{true: row.Values[Plain]}[row.Format != FormatCount] }
 	bs := []Block{
-		{"run", runTable(r)}, {"summary", markdown(summary(r), peer)}, {"targets", targetTable(targets(r))},
+		{"run", runTable(r)}, {"summary", markdown(summary(r), peer)}, {"targets", targetTable(all)},
 		{"results", markdown(r.Main, peer) + notes(r.Main) + failures(r)}, {"features", markdown(r.Features, plain)},
 		{"redis", redisBlock(r)}, {"goodput", markdown(r.Goodput, none)}, {"weighted", weightedBlock(r)},
 		{"fleet", fleetBlock(r, fleet)}, {"burst", burstTable(r)},
@@ -211,7 +212,7 @@ func (r *Results) Failed() error {
 // whose text holds a marker is refused.
 func Fill(md []byte, blocks []Block) ([]byte, error) {
 	for _, b := range blocks {
-		if strings.Contains(b.Text, "<!-- bench:") || strings.Contains(b.Text, "<!-- /bench:") {
+		if holdsMarker(b.Text) {
 			return nil, fmt.Errorf("block %s holds a marker line (<!-- bench: or <!-- /bench:)", b.Name)
 		}
 		_, i, err := markerLine(md, "<!-- bench:"+b.Name+" -->")
@@ -225,7 +226,7 @@ func Fill(md []byte, blocks []Block) ([]byte, error) {
 		if j < i {
 			return nil, fmt.Errorf("the line <!-- /bench:%s --> comes before <!-- bench:%s -->", b.Name, b.Name)
 		}
-		if old := string(md[i:j]); strings.Contains(old, "<!-- bench:") || strings.Contains(old, "<!-- /bench:") {
+		if holdsMarker(string(md[i:j])) {
 			return nil, fmt.Errorf("block %s encloses another block's marker", b.Name)
 		}
 		text := b.Text
@@ -235,6 +236,11 @@ func Fill(md []byte, blocks []Block) ([]byte, error) {
 		md = slices.Concat(md[:i], []byte(text), md[j:])
 	}
 	return md, nil
+}
+
+// holdsMarker reports whether s holds the start of a marker line.
+func holdsMarker(s string) bool {
+	return strings.Contains(s, "<!-- bench:") || strings.Contains(s, "<!-- /bench:")
 }
 
 // markerLine finds the one line of md that is marker: where it starts, and
